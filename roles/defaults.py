@@ -1,0 +1,119 @@
+"""Every knob a host can set, with its default and why.
+
+Defaults are the best measured configuration of the L40S field report
+(shared/seeds/000_*: 2x L40S + EPYC 9845). `PLATFORMS` overlays what differs on
+the GB10 box (shared/seeds/001_*). An inventory sets only what differs again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Knob:
+    default: Any
+    why: str
+    kind: type | tuple = str          # accepted Python type(s)
+    choices: tuple = ()               # allowed values, when a closed set
+    low: float | None = None          # inclusive bounds for numbers
+    high: float | None = None
+    optional: bool = False            # None is allowed
+
+
+K = Knob
+KNOBS: dict[str, Knob] = {
+    # --- what the host is -----------------------------------------------------------
+    "platform": K("l40s", "picks the engine and the platform defaults below", choices=("l40s", "gb10")),
+    "gpu_count": K(2, "GPUs the profile expects; the field box has two L40S", int, low=0, high=16),
+    "gpu_compute_capability": K("8.9", "sm_89 is Ada (L40S); the patches below depend on it", choices=("8.6", "8.9", "9.0", "10.0", "12.0", "12.1")),
+    "require_gpu": K(True, "a real node must have its GPUs; the sandbox sets False to skip GPU steps", bool),
+    # --- operating system -----------------------------------------------------------
+    "apt_mirror": K("http://deb.debian.org/debian", "Debian mirror; point at a local one for air-gapped hosts"),
+    "apt_security_mirror": K("http://deb.debian.org/debian-security", "security updates mirror"),
+    "debian_suite": K("trixie", "Debian 13 is what the field report ran", choices=("trixie",)),
+    "base_packages": K(["ca-certificates", "curl", "python3", "build-essential", "pciutils", "numactl", "jq"],
+                       "python3 runs our host tools; build-essential is needed by JIT kernel compiles", list),
+    "headless": K(True, "a desktop session held 0.5-0.7 GiB on GPU 0 in the field; TP is limited by the fullest card", bool),
+    "display_managers": K(["gdm3", "gdm", "sddm", "lightdm", "xdm", "lxdm"], "units stopped and disabled when headless", list),
+    "allow_reboot": K(True, "reboot when a new driver or kernel is installed but not running", bool),
+    # --- NVIDIA driver and CUDA (research.md 6, 7) ----------------------------------
+    "driver_source": K("nvidia-repo", "Debian 13 ships 550, CUDA 12.8 needs >= 570.26", choices=("nvidia-repo", "debian", "preinstalled")),
+    "driver_branch": K("580", "580 is NVIDIA's long-term branch"),
+    "driver_min_version": K("570.26", "oldest driver CUDA 12.8 runs on"),
+    "driver_open_modules": K(True, "Ada and newer run NVIDIA's open kernel modules", bool),
+    "nvidia_repo_url": K("https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/",
+                         "NVIDIA's CUDA apt repository; a local mirror URL works for air-gapped hosts"),
+    "nvidia_repo_key_url": K("https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/3bf863cc.pub",
+                             "signing key of that repository"),
+    "cuda_version": K("12.8", "toolkit the engine's JIT compiles use, beside the driver", choices=("12.8", "12.9", "13.0")),
+    "fix_cuda_header": K(True, "CUDA 12.x math_functions.h breaks every JIT compile on glibc >= 2.41", bool),
+    # --- engine, L40S path (research.md 2-5) ----------------------------------------
+    "engine_set": K("0.7.0.post1", "the field-validated ktransformers/kt-kernel/sglang-kt set", choices=("0.7.0.post1", "0.7.0.post4", "0.7.2")),
+    "python_version": K("3.11", "kt-kernel ships cp311 and cp312 wheels only", choices=("3.11", "3.12")),
+    "python_source": K("", "a CPython install tree on the control machine to upload (sandbox/CI); empty: build on the host", optional=True),
+    "cudnn_version": K("9.16.0.29", "torch 2.9.1 pins cuDNN 9.10, which sglang-kt refuses for this model"),
+    "install_root": K("/opt/glm-flash", "engine environments, host tools and their state live here"),
+    "tp_size": K(2, "tensor parallel over both L40S", int, low=1, high=8),
+    "kt_method": K("FP8", "native FP8 checkpoint, CPU experts on the AVX512-BF16 backend", choices=("FP8",)),
+    "kt_cpuinfer": K(152, "of 160 cores on the EPYC 9845, leaving a few for the OS and GPU feeders", int, low=1, high=1024),
+    "kt_threadpool_count": K(None, "one pool per NUMA node; None reads the node count from the host", int, low=1, high=64, optional=True),
+    "kt_max_deferred_experts_per_token": K(4, "+15% decode; 0 gives bit-exact expert application", int, low=0, high=8),
+    "kt_gpu_prefill_token_threshold": K(2048, "layerwise GPU prefill above this many tokens", int, low=1),
+    "kt_transport": K("native", "native overlaps H2D with attention: 85 s vs 105 s legacy on 68k", choices=("auto", "native", "legacy")),
+    "chunked_prefill_size": K(32768, "measured optimum on sm_89; 40960 runs out of memory", int, low=1024),
+    "max_mamba_cache_size": K(16, "requests in flight; CUDA graphs above it are dropped", int, low=1, high=256),
+    "cuda_graph_bs": K([1, 2, 4, 8, 16, 24], "decode without graphs collapses to 3.8 tok/s/user at n=5", list),
+    "mem_fraction_static": K(0.55, "field value with TP=2 and the KV pool below", float, low=0.05, high=0.95),
+    "context_length": K(524288, "524k per request, no degradation measured at 200k", int, low=4096),
+    "kv_cache_dtype": K("fp8_e4m3", "2.11M-token KV pool in fp8", choices=("fp8_e4m3", "fp8_e5m2", "bfloat16", "auto")),
+    "pytorch_alloc_conf": K("", "expandable_segments breaks CUDA graph capture with TP > 1; empty unsets both variables", optional=True),
+    "tool_call_parser": K("glm47", "tool calls of GLM-5.x"),
+    "reasoning_parser": K("glm45", "reasoning of GLM-5.x"),
+    # --- model ---------------------------------------------------------------------
+    "model_id": K("zai-org/GLM-5.3-Flash", "the checkpoint on the Hugging Face hub"),
+    "model_revision": K("main", "pin a commit for reproducible deploys"),
+    "model_path": K("/srv/models/GLM-5.3-Flash", "where the 306 GiB checkpoint lives on the host"),
+    "model_download": K(True, "False: the checkpoint is staged on the host by other means", bool),
+    "served_model_name": K("glm-5.3-flash", "model name clients send"),
+    # --- service -------------------------------------------------------------------
+    "service_user": K("glm-flash", "the engine never runs as root"),
+    "listen_host": K("127.0.0.1", "loopback unless an API key protects the port"),
+    "port": K(30000, "SGLang's default port", int, low=1, high=65535),
+    "api_key_env": K("GLM_FLASH_API_KEY", "control-machine variable holding the API key, read at deploy time"),
+    "startup_timeout_s": K(3600, "loading 306 GiB and capturing graphs takes long", int, low=60),
+    "restart_limit": K(3, "restarts within restart_window_s before systemd gives up", int, low=1, high=100),
+    "restart_window_s": K(3600, "window for restart_limit", int, low=60),
+    # --- GB10 path (research.md 8, seeds/001) -----------------------------------------
+    "vllm_repo_url": K("https://github.com/lrozewicz/vLLM-Moet-GB10", "the vLLM-Moet fork, pinned by ref"),
+    "vllm_ref": K("", "commit of the fork to build; required on gb10", optional=True),
+    "drafter_model": K("incoai/GLM-5.3-Flash-DFlash2", "DFlash2 gave +49% decode on code over MTP"),
+    "accept_drafter_license": K(False, "the drafter is CC-BY-NC-ND-4.0: accept it explicitly", bool),
+    "num_speculative_tokens": K(7, "k=7: acceptance length 5.5 on code", int, low=1, high=16),
+    "max_model_len": K(204800, "200K context fits 121.6 GiB with one stream", int, low=4096),
+    "reasoning_effort": K("low", "the default max is far too slow for local agent work", choices=("low", "medium", "high", "max")),
+    "thinking_token_budget": K(1536, "caps thinking when low is ignored; 1536 works for coding", int, low=0),
+    "max_num_seqs": K(1, "DFlash2 k=7 leaves room for one long stream", int, low=1, high=64),
+    "gpu_memory_utilization": K(0.90, "of 121.6 GiB unified memory: model 99.6 GiB + KV 6-7.5 GiB", float, low=0.1, high=0.98),
+    "mamba_cache_mode": K("align", "prefix caching with the KDA checkpoints every 7168 tokens", choices=("align", "all", "none")),
+}
+
+# What the GB10 box changes relative to the L40S defaults.
+PLATFORMS: dict[str, dict[str, Any]] = {
+    "l40s": {},
+    "gb10": {
+        "gpu_count": 1,
+        "gpu_compute_capability": "12.1",
+        "driver_source": "preinstalled",
+        "driver_min_version": "580.0",
+        "cuda_version": "13.0",
+        "fix_cuda_header": False,
+        "tp_size": 1,
+        "port": 8000,
+        "python_version": "3.12",
+    },
+}
+
+# pyinfra's own connection keys may sit beside profile keys in an inventory.
+CONNECTOR_PREFIXES = ("ssh_", "_", "chroot_", "docker_", "local_")

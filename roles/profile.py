@@ -1,0 +1,199 @@
+"""The host profile: inventory data checked against `defaults.KNOBS`.
+
+Checking happens while pyinfra loads the inventory, before it connects to any host,
+and again in deploy.py after `--data` overrides. A mistake ends the run with one
+line per problem naming the host, the key, what is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from roles.defaults import CONNECTOR_PREFIXES, KNOBS, PLATFORMS, Knob
+
+
+@dataclass(frozen=True)
+class Problem:
+    host: str
+    key: str
+    problem: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.host}: {self.key}: {self.problem}. Fix: {self.fix}"
+
+
+class ProfileError(Exception):
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+class Profile:
+    """Read-only view of a host's resolved settings: `profile.tp_size`."""
+
+    def __init__(self, host: str, values: dict[str, Any]):
+        object.__setattr__(self, "host", host)
+        object.__setattr__(self, "_values", dict(values))
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self._values[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError("a profile is read-only")
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+def _type_name(kind) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {int: "a whole number", float: "a number", bool: "true or false", str: "a string", list: "a list"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _check_value(host: str, key: str, knob: Knob, value: Any) -> Problem | None:
+    if value is None:
+        if knob.optional:
+            return None
+        return Problem(host, key, "must not be None", f"set it to {knob.default!r} ({knob.why}) or remove the key")
+    kinds = knob.kind if isinstance(knob.kind, tuple) else (knob.kind,)
+    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+    if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    if not ok:
+        return Problem(host, key, f"{value!r} is {type(value).__name__}, expected {_type_name(knob.kind)}",
+                       f"write it like the default {knob.default!r}")
+    if knob.choices and value not in knob.choices:
+        near = difflib.get_close_matches(str(value), [str(c) for c in knob.choices], n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        return Problem(host, key, f"{value!r} is not one of {', '.join(map(repr, knob.choices))}",
+                       f"{hint}use one of the listed values")
+    if knob.low is not None and value < knob.low:
+        return Problem(host, key, f"{value!r} is below the minimum {knob.low}", f"use a value from {knob.low} up")
+    if knob.high is not None and value > knob.high:
+        return Problem(host, key, f"{value!r} is above the maximum {knob.high}", f"use a value up to {knob.high}")
+    return None
+
+
+def _is_connector_key(key: str) -> bool:
+    return key.startswith(CONNECTOR_PREFIXES)
+
+
+def _cross_checks(host: str, v: dict[str, Any]) -> Iterable[Problem]:
+    """Settings that contradict each other or what the field report measured."""
+    alloc = v["pytorch_alloc_conf"] or ""
+    if "expandable_segments:true" in alloc.replace(" ", "").lower() and v["tp_size"] > 1:
+        yield Problem(host, "pytorch_alloc_conf", "expandable_segments with tp_size > 1 breaks CUDA graph capture "
+                      "(custom all-reduce buffers cannot be IPC-exported)", "remove expandable_segments, or set tp_size: 1")
+    if v["platform"] == "l40s":
+        if v["gpu_compute_capability"] in ("8.6", "8.9") and v["chunked_prefill_size"] > 32768:
+            yield Problem(host, "chunked_prefill_size", f"{v['chunked_prefill_size']} runs out of memory on sm_86/sm_89 "
+                          "(the field report crashed at 40960 in the mHC fp32 fallback)", "use 32768 or less")
+        if v["tp_size"] > v["gpu_count"] and v["require_gpu"]:
+            yield Problem(host, "tp_size", f"{v['tp_size']} exceeds gpu_count {v['gpu_count']}",
+                          "set tp_size to at most the number of GPUs")
+        if v["gpu_compute_capability"] == "9.0":
+            yield Problem(host, "gpu_compute_capability", "sglang-kt's GLM-5 config rejects sm_90 (Hopper)",
+                          "use 8.6, 8.9 or a Blackwell capability")
+        if v["driver_source"] == "debian" and v["cuda_version"].startswith(("12.8", "12.9", "13.")):
+            yield Problem(host, "driver_source", f"Debian 13 ships driver 550, CUDA {v['cuda_version']} needs 570.26 or newer",
+                          "use driver_source: 'nvidia-repo' (or a local mirror of it via nvidia_repo_url)")
+        if v["require_gpu"] and v["gpu_count"] == 0:
+            yield Problem(host, "gpu_count", "0 GPUs with require_gpu true", "set gpu_count, or require_gpu: false for a test box")
+        if any((not isinstance(b, int) or isinstance(b, bool) or b < 1) for b in v["cuda_graph_bs"]):
+            yield Problem(host, "cuda_graph_bs", f"{v['cuda_graph_bs']!r} must hold positive whole numbers", "write e.g. [1, 2, 4, 8, 16]")
+        elif not any(b <= v["max_mamba_cache_size"] for b in v["cuda_graph_bs"]):
+            yield Problem(host, "cuda_graph_bs", f"every size is above max_mamba_cache_size {v['max_mamba_cache_size']}, "
+                          "so no CUDA graph would be captured", "include sizes up to max_mamba_cache_size")
+        if v["kt_gpu_prefill_token_threshold"] > v["chunked_prefill_size"]:
+            yield Problem(host, "kt_gpu_prefill_token_threshold", "is larger than chunked_prefill_size, so GPU prefill never runs",
+                          "keep it at or below chunked_prefill_size")
+        if v["context_length"] > 1048576:
+            yield Problem(host, "context_length", "GLM-5.3-Flash is not known to serve beyond 1M tokens", "use 524288 or less")
+    if v["platform"] == "gb10":
+        if not v["vllm_ref"]:
+            yield Problem(host, "vllm_ref", "is empty; the GB10 engine is built from a pinned ref",
+                          "set vllm_ref to the commit of the vLLM-Moet fork to build")
+        if v["driver_source"] != "preinstalled":
+            yield Problem(host, "driver_source", "the GB10 box runs the driver that DGX OS ships", "use driver_source: 'preinstalled'")
+        if v["tp_size"] != 1:
+            yield Problem(host, "tp_size", "the GB10 box has one GPU", "set tp_size: 1")
+    if v["listen_host"] not in ("127.0.0.1", "::1", "localhost") and not v["_api_key_present"]:
+        yield Problem(host, "listen_host", f"{v['listen_host']} exposes the engine without an API key",
+                      f"export {v['api_key_env']} on the control machine, or keep listen_host: 127.0.0.1")
+    if not v["install_root"].startswith("/") or not v["model_path"].startswith("/"):
+        key = "install_root" if not v["install_root"].startswith("/") else "model_path"
+        yield Problem(host, key, f"{v[key]!r} is not an absolute path", "write a path starting with /")
+    if v["service_user"] == "root":
+        yield Problem(host, "service_user", "the engine must not run as root", "use an unprivileged name such as glm-flash")
+
+
+def build(host: str, data: dict[str, Any], api_key_present: bool | None = None) -> Profile:
+    """Resolve defaults, platform overlay and inventory data; raise ProfileError on mistakes."""
+    problems: list[Problem] = []
+    platform = data.get("platform", KNOBS["platform"].default)
+    if platform not in PLATFORMS:
+        problem = _check_value(host, "platform", KNOBS["platform"], platform)
+        raise ProfileError([problem or Problem(host, "platform", f"{platform!r} is unknown", "use l40s or gb10")])
+    values = {k: knob.default for k, knob in KNOBS.items()}
+    values.update(PLATFORMS[platform])
+    for key, value in data.items():
+        if _is_connector_key(key):
+            continue
+        knob = KNOBS.get(key)
+        if knob is None:
+            near = difflib.get_close_matches(key, list(KNOBS), n=1, cutoff=0.6)
+            fix = f"did you mean {near[0]!r}?" if near else "remove it; roles/defaults.py lists every key"
+            problems.append(Problem(host, key, "unknown key", fix))
+            continue
+        problem = _check_value(host, key, knob, value)
+        if problem:
+            problems.append(problem)
+        else:
+            values[key] = float(value) if knob.kind is float else value
+    if not problems:
+        if api_key_present is None:
+            api_key_present = bool(os.environ.get(values["api_key_env"]))
+        values["_api_key_present"] = api_key_present
+        problems.extend(_cross_checks(host, values))
+        values.pop("_api_key_present")
+    if problems:
+        raise ProfileError(problems)
+    return Profile(host, values)
+
+
+def fail(error: ProfileError) -> None:
+    """Print the problems for a person and exit non-zero, without a traceback."""
+    print("glm-flash: the inventory has mistakes; no host was changed.", file=sys.stderr)
+    for p in error.problems:
+        print(f"  - {p}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def hosts(*entries: tuple[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Inventory helper: check every host's data while the inventory loads."""
+    problems: list[Problem] = []
+    seen = set()
+    for entry in entries:
+        if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], dict)):
+            problems.append(Problem(repr(entry)[:40], "(entry)", "is not a (name, {data}) pair", 'write ("host.example", {"tp_size": 2})'))
+            continue
+        name, data = entry
+        if name in seen:
+            problems.append(Problem(name, "(name)", "appears twice", "give each host one entry"))
+        seen.add(name)
+        try:
+            build(name, data)
+        except ProfileError as e:
+            problems.extend(e.problems)
+    if problems:
+        fail(ProfileError(problems))
+    return list(entries)
