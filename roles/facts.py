@@ -1,0 +1,229 @@
+"""Custom facts: each a small typed class that runs one command and parses it.
+
+Parsers are plain static methods so unit tests feed them real command output.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from pyinfra.api import FactBase
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    compute_capability: str
+    memory_mib: int
+    driver_version: str
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    bus_id: str
+    pid: int
+    kind: str            # C (compute), G (graphics), C+G
+    name: str
+    used_mib: int
+
+    @property
+    def is_desktop(self) -> bool:
+        return "G" in self.kind
+
+
+class Gpus(FactBase):
+    """GPUs nvidia-smi sees; an empty list where there is no driver or no GPU."""
+
+    def command(self):
+        return ("command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi "
+                "--query-gpu=index,name,compute_cap,memory.total,driver_version "
+                "--format=csv,noheader,nounits 2>/dev/null || true")
+
+    @staticmethod
+    def default():
+        return []
+
+    @staticmethod
+    def parse(lines) -> list[Gpu]:
+        gpus = []
+        for line in lines:
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) != 5 or not parts[0].isdigit():
+                continue
+            memory = int(parts[3]) if parts[3].isdigit() else 0
+            gpus.append(Gpu(int(parts[0]), parts[1], parts[2], memory, parts[4]))
+        return gpus
+
+    def process(self, output):
+        return self.parse(output)
+
+
+class GpuProcesses(FactBase):
+    """Processes holding GPU memory, graphics ones included (`nvidia-smi -q -d PIDS`)."""
+
+    def command(self):
+        return "command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -q -d PIDS 2>/dev/null || true"
+
+    @staticmethod
+    def default():
+        return []
+
+    @staticmethod
+    def parse(lines) -> list[GpuProcess]:
+        procs: list[GpuProcess] = []
+        bus, current = "", {}
+
+        def flush():
+            if "pid" in current:
+                procs.append(GpuProcess(bus, current["pid"], current.get("kind", "?"),
+                                        current.get("name", "?"), current.get("used", 0)))
+            current.clear()
+
+        for raw in lines:
+            line = raw.strip()
+            if re.match(r"^GPU [0-9A-Fa-f:.]+$", line):
+                flush()
+                bus = line.split()[1]
+                continue
+            if ":" not in line:
+                continue
+            key, value = (s.strip() for s in line.split(":", 1))
+            if key == "Process ID":
+                flush()
+                current["pid"] = int(value) if value.isdigit() else -1
+            elif key == "Type":
+                current["kind"] = value
+            elif key == "Name":
+                current["name"] = value
+            elif key == "Used GPU Memory":
+                m = re.match(r"(\d+)", value)
+                current["used"] = int(m.group(1)) if m else 0
+        flush()
+        return procs
+
+    def process(self, output):
+        return self.parse(output)
+
+
+@dataclass(frozen=True)
+class Cpu:
+    model: str
+    cores: int
+    flags: frozenset = field(default_factory=frozenset)
+
+    def has(self, *flags: str) -> bool:
+        return all(f in self.flags for f in flags)
+
+
+class CpuInfo(FactBase):
+    """CPU model, logical processor count and feature flags from /proc/cpuinfo."""
+
+    def command(self):
+        return "cat /proc/cpuinfo"
+
+    @staticmethod
+    def parse(lines) -> Cpu:
+        model, count, flags = "", 0, frozenset()
+        for line in lines:
+            key, _, value = line.partition(":")
+            key, value = key.strip(), value.strip()
+            if key == "processor":
+                count += 1
+            elif key in ("model name", "Model") and not model:
+                model = value
+            elif key in ("flags", "Features") and not flags:
+                flags = frozenset(value.split())
+        return Cpu(model, count, flags)
+
+    def process(self, output):
+        return self.parse(output)
+
+
+class NumaNodes(FactBase):
+    """Number of NUMA nodes (1 where the kernel shows none)."""
+
+    def command(self):
+        return "ls -d /sys/devices/system/node/node[0-9]* 2>/dev/null || true"
+
+    @staticmethod
+    def parse(lines) -> int:
+        return max(1, sum(1 for line in lines if re.search(r"/node\d+$", line.strip())))
+
+    def process(self, output):
+        return self.parse(output)
+
+
+class GlibcVersion(FactBase):
+    """glibc version as a (major, minor) tuple."""
+
+    def command(self):
+        return "getconf GNU_LIBC_VERSION"
+
+    @staticmethod
+    def parse(lines) -> tuple[int, int] | None:
+        for line in lines:
+            m = re.match(r"glibc (\d+)\.(\d+)", line.strip())
+            if m:
+                return int(m.group(1)), int(m.group(2))
+        return None
+
+    def process(self, output):
+        return self.parse(output)
+
+
+class DefaultTarget(FactBase):
+    """The systemd target the host boots into."""
+
+    def command(self):
+        return "systemctl get-default"
+
+    def process(self, output):
+        return output[0].strip() if output else ""
+
+
+class CudaToolkits(FactBase):
+    """Installed side-by-side CUDA toolkits: {version: install dir}."""
+
+    def command(self):
+        return ("for d in /usr/local/cuda-[0-9]*; do [ -d \"$d\" ] && [ ! -L \"$d\" ] && echo \"$d\"; done; true")
+
+    @staticmethod
+    def default():
+        return {}
+
+    @staticmethod
+    def parse(lines) -> dict[str, str]:
+        found = {}
+        for line in lines:
+            m = re.match(r"^(/usr/local/cuda-(\d+\.\d+))/?$", line.strip())
+            if m:
+                found[m.group(2)] = m.group(1)
+        return found
+
+    def process(self, output):
+        return self.parse(output)
+
+
+class UnitFiles(FactBase):
+    """Unit files systemd knows, with their enablement state: {name: state}."""
+
+    def command(self):
+        return "systemctl list-unit-files --no-legend --no-pager --type=service,target 2>/dev/null || true"
+
+    @staticmethod
+    def default():
+        return {}
+
+    @staticmethod
+    def parse(lines) -> dict[str, str]:
+        units = {}
+        for line in lines:
+            parts = line.split()
+            if len(parts) >= 2:
+                units[parts[0]] = parts[1]
+        return units
+
+    def process(self, output):
+        return self.parse(output)

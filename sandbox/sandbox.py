@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""The built-in sandbox: a bare Debian 13 root filesystem booted with real systemd.
+
+    sandbox.py up        build if needed, boot, wait until SSH answers
+    sandbox.py down      power it off
+    sandbox.py fresh     throw the machine away and boot a bare one
+    sandbox.py destroy   power off and delete the machine (the cached image stays)
+    sandbox.py status
+
+systemd-nspawn shares the host's network, so sshd listens on a loopback port. Keys
+(client and host) live in .sandbox/keys and survive rebuilds, so host-key checks pass.
+The pristine image is cached under $GLM_FLASH_CACHE (default ~/.cache/glm-flash).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+STATE = REPO / ".sandbox"
+ROOTFS = STATE / "rootfs"
+KEYS = STATE / "keys"
+PIDFILE = STATE / "nspawn.pid"
+PORT = int(os.environ.get("GLM_FLASH_SANDBOX_PORT", "2222"))
+MACHINE = "glm-flash-sandbox"
+CACHE = Path(os.environ.get("GLM_FLASH_CACHE", Path.home() / ".cache" / "glm-flash"))
+MIRROR = os.environ.get("GLM_FLASH_SANDBOX_MIRROR", "http://deb.debian.org/debian")
+# A bare server: systemd, sshd and nothing the deploy is supposed to install.
+PACKAGES = ["systemd", "systemd-sysv", "dbus", "openssh-server", "ca-certificates", "iproute2"]
+
+
+def say(msg: str) -> None:
+    print(f"sandbox: {msg}", flush=True)
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def image() -> Path:
+    key = hashlib.sha256(" ".join(["trixie", MIRROR, *PACKAGES]).encode()).hexdigest()[:12]
+    return CACHE / "sandbox" / f"trixie-{key}.tar"
+
+
+def build_image() -> Path:
+    tar = image()
+    if tar.exists():
+        return tar
+    if not shutil.which("mmdebstrap"):
+        sys.exit("sandbox: mmdebstrap is missing; run `make deps` (apt-get install mmdebstrap systemd-container)")
+    tar.parent.mkdir(parents=True, exist_ok=True)
+    say(f"building a Debian 13 image with mmdebstrap into {tar}")
+    tmp = tar.with_suffix(".partial.tar")
+    run(["mmdebstrap", "--mode=root", "--variant=minbase", "--include=" + ",".join(PACKAGES),
+         "trixie", str(tmp), f"deb {MIRROR} trixie main"], stdout=subprocess.DEVNULL)
+    tmp.rename(tar)
+    return tar
+
+
+def ensure_keys() -> None:
+    KEYS.mkdir(parents=True, exist_ok=True)
+    for name in ("id_ed25519", "ssh_host_ed25519_key"):
+        if not (KEYS / name).exists():
+            run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"glm-flash-{name}", "-f", str(KEYS / name)])
+    host_pub = (KEYS / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+    (STATE / "known_hosts").write_text(f"[127.0.0.1]:{PORT} {' '.join(host_pub)}\n")
+    (STATE / "ssh_config").write_text(
+        f"Host sandbox\n  HostName 127.0.0.1\n  Port {PORT}\n  User root\n"
+        f"  IdentityFile {KEYS / 'id_ed25519'}\n  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {STATE / 'known_hosts'}\n  StrictHostKeyChecking yes\n"
+        f"  ControlMaster auto\n  ControlPath {STATE}/cm-%C\n  ControlPersist 60s\n")
+
+
+def create_rootfs() -> None:
+    tar = build_image()
+    say("unpacking a bare machine")
+    tmp = STATE / "rootfs.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    run(["tar", "-xpf", str(tar), "-C", str(tmp)])
+    root = tmp
+    (root / "etc/hostname").write_text("sandbox\n")
+    ssh = root / "root/.ssh"
+    ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
+    shutil.copy(KEYS / "id_ed25519.pub", ssh / "authorized_keys")
+    os.chmod(ssh / "authorized_keys", 0o600)
+    for old in (root / "etc/ssh").glob("ssh_host_*"):
+        old.unlink()
+    for suffix in ("", ".pub"):
+        shutil.copy(KEYS / f"ssh_host_ed25519_key{suffix}", root / f"etc/ssh/ssh_host_ed25519_key{suffix}")
+    os.chmod(root / "etc/ssh/ssh_host_ed25519_key", 0o600)
+    (root / "etc/ssh/sshd_config.d/sandbox.conf").write_text(
+        f"# The sandbox shares the host's network: keep sshd on a loopback port.\n"
+        f"Port {PORT}\nListenAddress 127.0.0.1\nHostKey /etc/ssh/ssh_host_ed25519_key\n")
+    tmp.rename(ROOTFS)
+
+
+def pid() -> int | None:
+    try:
+        value = int(PIDFILE.read_text())
+        os.kill(value, 0)
+        return value
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return None
+
+
+def ssh_ready() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", PORT), timeout=1) as s:
+            return s.recv(4).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def ssh(command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ssh", "-F", str(STATE / "ssh_config"), "sandbox", command],
+                          capture_output=True, text=True, timeout=60)
+
+
+def up() -> None:
+    ensure_keys()
+    if pid() and ssh_ready():
+        say(f"already running (ssh -F .sandbox/ssh_config sandbox)")
+        return
+    if pid():
+        down()
+    if ssh_ready():
+        sys.exit(f"sandbox: something else listens on 127.0.0.1:{PORT}; set GLM_FLASH_SANDBOX_PORT")
+    if not shutil.which("systemd-nspawn"):
+        sys.exit("sandbox: systemd-nspawn is missing; run `make deps`")
+    if not ROOTFS.exists():
+        create_rootfs()
+    say("booting with systemd-nspawn")
+    log = open(STATE / "boot.log", "ab")
+    env = dict(os.environ, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY="1")
+    proc = subprocess.Popen(
+        ["systemd-nspawn", "-b", "-D", str(ROOTFS), "-M", MACHINE, "--register=no", "--keep-unit",
+         "--console=passive", "--resolv-conf=copy-host"],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True)
+    PIDFILE.write_text(str(proc.pid))
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"sandbox: the container exited ({proc.returncode}); see .sandbox/boot.log")
+        if ssh_ready() and ssh("systemctl is-system-running --wait >/dev/null 2>&1; true").returncode == 0:
+            say(f"up: ssh -F .sandbox/ssh_config sandbox")
+            return
+        time.sleep(0.5)
+    down()
+    sys.exit("sandbox: SSH did not answer within 90 s; see .sandbox/boot.log")
+
+
+def down() -> None:
+    value = pid()
+    if value is None:
+        PIDFILE.unlink(missing_ok=True)
+        say("not running")
+        return
+    os.kill(value, signal.SIGTERM)  # nspawn asks the container's systemd to power off
+    for _ in range(120):
+        if pid() is None:
+            break
+        time.sleep(0.25)
+    else:
+        os.killpg(value, signal.SIGKILL)
+    PIDFILE.unlink(missing_ok=True)
+    for sock in STATE.glob("cm-*"):
+        sock.unlink(missing_ok=True)
+    say("down")
+
+
+def destroy() -> None:
+    down()
+    shutil.rmtree(ROOTFS, ignore_errors=True)
+    say("machine deleted")
+
+
+def main() -> None:
+    if os.geteuid() != 0:
+        sys.exit("sandbox: run as root (mmdebstrap and systemd-nspawn need it)")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("action", choices=("up", "down", "fresh", "destroy", "status", "image"))
+    action = ap.parse_args().action
+    STATE.mkdir(exist_ok=True)
+    if action == "up":
+        up()
+    elif action == "down":
+        down()
+    elif action == "fresh":
+        destroy()
+        up()
+    elif action == "destroy":
+        destroy()
+    elif action == "image":
+        print(build_image())
+    else:
+        print("running" if pid() and ssh_ready() else "stopped")
+
+
+if __name__ == "__main__":
+    main()
