@@ -197,3 +197,14 @@ def hosts(*entries: tuple[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any
     if problems:
         fail(ProfileError(problems))
     return list(entries)
+
+
+def for_current_host() -> Profile:
+    """The current pyinfra host's profile, after --data overrides; exits cleanly on mistakes."""
+    from pyinfra import host
+
+    try:
+        return build(host.name, host.data.dict())
+    except ProfileError as e:
+        fail(e)
+        raise  # unreachable: fail() exits

@@ -1,0 +1,16 @@
+"""Take a Debian 13 box to a tested, serving GLM-5.3-Flash node.
+
+    pyinfra inventory/l40s.py deploy.py
+
+Roles run in this order; each reads facts and changes only what differs.
+"""
+
+from roles import base, headless, profile, service, tools, users
+
+p = profile.for_current_host()
+
+base.apply(p)
+tools.apply(p)
+users.apply(p)
+headless.apply(p, tools.bin_dir(p))
+service.apply(p, cuda_home=f"/usr/local/cuda-{p.cuda_version}")

@@ -1,0 +1,117 @@
+"""apt holds as a pyinfra fact and operation (pyinfra 3.10 has neither).
+
+A held package is skipped by `apt upgrade` and unattended-upgrades, so a driver or
+kernel cannot move under a running engine and cause a driver/library version mismatch.
+
+    from roles import apt_hold
+    apt_hold.held(name="Hold the driver", packages=["nvidia-driver-cuda", "libcuda1"])
+    apt_hold.held(name="Release it", packages=["nvidia-driver-cuda"], present=False)
+"""
+
+from __future__ import annotations
+
+import re
+
+from pyinfra import host
+from pyinfra.api import FactBase, OperationValueError, QuoteString, StringCommand, operation
+from pyinfra.api.exceptions import FactProcessError
+
+# Debian policy 5.6.1: lower case letters, digits, + - . ; at least two characters,
+# starting with a letter or digit. apt-mark also takes an architecture qualifier.
+PACKAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?$")
+
+
+class AptHeldPackages(FactBase):
+    """Packages on hold (`apt-mark showhold`): a sorted list of names.
+
+    Native-architecture packages appear bare (`libc6`), foreign ones qualified
+    (`libc6:i386`), as apt-mark prints them.
+    """
+
+    def command(self):
+        return "apt-mark showhold"
+
+    def requires_command(self):
+        return "apt-mark"
+
+    @staticmethod
+    def default():
+        return []
+
+    @staticmethod
+    def parse(lines) -> list[str]:
+        names = set()
+        for line in lines:
+            name = line.strip()
+            if not name:
+                continue
+            if not PACKAGE_NAME.match(name):
+                # apt-mark prints one name per line; anything else is not its output.
+                raise FactProcessError(f"unexpected line in `apt-mark showhold` output: {line!r}")
+            names.add(name)
+        return sorted(names)
+
+    def process(self, output):
+        return self.parse(output)
+
+
+def _is_held(package: str, held: set[str]) -> bool:
+    if package in held:
+        return True
+    bare, _, arch = package.partition(":")
+    # A native-architecture package is listed bare even when asked for as `name:arch`.
+    return bool(arch) and bare in held
+
+
+def validate_packages(packages) -> list[str]:
+    """Return the names in order without duplicates; raise OperationValueError on bad input."""
+    if isinstance(packages, str):
+        packages = [packages]
+    if not isinstance(packages, (list, tuple)):
+        raise OperationValueError(
+            f"apt_hold.held: packages must be a package name or a list of names, not {type(packages).__name__}")
+    names: list[str] = []
+    bad = []
+    for package in packages:
+        if not isinstance(package, str) or not PACKAGE_NAME.match(package):
+            bad.append(repr(package))
+        elif package not in names:
+            names.append(package)
+    if bad:
+        raise OperationValueError(
+            f"apt_hold.held: not a Debian package name: {', '.join(bad)} "
+            "(lower case letters, digits, + - . and an optional :arch)")
+    return names
+
+
+@operation()
+def held(packages: str | list[str], present: bool = True):
+    """
+    Hold packages at their installed version (`present=True`) or release them.
+
+    + packages: a package name or a list of names, as apt-mark takes them
+    + present: True holds, False releases the hold
+
+    Only packages whose hold state differs are passed to `apt-mark`, so a second run
+    yields no command. A package apt does not know makes apt-mark fail, which fails
+    the operation: a hold on a name that does not exist protects nothing.
+    """
+    if not isinstance(present, bool):
+        raise OperationValueError(f"apt_hold.held: present must be true or false, not {present!r}")
+    names = validate_packages(packages)
+    if not names:
+        host.noop("no packages to hold")
+        return
+
+    currently_held = set(host.get_fact(AptHeldPackages))
+    if present:
+        todo = [p for p in names if not _is_held(p, currently_held)]
+        verb = "hold"
+    else:
+        todo = [p for p in names if _is_held(p, currently_held)]
+        verb = "unhold"
+
+    if not todo:
+        host.noop(f"{', '.join(names)} already {'held' if present else 'not held'}")
+        return
+    yield StringCommand("apt-mark", verb, *[QuoteString(p) for p in todo])

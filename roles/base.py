@@ -1,0 +1,39 @@
+"""Debian apt sources (deb822, with the non-free components) and base packages."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import FactBase
+from pyinfra.operations import apt, server
+from pyinfra.operations.util import any_changed
+
+from roles.ops import template
+from roles.profile import Profile
+
+LEGACY = "/etc/apt/sources.list"
+
+
+class LegacyAptSources(FactBase):
+    """Active lines of the one-line-style sources.list that would duplicate ours."""
+
+    def command(self):
+        return f"grep -Ev '^[[:space:]]*(#|$)' {LEGACY} 2>/dev/null || true"
+
+    def process(self, output):
+        return [line for line in output if line.strip()]
+
+
+def apply(profile: Profile) -> None:
+    sources = template(
+        "debian.sources.j2", "/etc/apt/sources.list.d/debian.sources", mode="644",
+        name="Debian apt sources with contrib, non-free and non-free-firmware",
+        mirror=profile.apt_mirror, security_mirror=profile.apt_security_mirror, suite=profile.debian_suite,
+    )
+    ops = [sources]
+    if host.get_fact(LegacyAptSources):
+        # Kept, not deleted: the user's old file stays next to it for reference.
+        ops.append(server.shell(name=f"Move the old {LEGACY} aside (kept as {LEGACY}.glm-flash-orig)",
+                                commands=[f"mv -n {LEGACY} {LEGACY}.glm-flash-orig"]))
+    apt.update(name="Refresh apt lists after the sources changed", _if=any_changed(*ops))
+    apt.packages(name="Base packages", packages=profile.base_packages, update=True, cache_time=86400,
+                 no_recommends=True)

@@ -1,0 +1,185 @@
+"""Facts the driver role reads: NVIDIA PCI devices, the loaded and the on-disk kernel
+module, running and installed kernels, and Debian's reboot-required flag.
+
+GPU inventory through nvidia-smi and the CUDA toolkits are in roles/facts.py (Gpus,
+CudaToolkits); these facts work before any driver is installed. Parsers are static
+methods so unit tests feed them real command output.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pyinfra.api import FactBase
+
+_NUMBERS = re.compile(r"\d+|\D+")
+
+
+def version_key(version: str) -> tuple:
+    """Order Debian-style version strings well enough for kernels and driver builds:
+    digit runs compare as numbers ("6.12.41" > "6.12.9"), an epoch sorts first."""
+    epoch, _, rest = version.rpartition(":") if re.match(r"^\d+:", version) else ("0", "", version)
+    return (int(epoch or 0),) + tuple((0, int(p)) if p.isdigit() else (1, p) for p in _NUMBERS.findall(rest))
+
+
+def upstream_version(debian_version: str) -> str:
+    """580.95.05-1 -> 580.95.05; 1:550.163.01-2 -> 550.163.01."""
+    v = re.sub(r"^\d+:", "", debian_version)
+    return v.rsplit("-", 1)[0] if "-" in v else v
+
+
+def version_at_least(version: str, minimum: str) -> bool:
+    return version_key(upstream_version(version)) >= version_key(upstream_version(minimum))
+
+
+@dataclass(frozen=True)
+class PciDevice:
+    address: str
+    device_id: str
+    pci_class: str
+
+
+class NvidiaPciDevices(FactBase):
+    """NVIDIA display/3D controllers on the PCI bus (vendor 0x10de, class 0x03xxxx).
+
+    Read from sysfs, so it answers before any driver or pciutils is installed.
+    """
+
+    def command(self):
+        return ("for d in /sys/bus/pci/devices/*; do [ -r \"$d/vendor\" ] || continue; "
+                "echo \"${d##*/} $(cat \"$d/vendor\") $(cat \"$d/device\") $(cat \"$d/class\")\"; done; true")
+
+    @staticmethod
+    def default():
+        return []
+
+    @staticmethod
+    def parse(lines) -> list[PciDevice]:
+        devices = []
+        for line in lines:
+            parts = line.split()
+            if len(parts) != 4:
+                continue
+            address, vendor, device, pci_class = parts
+            if vendor.lower() == "0x10de" and pci_class.lower().startswith("0x03"):
+                devices.append(PciDevice(address, device.lower(), pci_class.lower()))
+        return devices
+
+    def process(self, output):
+        return self.parse(output)
+
+
+@dataclass(frozen=True)
+class LoadedModule:
+    version: str
+    open: bool          # NVIDIA's open kernel modules ("Open Kernel Module")
+
+
+class NvidiaLoadedModule(FactBase):
+    """The nvidia kernel module running now (/proc/driver/nvidia/version), or None."""
+
+    def command(self):
+        return "cat /proc/driver/nvidia/version 2>/dev/null || true"
+
+    @staticmethod
+    def parse(lines) -> LoadedModule | None:
+        for line in lines:
+            if not line.startswith("NVRM version:"):
+                continue
+            m = re.search(r"\s(\d{3}\.\d+(?:\.\d+)?)\s", line + " ")
+            if m:
+                return LoadedModule(m.group(1), "Open Kernel Module" in line)
+        return None
+
+    def process(self, output):
+        return self.parse(output)
+
+
+class NvidiaModuleOnDisk(FactBase):
+    """Version of the nvidia module the running kernel would load (`modinfo`), or None.
+
+    DKMS builds it for each kernel with headers; None on a running kernel means the
+    build did not happen (missing headers, failed build) or no driver is installed.
+    """
+
+    def command(self):
+        return "modinfo -F version nvidia 2>/dev/null || true"
+
+    @staticmethod
+    def parse(lines) -> str | None:
+        for line in lines:
+            line = line.strip()
+            if re.match(r"^\d{3}\.\d+(\.\d+)?$", line):
+                return line
+        return None
+
+    def process(self, output):
+        return self.parse(output)
+
+
+@dataclass(frozen=True)
+class KernelState:
+    running: str
+    installed: tuple[str, ...]       # releases with a /boot/vmlinuz-*, oldest first
+
+    @property
+    def newest(self) -> str | None:
+        return self.installed[-1] if self.installed else None
+
+    @property
+    def newer_installed(self) -> str | None:
+        """The newest installed kernel when it is not the running one (a reboot would switch)."""
+        newest = self.newest
+        if newest and newest != self.running and version_key(newest) > version_key(self.running):
+            return newest
+        return None
+
+
+class Kernels(FactBase):
+    """Running kernel release and the kernels installed under /boot."""
+
+    def command(self):
+        return "echo \"running $(uname -r)\"; for f in /boot/vmlinuz-*; do [ -e \"$f\" ] && echo \"installed ${f#/boot/vmlinuz-}\"; done; true"
+
+    @staticmethod
+    def parse(lines) -> KernelState:
+        running, installed = "", []
+        for line in lines:
+            kind, _, release = line.strip().partition(" ")
+            if kind == "running":
+                running = release
+            elif kind == "installed" and release:
+                installed.append(release)
+        return KernelState(running, tuple(sorted(set(installed), key=version_key)))
+
+    def process(self, output):
+        return self.parse(output)
+
+
+@dataclass(frozen=True)
+class RebootFlag:
+    required: bool
+    packages: tuple[str, ...]
+
+
+class RebootRequired(FactBase):
+    """Debian/Ubuntu's /run/reboot-required flag and the packages that set it."""
+
+    def command(self):
+        return ("if [ -e /run/reboot-required ]; then echo required; "
+                "cat /run/reboot-required.pkgs 2>/dev/null; fi; true")
+
+    @staticmethod
+    def default():
+        return RebootFlag(False, ())
+
+    @staticmethod
+    def parse(lines) -> RebootFlag:
+        lines = [line.strip() for line in lines if line.strip()]
+        if not lines or lines[0] != "required":
+            return RebootFlag(False, ())
+        return RebootFlag(True, tuple(dict.fromkeys(lines[1:])))
+
+    def process(self, output):
+        return self.parse(output)

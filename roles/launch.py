@@ -1,0 +1,60 @@
+"""The engine's command line and environment, rendered from the profile.
+
+The flags are the field report's (seeds/000), plus what it left out but the engine
+needs (research.md 5): --kt-weight-path, --kt-threadpool-count and the parsers.
+"""
+
+from __future__ import annotations
+
+from roles.profile import Profile
+
+SGLANG_MODULE = "sglang.launch_server"
+
+
+def engine_python(profile: Profile) -> str:
+    return f"{profile.install_root}/engine/current/bin/python"
+
+
+def kt_args(profile: Profile, numa_nodes: int) -> list[str]:
+    p = profile
+    threadpools = p.kt_threadpool_count or numa_nodes
+    return [
+        "--model-path", p.model_path,
+        "--served-model-name", p.served_model_name,
+        "--host", p.listen_host,
+        "--port", str(p.port),
+        "--tp-size", str(p.tp_size),
+        "--kt-method", p.kt_method,
+        "--kt-weight-path", p.model_path,
+        "--kt-cpuinfer", str(p.kt_cpuinfer),
+        "--kt-threadpool-count", str(threadpools),
+        "--kt-max-deferred-experts-per-token", str(p.kt_max_deferred_experts_per_token),
+        "--kt-gpu-prefill-token-threshold", str(p.kt_gpu_prefill_token_threshold),
+        "--chunked-prefill-size", str(p.chunked_prefill_size),
+        "--max-mamba-cache-size", str(p.max_mamba_cache_size),
+        "--mem-fraction-static", str(p.mem_fraction_static),
+        "--context-length", str(p.context_length),
+        "--kv-cache-dtype", p.kv_cache_dtype,
+        "--tool-call-parser", p.tool_call_parser,
+        "--reasoning-parser", p.reasoning_parser,
+    ]
+
+
+def kt_env(profile: Profile, cuda_home: str) -> dict[str, str]:
+    env = {
+        "SGLANG_KT_GLM5_NEXT_FP8_TRANSPORT": profile.kt_transport,
+        # The engine's JIT compiles use this toolkit, whatever /usr/local/cuda points to.
+        "CUDA_HOME": cuda_home,
+        "PATH": f"{cuda_home}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    }
+    if profile.pytorch_alloc_conf:
+        env["PYTORCH_ALLOC_CONF"] = env["PYTORCH_CUDA_ALLOC_CONF"] = profile.pytorch_alloc_conf
+    return env
+
+
+def launch_spec(profile: Profile, numa_nodes: int) -> dict:
+    """What files/glm-flash-launch reads: which python, which module, which flags."""
+    if profile.platform == "l40s":
+        return {"python": engine_python(profile), "module": SGLANG_MODULE,
+                "args": kt_args(profile, numa_nodes), "api_key_flag": "--api-key"}
+    raise ValueError(f"no launch spec for platform {profile.platform!r}")
