@@ -180,6 +180,14 @@ def driver_installed(packages: list[str], branch: str, kernel_release: str):
         yield _apt_install(missing_support)
     if todo:
         yield _apt_install(todo, "--allow-downgrades --allow-change-held-packages")
+        # The pin only prefers the branch: if the repository does not carry it, apt
+        # installs another version. Say so instead of "converging" to the wrong branch.
+        yield StringCommand(
+            "for p in", *[QuoteString(p) for p in todo], "; do",
+            "dpkg-query -W -f='${Version}' \"$p\" | grep -Eq", QuoteString(f"^([0-9]+:)?{branch}\\."),
+            "|| { echo \"glm-flash: $p is not from driver branch", branch,
+            "after install; does nvidia_repo_url carry it?\" >&2; exit 1; }; done",
+        )
 
 
 @operation()
