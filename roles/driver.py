@@ -300,6 +300,7 @@ def driver_at_least(minimum: str):
                              "Fix: update the driver with the vendor's tools (DGX OS: its system update), "
                              "then deploy again")
     host.noop(f"driver {version} >= {minimum}")
+    yield from ()  # a check: never a command
 
 
 # ---------------------------------------------------------------------------------
