@@ -1,0 +1,91 @@
+"""Toolkit role, command level: the commands for given facts.
+
+Simulated: NVIDIA's apt repository (cuda-toolkit-12-8) and a GPU are not available
+here; the driver-package guard's shell runs for real in tests/sandbox/test_apt_hold_rootfs.py.
+"""
+
+import pytest
+from pyinfra.api import OperationError
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import File, Sha256File
+
+from fakehost import F, FakeHost, Recorder, commands, on
+from roles import apt_hold, driver, toolkit
+from roles.driver_facts import NvidiaPciDevices, PciDevice
+from roles.facts import CudaToolkits
+from roles.profile import build
+
+L40S = [PciDevice("0000:01:00.0", "0x26b9", "0x030200"), PciDevice("0000:41:00.0", "0x26b9", "0x030200")]
+KEY = build("n", {}, api_key_present=False).nvidia_repo_key_url
+REPO = build("n", {}, api_key_present=False).nvidia_repo_url
+
+
+def profile(**data):
+    return build("node1", data, api_key_present=False)
+
+
+def simulate(monkeypatch, facts, prof):
+    fake = FakeHost(facts)
+    rec = Recorder(fake)
+    rec.patch(monkeypatch, driver, apt_hold, toolkit)
+    with on(fake):
+        toolkit.apply(prof)
+    return rec
+
+
+def test_path_and_env_select_the_toolkit_by_path():
+    p = profile()
+    assert toolkit.toolkit_path(p) == "/usr/local/cuda-12.8"
+    env = toolkit.toolkit_env(p)
+    assert env["CUDA_HOME"] == "/usr/local/cuda-12.8"
+    assert env["PATH"].startswith("/usr/local/cuda-12.8/bin:")
+    assert "/usr/local/cuda/" not in env["PATH"] + "/" and not env["PATH"].startswith("/usr/local/cuda:")
+
+
+def test_package_is_the_toolkit_not_the_driver_pulling_meta():
+    assert toolkit.toolkit_package("12.8") == "cuda-toolkit-12-8"
+    assert toolkit.toolkit_package("13.0") == "cuda-toolkit-13-0"
+
+
+def test_fresh_host_installs_cuda_toolkit_12_8(monkeypatch):
+    facts = {NvidiaPciDevices: L40S, F(File, path=driver.keyring_path(KEY)): {"mode": 644},
+             F(Sha256File, path=driver.SOURCES_FILE): driver._sha256(driver.sources_content(REPO, KEY)),
+             DebPackages: {"nvidia-driver-cuda": {"580.95.05-1"}}}
+    rec = simulate(monkeypatch, facts, profile())
+    assert rec.calls[0] == ("nvidia_repository", [])          # the driver role already set it up
+    assert rec.calls[1][0] == "toolkit_installed"
+    assert rec.calls[1][1] == [
+        "apt-get update",
+        "plan=$(apt-get -s install --no-install-recommends cuda-toolkit-12-8 | awk '/^(Inst|Remv) /{print $2}') && "
+        "bad=$(printf '%s\\n' \"$plan\" | grep -E '" + driver.DRIVER_PACKAGE_RE.pattern + "' || true) && "
+        "if [ -n \"$bad\" ]; then echo \"glm-flash: cuda-toolkit-12-8 would change driver packages:\" $bad >&2; exit 1; fi",
+        'DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" '
+        '-o Dpkg::Options::="--force-confold" install --no-install-recommends cuda-toolkit-12-8',
+        'test -x /usr/local/cuda-12.8/bin/nvcc || { echo "glm-flash: cuda-toolkit-12-8 installed no '
+        '/usr/local/cuda-12.8/bin/nvcc " >&2; exit 1; }',
+    ]
+    assert not any(c.split()[-1] in ("cuda", "cuda-12-8") for c in rec.all_commands)
+
+
+def test_installed_toolkit_changes_nothing(monkeypatch):
+    facts = {NvidiaPciDevices: L40S, F(File, path=driver.keyring_path(KEY)): {"mode": 644},
+             F(Sha256File, path=driver.SOURCES_FILE): driver._sha256(driver.sources_content(REPO, KEY)),
+             DebPackages: {"cuda-toolkit-12-8": {"12.8.1-1"}}}
+    assert simulate(monkeypatch, facts, profile()).all_commands == []
+
+
+def test_no_gpu_test_box_skips_with_reason(monkeypatch, caplog):
+    with caplog.at_level("WARNING", logger="pyinfra"):
+        rec = simulate(monkeypatch, {NvidiaPciDevices: []}, profile(require_gpu=False))
+    assert rec.calls == []
+    assert "skipped: CUDA 12.8 toolkit from NVIDIA's repository: no NVIDIA GPU" in caplog.text
+
+
+def test_preinstalled_toolkit_is_checked_not_installed(monkeypatch):
+    gb10 = build("spark", {"platform": "gb10", "vllm_ref": "0123abcd"}, api_key_present=False)
+    facts = {NvidiaPciDevices: [PciDevice("000f:01:00.0", "0x2e12", "0x030000")],
+             CudaToolkits: {"13.0": "/usr/local/cuda-13.0"}}
+    assert simulate(monkeypatch, facts, gb10).calls == [("toolkit_present", [])]
+    facts[CudaToolkits] = {"12.8": "/usr/local/cuda-12.8"}
+    with pytest.raises(OperationError, match=r"node1: cuda_version: no CUDA 13.0 .*found: 12.8"):
+        simulate(monkeypatch, facts, gb10)
