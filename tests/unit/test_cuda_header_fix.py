@@ -159,9 +159,9 @@ def test_check_exit_codes_and_discovery(env, tree, h128):
     assert fixed != before
 
     r = fix(env, "--check", "--prefix", prefix, glibc="2.41")
-    assert r.returncode == 0 and "(already)" in r.stdout
+    assert r.returncode == 0 and "already fixed" in r.stdout
     r = fix(env, "--prefix", prefix, glibc="2.42")
-    assert r.returncode == 0 and "(already)" in r.stdout and sha(header) == fixed
+    assert r.returncode == 0 and "already fixed" in r.stdout and sha(header) == fixed
     r = fix(env, "--quiet", "--prefix", prefix, glibc="2.41")
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
 
