@@ -16,7 +16,6 @@ hosts = hosts(
         "ssh_known_hosts_file": ".sandbox/known_hosts",
         "ssh_strict_host_key_checking": "yes",
         "require_gpu": False,
-        "gpu_count": 0,
         # Small for the sandbox: the real checkpoint is 306 GiB and cannot be fetched here.
         "model_path": "/srv/models/GLM-5.3-Flash",
         "model_download": False,

@@ -1,0 +1,44 @@
+# Everything runs as root on a Debian machine (mmdebstrap and systemd-nspawn need it).
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+INVENTORY ?= inventory/sandbox.py
+# Debian packages the control machine needs for the sandbox and the tests.
+APT_DEPS := mmdebstrap systemd-container openssh-client debian-archive-keyring dpkg-dev
+
+.PHONY: demo test deps venv sandbox-up sandbox-down sandbox-fresh deploy check clean
+
+demo: deps venv sandbox-fresh deploy check  ## bare Debian 13 sandbox -> deployed -> checked
+
+test: deps venv  ## the whole suite: unit, sandbox deploy, host checks
+	$(BIN)/python -m pytest tests
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: requirements.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+deps:
+	@missing=$$(for p in $(APT_DEPS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+sandbox-up: deps
+	$(PY) sandbox/sandbox.py up
+
+sandbox-down:
+	$(PY) sandbox/sandbox.py down
+
+sandbox-fresh: deps
+	$(PY) sandbox/sandbox.py fresh
+
+deploy: venv
+	$(BIN)/pyinfra -y $(INVENTORY) deploy.py
+
+check: venv  ## host checks; for a real host: make check INVENTORY=inventory/l40s.py HOSTS=ssh://root@gpu1
+	$(BIN)/python -m pytest tests/host -v --no-deploy --inventory $(INVENTORY) $(if $(HOSTS),--hosts $(HOSTS))
+
+clean: sandbox-down
+	$(PY) sandbox/sandbox.py destroy

@@ -1,0 +1,82 @@
+"""Shared fixtures: which inventory the run targets, and the sandbox deploy.
+
+`pytest tests` targets the built-in sandbox: it boots a bare Debian 13 machine, deploys
+twice and keeps both runs' pyinfra JSON results for the tests. Against a real host:
+`pytest tests/host --inventory inventory/l40s.py --hosts ssh://root@gpu1` (no deploy).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+SANDBOX_INVENTORY = "inventory/sandbox.py"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--inventory", default=SANDBOX_INVENTORY, help="inventory file whose profile the host checks use")
+    parser.addoption("--no-deploy", action="store_true", help="check the sandbox as it is, without deploying first")
+
+
+def targets_sandbox(config) -> bool:
+    """True when the run checks the built-in sandbox (decided once, before --hosts is filled in)."""
+    if not hasattr(config, "_glm_flash_sandbox"):
+        config._glm_flash_sandbox = (config.getoption("--inventory") == SANDBOX_INVENTORY
+                                     and not config.getoption("hosts", None))
+    return config._glm_flash_sandbox
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU; reported not applicable where the host has none")
+    config.addinivalue_line("markers", "sandbox: deploys to the built-in Debian 13 sandbox")
+    if targets_sandbox(config):
+        # testinfra reaches the sandbox through the ssh_config `make sandbox-up` writes.
+        config.option.hosts = "ssh://sandbox"
+        config.option.ssh_config = str(REPO / ".sandbox" / "ssh_config")
+
+
+def inventory_hosts(path: str) -> list[tuple[str, dict]]:
+    old = os.getcwd()
+    os.chdir(REPO)
+    try:
+        return runpy.run_path(str(REPO / path))["hosts"]
+    finally:
+        os.chdir(old)
+
+
+def pyinfra(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess:
+    return subprocess.run([str(REPO / ".venv/bin/pyinfra"), "-y", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+def changed_operations(result_json: str) -> list[str]:
+    """Names of operations that changed or failed anything, from `pyinfra --json` output."""
+    results = json.loads(result_json)["results"]["operations"]
+    return [op["name"] for op in results if op["success"] or op["error"]]
+
+
+class Deploys:
+    def __init__(self, first: subprocess.CompletedProcess, second: subprocess.CompletedProcess):
+        self.first, self.second = first, second
+
+
+@pytest.fixture(scope="session")
+def sandbox_deploys(request) -> Deploys | None:
+    """Deploy a fresh sandbox twice (once per test session); None when targeting another host."""
+    config = request.config
+    if not targets_sandbox(config) or config.getoption("--no-deploy"):
+        return None
+    subprocess.run([sys.executable, str(REPO / "sandbox/sandbox.py"), "fresh"], check=True, cwd=REPO)
+    first = pyinfra("--json", SANDBOX_INVENTORY, "deploy.py")
+    assert first.returncode == 0, f"first deploy failed:\n{first.stderr[-6000:]}"
+    second = pyinfra("--json", SANDBOX_INVENTORY, "deploy.py")
+    assert second.returncode == 0, f"second deploy failed:\n{second.stderr[-6000:]}"
+    return Deploys(first, second)
