@@ -5,9 +5,10 @@
 Roles run in this order; each reads facts and changes only what differs.
 """
 
-from roles import base, headless, profile, service, tools, users
+from roles import base, hardware, headless, profile, service, tools, users
 
 p = profile.for_current_host()
+hardware.apply(p)
 
 base.apply(p)
 tools.apply(p)

@@ -31,7 +31,7 @@ ROOTFS = STATE / "rootfs"
 KEYS = STATE / "keys"
 PIDFILE = STATE / "nspawn.pid"
 PORT = int(os.environ.get("GLM_FLASH_SANDBOX_PORT", "2222"))
-MACHINE = "glm-flash-sandbox"
+MACHINE = f"glm-flash-sandbox-{PORT}"
 CACHE = Path(os.environ.get("GLM_FLASH_CACHE", Path.home() / ".cache" / "glm-flash"))
 MIRROR = os.environ.get("GLM_FLASH_SANDBOX_MIRROR", "http://deb.debian.org/debian")
 # A bare server: systemd, sshd and nothing the deploy is supposed to install.

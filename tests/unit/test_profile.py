@@ -94,3 +94,16 @@ def test_profile_is_read_only():
     p = build("gpu1", {})
     with pytest.raises(AttributeError):
         p.tp_size = 4
+
+
+def test_gpus_that_do_not_match_the_profile_are_named():
+    from roles.facts import Gpu
+    from roles.hardware import mismatches
+
+    l40s = [Gpu(i, "NVIDIA L40S", "8.9", 46068, "580.95.05") for i in range(2)]
+    p = build("gpu1", {})
+    assert mismatches(p, l40s) == []
+    (one,) = mismatches(p, l40s[:1])
+    assert one.key == "gpu_count" and "shows 1" in one.problem
+    (cap,) = mismatches(p, [Gpu(i, "NVIDIA RTX A6000", "8.6", 49140, "580.95.05") for i in range(2)])
+    assert cap.key == "gpu_compute_capability" and "report 8.6" in cap.problem
