@@ -80,3 +80,11 @@ def sandbox_deploys(request) -> Deploys | None:
     second = pyinfra("--json", SANDBOX_INVENTORY, "deploy.py")
     assert second.returncode == 0, f"second deploy failed:\n{second.stderr[-6000:]}"
     return Deploys(first, second)
+
+
+@pytest.fixture(scope="session")
+def sandbox(request, sandbox_deploys) -> bool:
+    """The built-in sandbox is the target and has been deployed (now, or before with --no-deploy)."""
+    if not targets_sandbox(request.config):
+        pytest.skip("not applicable: needs the built-in sandbox")
+    return True
