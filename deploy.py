@@ -6,12 +6,14 @@ Roles run in this order; each reads facts and changes only what differs.
 """
 
 from roles import base, hardware, headless, profile, service, tools, users
+from roles import cuda_header
 
 p = profile.for_current_host()
 hardware.apply(p)
 
 base.apply(p)
 tools.apply(p)
+cuda_header.apply(p)      # after tools: uses glm-flash-patch; re-checked every deploy
 users.apply(p)
 headless.apply(p, tools.bin_dir(p))
 service.apply(p, cuda_home=f"/usr/local/cuda-{p.cuda_version}")

@@ -1,0 +1,105 @@
+"""The CUDA 12.x crt/math_functions.h fix for glibc >= 2.41 (research.md 6).
+
+Installs `glm-flash-fix-cuda-header` beside glm-flash-patch, the patch set
+(patches/cuda/math_functions-12.yaml, uploaded as JSON) and a dpkg hook that re-applies
+the fix after every dpkg run (a toolkit upgrade rewrites the header). Every deploy checks
+the headers through the command's `--check` and runs the fix only when that says so:
+a second deploy reports no change.
+
+Needs roles/tools.py first (it installs glm-flash-patch into the same bin directory).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import yaml
+from pyinfra import host
+from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+from pyinfra.operations import files
+
+from roles.ops import host_tool, template
+from roles.profile import Profile
+from roles.report import skipped
+
+PATCH_YAML = Path(__file__).resolve().parent.parent / "patches" / "cuda" / "math_functions-12.yaml"
+TOOL = "glm-flash-fix-cuda-header"
+HOOK = "/etc/apt/apt.conf.d/60glm-flash-cuda-header"
+HOOK_LOG = "/var/log/glm-flash/cuda-header.log"
+
+
+def paths(profile: Profile) -> dict[str, str]:
+    root = profile.install_root
+    return {"tool": f"{root}/bin/{TOOL}", "patch_set": f"{root}/patches/cuda/math_functions-12.json"}
+
+
+def patch_set_json() -> str:
+    """The patch set as the host tools read it (JSON, stdlib only on the host)."""
+    return json.dumps(yaml.safe_load(PATCH_YAML.read_text()), indent=1, sort_keys=True) + "\n"
+
+
+class CudaHeaderCheck(FactBase):
+    """`glm-flash-fix-cuda-header --check` on the host: {"exit": int|None, "lines": [...]}.
+
+    exit is None when the command is not installed yet (first deploy); 0 nothing to do;
+    1 a header needs the fix; 2 a header is not as expected (the fix refuses it).
+    """
+
+    def command(self, tool: str):
+        q = QuoteString(tool)
+        return StringCommand("if [ -x", q, "]; then", q, "--check 2>&1; echo \"exit=$?\"; else echo missing; fi")
+
+    @staticmethod
+    def default():
+        return {"exit": None, "lines": []}
+
+    @staticmethod
+    def parse(lines) -> dict:
+        lines = [line.rstrip() for line in lines if line.strip()]
+        if lines == ["missing"]:
+            return {"exit": None, "lines": []}
+        code = None
+        if lines and lines[-1].startswith("exit="):
+            code = int(lines.pop()[len("exit="):])
+        return {"exit": code, "lines": lines}
+
+    def process(self, output):
+        return self.parse(output)
+
+
+@operation()
+def headers_fixed(tool: str):
+    """
+    Fix every CUDA 12.x math_functions.h on the host that needs it (glibc >= 2.41).
+
+    + tool: path of glm-flash-fix-cuda-header on the host
+
+    Yields the fix command only when `--check` says a header needs it, or could not run
+    yet (first deploy: the command is uploaded earlier in the same run). A header the fix
+    refuses makes the command, and so the operation, fail with the command's message.
+    """
+    state = host.get_fact(CudaHeaderCheck, tool=tool)
+    if state["exit"] == 0:
+        host.noop("CUDA 12.x headers: " + ("; ".join(state["lines"]) or "nothing to fix"))
+        return
+    yield StringCommand(QuoteString(tool))
+
+
+def apply(profile: Profile) -> None:
+    p = paths(profile)
+    if not profile.fix_cuda_header:
+        files.file(name="No CUDA header dpkg hook (fix_cuda_header is false)", path=HOOK, present=False)
+        skipped("CUDA 12.x header fix", "fix_cuda_header is false in the profile")
+        return
+    bin_dir = str(Path(p["tool"]).parent)
+    files.directory(name="Host tools directory", path=bin_dir, mode="755")
+    host_tool(TOOL, bin_dir)
+    files.link(name=f"Link /usr/local/sbin/{TOOL}", path=f"/usr/local/sbin/{TOOL}", target=p["tool"])
+    files.directory(name="Patch sets directory", path=str(Path(p["patch_set"]).parent), mode="755")
+    files.put(name=f"Install {p['patch_set']}", src=io.StringIO(patch_set_json()), dest=p["patch_set"],
+              mode="644", user="root", group="root")
+    template("apt/60glm-flash-cuda-header.j2", HOOK, name="dpkg hook: re-fix the CUDA header after upgrades",
+             tool=p["tool"], log=HOOK_LOG)
+    headers_fixed(name="CUDA 12.x math_functions.h fixed for glibc >= 2.41", tool=p["tool"])
