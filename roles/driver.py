@@ -30,6 +30,7 @@ from pyinfra.facts.server import KernelModules, Which
 from pyinfra.operations import server, systemd
 
 from roles import apt_hold
+from roles.report import skipped
 from roles.driver_facts import (
     Kernels,
     NvidiaLoadedModule,
@@ -214,8 +215,8 @@ def nouveau_blacklisted():
         host.noop("initramfs was built with this blacklist")
         return
     if not host.get_fact(Which, command="update-initramfs"):
-        logger.warning(f"{host.name}: skipped: initramfs rebuild for the nouveau blacklist: "
-                       "update-initramfs is not installed (no kernel on this host, e.g. a container)")
+        skipped("initramfs rebuild for the nouveau blacklist",
+                "update-initramfs is not installed (no kernel on this host, e.g. a container)")
         return
     yield "update-initramfs -u -k all"
     yield StringCommand("install", "-d", "-m", "0755", "/var/lib/glm-flash")
@@ -307,10 +308,6 @@ def driver_at_least(minimum: str):
 # The role
 
 
-def _skip(reason: str, steps: str) -> None:
-    logger.warning(f"{host.name}: skipped: {steps}: {reason}")
-
-
 def _refuse_debian(profile) -> None:
     """Debian's driver is refused by the profile's cross-check (one source of truth);
     re-run it here so a Profile that did not come through profile.build() is refused too."""
@@ -341,9 +338,9 @@ def apply(profile) -> None:
     if profile.driver_source == "debian":
         _refuse_debian(profile)
     if not gpu_present(profile):
-        _skip("no NVIDIA GPU on this host and require_gpu is false",
-              f"NVIDIA driver ({profile.driver_source}): repository, pin, headers, DKMS, driver, "
-              "nouveau blacklist, persistence mode, holds, reboot check")
+        skipped(f"NVIDIA driver ({profile.driver_source}): repository, pin, headers, DKMS, driver, "
+                "nouveau blacklist, persistence mode, holds, reboot check",
+                "no NVIDIA GPU on this host and require_gpu is false")
         return
     if profile.driver_source == "preinstalled":
         driver_at_least(name=f"Driver is {profile.driver_min_version} or newer", minimum=profile.driver_min_version)

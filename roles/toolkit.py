@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import re
 
-from pyinfra import host, logger
+from pyinfra import host
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.deb import DebPackages
 
 from roles import driver
+from roles.report import skipped
 from roles.facts import CudaToolkits
 
 
@@ -76,8 +77,8 @@ def toolkit_present(cuda_version: str):
 
 def apply(profile) -> None:
     if not driver.gpu_present(profile):
-        logger.warning(f"{host.name}: skipped: CUDA {profile.cuda_version} toolkit from NVIDIA's repository: "
-                       "no NVIDIA GPU on this host and require_gpu is false")
+        skipped(f"CUDA {profile.cuda_version} toolkit from NVIDIA's repository",
+                "no NVIDIA GPU on this host and require_gpu is false")
         return
     if profile.driver_source == "nvidia-repo":
         # Same operation as the driver role's; it yields nothing once the repository is there.

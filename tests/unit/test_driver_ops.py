@@ -281,7 +281,7 @@ def test_no_gpu_on_test_box_skips_with_reason(monkeypatch, caplog):
     with caplog.at_level("WARNING", logger="pyinfra"):
         rec = simulate(monkeypatch, {NvidiaPciDevices: []}, profile(require_gpu=False))
     assert rec.calls == []
-    assert "node1: skipped: NVIDIA driver (nvidia-repo)" in caplog.text
+    assert "[node1] skipped: NVIDIA driver (nvidia-repo)" in caplog.text
     assert "no NVIDIA GPU on this host and require_gpu is false" in caplog.text
 
 
