@@ -1,0 +1,290 @@
+"""Engine locks: parse them, pick the files a host needs, fetch those into the cache.
+
+A lock (`locks/engine/<engine_set>.txt`, made by `make engine-locks`) pins every package of
+the engine with the sha256 of each file PyPI has for that version. This module:
+
+- parses a lock into `Pin(name, version, hashes)`;
+- picks, per pin, the one file that installs on the engine's target (CPython 3.11,
+  manylinux x86_64, glibc <= 2.35 tags): a compatible wheel, else the sdist;
+- downloads that file once into `${GLM_FLASH_CACHE}/wheelhouse`, checked against the lock's
+  hash, so a second run needs no network;
+- names the environment a lock builds: `<engine_set>-<12 hex of lock + interpreter + steps>`.
+
+It runs on the control machine only (stdlib, `packaging` and `requests`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+
+REPO = Path(__file__).resolve().parent.parent
+LOCK_DIR = REPO / "locks" / "engine"
+PYPI_SIMPLE = os.environ.get("GLM_FLASH_PYPI_SIMPLE", "https://pypi.org/simple")
+# Bumped when the host-side build steps change in a way that needs a fresh environment.
+BUILD_STEPS_VERSION = "1"
+
+
+class LockError(Exception):
+    """A lock that cannot be used as is; the message says which file and what to do."""
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str          # canonical name (lower case, dashes)
+    version: str
+    hashes: tuple      # sha256 hex digests the lock allows
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.name}=={self.version}"
+
+    def lock_lines(self) -> str:
+        """This pin as a lock entry, for a one-package `pip install --require-hashes -r`."""
+        return f"{self.requirement} " + " ".join(f"--hash=sha256:{h}" for h in self.hashes) + "\n"
+
+
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
+_HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+
+
+def parse_lock(text: str, source: str = "lock") -> list[Pin]:
+    """Pins of a pip-style lock with hashes; refuses anything not pinned exactly with a hash."""
+    pins: list[Pin] = []
+    logical: list[str] = []
+    buf = ""
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        buf += line
+        if buf.strip():
+            logical.append(buf.strip())
+        buf = ""
+    if buf.strip():
+        logical.append(buf.strip())
+    seen: set[str] = set()
+    for entry in logical:
+        if entry.startswith("-"):
+            raise LockError(f"{source}: option line {entry[:60]!r} is not allowed in an engine lock; "
+                            "regenerate it with `make engine-locks`")
+        m = _PIN.match(entry)
+        if not m:
+            raise LockError(f"{source}: {entry[:60]!r} is not pinned with ==; regenerate it with `make engine-locks`")
+        name = canonicalize_name(m.group(1))
+        hashes = tuple(_HASH.findall(entry))
+        if not hashes:
+            raise LockError(f"{source}: {name} has no --hash; regenerate it with `make engine-locks`")
+        if name in seen:
+            raise LockError(f"{source}: {name} is pinned twice")
+        seen.add(name)
+        pins.append(Pin(name, m.group(3), hashes))
+    if not pins:
+        raise LockError(f"{source}: holds no pins")
+    return pins
+
+
+def lock_path(engine_set: str) -> Path:
+    return LOCK_DIR / f"{engine_set}.txt"
+
+
+def load_lock(engine_set: str) -> tuple[bytes, list[Pin]]:
+    path = lock_path(engine_set)
+    if not path.exists():
+        raise LockError(f"{path.relative_to(REPO)}: missing for engine_set {engine_set!r}; "
+                        f"run `make engine-locks` and commit the file")
+    data = path.read_bytes()
+    return data, parse_lock(data.decode(), str(path.relative_to(REPO)))
+
+
+def pin_of(pins: list[Pin], name: str) -> Pin | None:
+    name = canonicalize_name(name)
+    return next((p for p in pins if p.name == name), None)
+
+
+# --- which file of a pin installs on the target ------------------------------------------
+
+def target_tags(py: str = "3.11", glibc_max: tuple[int, int] = (2, 35)) -> dict[str, set[str]]:
+    """Interpreter, ABI and platform tags a CPython `py` on manylinux x86_64 accepts."""
+    major, minor = (int(x) for x in py.split("."))
+    interp = {f"cp{major}{minor}", f"py{major}{minor}", f"py{major}", "py2.py3"}
+    interp |= {f"cp{major}{m}" for m in range(2, minor + 1)}          # abi3 wheels built for older CPython
+    interp |= {f"py{major}{m}" for m in range(0, minor + 1)}
+    abis = {f"cp{major}{minor}", "abi3", "none"}
+    plats = {"any", "manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64"}
+    plats |= {f"manylinux_{glibc_max[0]}_{m}_x86_64" for m in range(5, glibc_max[1] + 1)}
+    return {"interpreter": interp, "abi": abis, "platform": plats}
+
+
+def wheel_fits(filename: str, tags: dict[str, set[str]], py: str = "3.11") -> bool:
+    _, _, _, wtags = parse_wheel_filename(filename)
+    own = f"cp{py.replace('.', '')}"
+    for t in wtags:
+        if t.platform not in tags["platform"] or t.abi not in tags["abi"]:
+            continue
+        if t.interpreter not in tags["interpreter"]:
+            continue
+        # a cpXY interpreter tag with a cpXY ABI must be exactly ours; cpXY-abi3 may be older
+        if t.interpreter.startswith("cp") and t.abi != "abi3" and t.interpreter != own:
+            continue
+        return True
+    return False
+
+
+def _wheel_rank(filename: str) -> tuple:
+    """Prefer the most specific wheel: cp311 ABI over abi3 over none, the closest interpreter
+    tag, then the newest manylinux."""
+    _, _, _, wtags = parse_wheel_filename(filename)
+    best = (0, 0, 0)
+    for t in wtags:
+        abi = 2 if t.abi.startswith("cp") else 1 if t.abi == "abi3" else 0
+        # closest interpreter first: cp311/py311 over py310 ... over py3 over py2.py3
+        m = re.fullmatch(r"(?:cp|py)3(\d+)", t.interpreter)
+        interp = 100 + int(m.group(1)) if m else 1 if t.interpreter == "py3" else 0
+        m = re.match(r"manylinux_\d+_(\d+)_", t.platform)
+        glibc = int(m.group(1)) if m else {"manylinux2014_x86_64": 17, "manylinux2010_x86_64": 12,
+                                            "manylinux1_x86_64": 5}.get(t.platform, 0)
+        best = max(best, (abi, interp, glibc))
+    return best
+
+
+def choose_file(pin: Pin, files: list[dict], py: str = "3.11", glibc_max: tuple[int, int] = (2, 35)) -> dict:
+    """The file of `pin` to install: among files whose sha256 the lock allows, the best
+    compatible wheel, else the sdist. `files` are PEP 691 entries ({filename, url, hashes})."""
+    tags = target_tags(py, glibc_max)
+    allowed = [f for f in files if f.get("hashes", {}).get("sha256") in pin.hashes and not f.get("yanked")]
+    wheels = []
+    sdists = []
+    for f in allowed:
+        fn = f["filename"]
+        if fn.endswith(".whl"):
+            name, version, _, _ = parse_wheel_filename(fn)
+            if canonicalize_name(name) == pin.name and str(version) == str(_norm_version(pin.version)) \
+                    and wheel_fits(fn, tags, py):
+                wheels.append(f)
+        elif fn.endswith((".tar.gz", ".zip")):
+            try:
+                name, version = parse_sdist_filename(fn)
+            except Exception:
+                continue
+            if canonicalize_name(name) == pin.name and str(version) == str(_norm_version(pin.version)):
+                sdists.append(f)
+    if wheels:
+        return max(wheels, key=lambda f: (_wheel_rank(f["filename"]), f["filename"]))
+    if sdists:
+        return sorted(sdists, key=lambda f: f["filename"])[0]
+    raise LockError(f"{pin.requirement}: no file with a locked hash installs on CPython {py} manylinux x86_64 "
+                    f"(PyPI has {len(files)} files, {len(allowed)} with a locked hash)")
+
+
+def _norm_version(v: str):
+    from packaging.version import Version
+    return Version(v)
+
+
+# --- the environment a lock builds --------------------------------------------------------
+
+def env_id(engine_set: str, lock_bytes: bytes, python_id: str, extra: str = "") -> str:
+    """Directory name of the environment: `<engine_set>-<12 hex>`. The hash covers the lock,
+    the interpreter artifact and the build steps, so any of them changing builds a new env
+    beside the old one instead of mutating it."""
+    h = hashlib.sha256()
+    for part in (lock_bytes, python_id.encode(), BUILD_STEPS_VERSION.encode(), extra.encode()):
+        h.update(hashlib.sha256(part).digest())
+    return f"{engine_set}-{h.hexdigest()[:12]}"
+
+
+def parse_env_id(name: str) -> tuple[str, str] | None:
+    m = re.fullmatch(r"(\d+\.\d+\.\d+(?:\.post\d+)?)-([0-9a-f]{12})", name)
+    return (m.group(1), m.group(2)) if m else None
+
+
+# --- the cache on the control machine -------------------------------------------------------
+
+def cache_root() -> Path:
+    base = os.environ.get("GLM_FLASH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "glm-flash")
+    return Path(base)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _verified(path: Path, pin: Pin) -> bool:
+    """A cached file counts when its hash is one the lock allows (checked once, then stamped)."""
+    if not path.exists():
+        return False
+    stamp = path.with_name(path.name + ".sha256")
+    st = path.stat()
+    key = f"{st.st_size} {int(st.st_mtime)}"
+    if stamp.exists():
+        digest, _, seen = stamp.read_text().strip().partition(" ")
+        if seen == key and digest in pin.hashes:
+            return True
+    digest = sha256_file(path)
+    if digest in pin.hashes:
+        stamp.write_text(f"{digest} {key}\n")
+        return True
+    return False
+
+
+def _project_files(session, name: str) -> list[dict]:
+    r = session.get(f"{PYPI_SIMPLE}/{name}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}, timeout=60)
+    r.raise_for_status()
+    return r.json()["files"]
+
+
+def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=print) -> list[Path]:
+    """Make sure the cache holds the chosen file of every pin; return their paths in pin order.
+    Only pins whose file is not cached yet cost a request; a file is kept only if its sha256
+    is one the lock allows."""
+    import requests
+
+    dest = dest or cache_root() / "wheelhouse"
+    dest.mkdir(parents=True, exist_ok=True)
+    index_file = dest / "index.txt"   # "<name>==<version> <filename>" lines remembered from earlier runs
+    known: dict[str, str] = {}
+    if index_file.exists():
+        for line in index_file.read_text().splitlines():
+            req, _, fn = line.partition(" ")
+            known[req] = fn
+    out: list[Path] = []
+    session = requests.Session()
+    for pin in pins:
+        fn = known.get(pin.requirement)
+        if fn and _verified(dest / fn, pin):
+            out.append(dest / fn)
+            continue
+        chosen = choose_file(pin, _project_files(session, pin.name), py)
+        path = dest / chosen["filename"]
+        if not _verified(path, pin):
+            part = path.with_name(path.name + ".part")
+            log(f"fetching {chosen['filename']}")
+            with session.get(chosen["url"], stream=True, timeout=300) as resp:
+                resp.raise_for_status()
+                with open(part, "wb") as f:
+                    for block in resp.iter_content(1 << 20):
+                        f.write(block)
+            digest = sha256_file(part)
+            if digest != chosen["hashes"]["sha256"] or digest not in pin.hashes:
+                part.unlink()
+                raise LockError(f"{chosen['filename']}: downloaded sha256 {digest} is not the locked one")
+            part.replace(path)
+            st = path.stat()
+            path.with_name(path.name + ".sha256").write_text(f"{digest} {st.st_size} {int(st.st_mtime)}\n")
+        known[pin.requirement] = chosen["filename"]
+        out.append(path)
+    tmp = index_file.with_suffix(".tmp")
+    tmp.write_text("".join(f"{k} {v}\n" for k, v in sorted(known.items())))
+    tmp.replace(index_file)
+    return out
