@@ -19,4 +19,4 @@ toolkit.apply(p)          # CUDA cuda_version under /usr/local/cuda-X.Y, selecte
 cuda_header.apply(p)      # after tools: uses glm-flash-patch; re-checked every deploy
 users.apply(p)
 headless.apply(p, tools.bin_dir(p))
-service.apply(p, cuda_home=f"/usr/local/cuda-{p.cuda_version}")
+service.apply(p)

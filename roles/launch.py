@@ -7,6 +7,7 @@ needs (research.md 5): --kt-weight-path, --kt-threadpool-count and the parsers.
 from __future__ import annotations
 
 from roles.profile import Profile
+from roles.toolkit import toolkit_env
 
 SGLANG_MODULE = "sglang.launch_server"
 
@@ -40,13 +41,9 @@ def kt_args(profile: Profile, numa_nodes: int) -> list[str]:
     ]
 
 
-def kt_env(profile: Profile, cuda_home: str) -> dict[str, str]:
-    env = {
-        "SGLANG_KT_GLM5_NEXT_FP8_TRANSPORT": profile.kt_transport,
-        # The engine's JIT compiles use this toolkit, whatever /usr/local/cuda points to.
-        "CUDA_HOME": cuda_home,
-        "PATH": f"{cuda_home}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    }
+def kt_env(profile: Profile) -> dict[str, str]:
+    # The engine's JIT compiles use the profile's toolkit, whatever /usr/local/cuda points to.
+    env = {"SGLANG_KT_GLM5_NEXT_FP8_TRANSPORT": profile.kt_transport, **toolkit_env(profile)}
     if profile.pytorch_alloc_conf:
         env["PYTORCH_ALLOC_CONF"] = env["PYTORCH_CUDA_ALLOC_CONF"] = profile.pytorch_alloc_conf
     return env

@@ -33,19 +33,19 @@ def unit_context(profile: Profile, api_key: bool) -> dict:
     )
 
 
-def engine_env(profile: Profile, cuda_home: str) -> dict[str, str]:
+def engine_env(profile: Profile) -> dict[str, str]:
     if profile.platform == "l40s":
-        return launch.kt_env(profile, cuda_home)
+        return launch.kt_env(profile)
     return {}
 
 
-def apply(profile: Profile, cuda_home: str) -> None:
+def apply(profile: Profile) -> None:
     api_key = os.environ.get(profile.api_key_env, "")
     readable = dict(user="root", group=profile.service_user, mode="640")
     files.directory(name="Configuration directory", path=CONF_DIR, user="root", group=profile.service_user,
                     mode="750")
     env = template("glm-flash.env.j2", f"{CONF_DIR}/glm-flash.env", name="Service environment",
-                   state_dir=state_dir(profile), extra_env=engine_env(profile, cuda_home), **readable)
+                   state_dir=state_dir(profile), extra_env=engine_env(profile), **readable)
     spec = launch.launch_spec(profile, host.get_fact(NumaNodes))
     launch_file = files.put(name="Launch flags", src=StringIO(json.dumps(spec, indent=2) + "\n"),
                             dest=f"{CONF_DIR}/launch.json", **readable)

@@ -60,7 +60,7 @@ def test_threadpool_count_from_profile_wins_over_numa_fact():
 
 
 def test_environment_selects_the_toolkit_by_path_and_transport():
-    env = launch.kt_env(build("gpu1", {}), "/usr/local/cuda-12.8")
+    env = launch.kt_env(build("gpu1", {}))
     assert env["CUDA_HOME"] == "/usr/local/cuda-12.8" and env["PATH"].startswith("/usr/local/cuda-12.8/bin:")
     assert env["SGLANG_KT_GLM5_NEXT_FP8_TRANSPORT"] == "native"
     assert "PYTORCH_CUDA_ALLOC_CONF" not in env and "PYTORCH_ALLOC_CONF" not in env
