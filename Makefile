@@ -3,8 +3,9 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 INVENTORY ?= inventory/sandbox.py
-# Debian packages the control machine needs for the sandbox and the tests.
-APT_DEPS := mmdebstrap systemd-container openssh-client debian-archive-keyring dpkg-dev
+# Debian packages the control machine needs for the sandbox and the tests
+# (g++, libc6-dev: tests/cuda compiles the fixed CUDA header against this host's older glibc).
+APT_DEPS := mmdebstrap systemd-container openssh-client debian-archive-keyring dpkg-dev g++ libc6-dev
 
 .PHONY: demo test deps venv sandbox-up sandbox-down sandbox-fresh deploy check clean
 

@@ -94,6 +94,15 @@ def wheel(name: str, version: str) -> Path:
 MIRROR = os.environ.get("GLM_FLASH_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 
+def apt_install(*packages: str) -> None:
+    """Install Debian packages the tests need on this machine (`make deps` normally has)."""
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    cmd = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]
+    if subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL).returncode != 0:
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+        subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+
+
 def rootfs_tarball(suite: str, packages: tuple[str, ...]) -> Path:
     """A minbase Debian rootfs with `packages`, built once by mmdebstrap and cached as a tarball."""
     key = hashlib.sha256(f"{suite} {MIRROR} {' '.join(sorted(packages))}".encode()).hexdigest()[:12]
@@ -102,8 +111,7 @@ def rootfs_tarball(suite: str, packages: tuple[str, ...]) -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     if not shutil.which("mmdebstrap"):
-        subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "mmdebstrap"], check=True,
-                       stdout=subprocess.DEVNULL, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+        apt_install("mmdebstrap")
     tmp = out.with_suffix(".part.tar")
     t0 = time.monotonic()
     subprocess.run(["mmdebstrap", "--mode=root", "--variant=minbase", "--format=tar", "--quiet",

@@ -145,8 +145,7 @@ def test_fails_before_fix_compiles_after_and_second_run_changes_nothing(trixie):
 def host_tree(tmp_path_factory):
     """The same toolkit tree on this machine (Debian 12: glibc 2.36, g++ 12)."""
     if not shutil.which("g++"):
-        subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "g++", "libc6-dev"], check=True,
-                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, stdout=subprocess.DEVNULL)
+        cuda_assets.apt_install("g++", "libc6-dev")
     top = tmp_path_factory.mktemp("cuda-12.8-host")
     header = cuda_assets.toolkit_tree(top)
     (top / "probe.cu").write_text(PROBE)
