@@ -69,6 +69,7 @@ KNOBS: dict[str, Knob] = {
     "context_length": K(524288, "524k per request, no degradation measured at 200k", int, low=4096),
     "kv_cache_dtype": K("fp8_e4m3", "2.11M-token KV pool in fp8", choices=("fp8_e4m3", "fp8_e5m2", "bfloat16", "auto")),
     "pytorch_alloc_conf": K("", "expandable_segments breaks CUDA graph capture with TP > 1; empty unsets both variables", optional=True),
+    "triton_configs_dir": K("", "tuned Triton configs for this GPU (dir on the control machine, repo-relative or absolute); empty: engine defaults", optional=True),
     "tool_call_parser": K("glm47", "tool calls of GLM-5.x"),
     "reasoning_parser": K("glm45", "reasoning of GLM-5.x"),
     # --- model ---------------------------------------------------------------------
@@ -76,6 +77,9 @@ KNOBS: dict[str, Knob] = {
     "model_revision": K("main", "pin a commit for reproducible deploys"),
     "model_path": K("/srv/models/GLM-5.3-Flash", "where the 306 GiB checkpoint lives on the host"),
     "model_download": K(True, "False: the checkpoint is staged on the host by other means", bool),
+    "hf_token_env": K("HF_TOKEN", "control-machine variable with a Hugging Face token (gated or private repos), read at deploy time"),
+    "hf_token_vault": K("", "ansible-vault encrypted file in the repo holding the token; password from ANSIBLE_VAULT_PASSWORD_FILE", optional=True),
+    "huggingface_hub_version": K("1.33.0", "the downloader on the host; the engine locks pin the same version"),
     "served_model_name": K("glm-5.3-flash", "model name clients send"),
     # --- service -------------------------------------------------------------------
     "service_user": K("glm-flash", "the engine never runs as root"),
