@@ -1,0 +1,138 @@
+"""A tiny stand-in for the Hugging Face hub on 127.0.0.1, for the real huggingface-hub client.
+
+Serves one model repo from memory: the metadata API (model info with file metadata, the
+tree listing) and /resolve/ downloads with HEAD, ETag, X-Repo-Commit and Range, as the
+hub does for non-Xet files. With a token set it answers 401 without `Authorization:
+Bearer <token>`. It records every request (method, path, whether the token came) and can
+serve one file with wrong bytes (same size) to prove verification, or trickle data so a
+test can look at the running downloader's processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote, urlparse
+
+
+class FakeHub:
+    def __init__(self, repo: str, files: dict[str, bytes], token: str | None = None, commit: str = "c0ffee" * 6 + "beef",
+                 corrupt: str | None = None, delay: float = 0.0):
+        self.repo, self.files, self.token, self.commit = repo, files, token, commit
+        self.corrupt, self.delay = corrupt, delay
+        self.requests: list[tuple[str, str, bool]] = []
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def _authorized(self):
+                got = self.headers.get("Authorization", "")
+                ok = hub.token is not None and got == f"Bearer {hub.token}"
+                hub.requests.append((self.command, self.path, ok))
+                return hub.token is None or ok
+
+            def _send(self, code, body=b"", headers=None, head=False):
+                self.send_response(code)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)) if not (headers or {}).get("Content-Length") else headers["Content-Length"])
+                self.end_headers()
+                if not head and body:
+                    chunk = 4096
+                    for i in range(0, len(body), chunk):
+                        self.wfile.write(body[i:i + chunk])
+                        if hub.delay:
+                            time.sleep(hub.delay)
+
+            def _json(self, data):
+                self._send(200, json.dumps(data).encode(), {"Content-Type": "application/json"})
+
+            def do_HEAD(self):
+                self._route(head=True)
+
+            def do_GET(self):
+                self._route(head=False)
+
+            def _route(self, head):
+                if not self._authorized():
+                    return self._send(401, b'{"error":"Invalid credentials"}', {"Content-Type": "application/json",
+                                                                               "X-Error-Code": "GatedRepo",
+                                                                               "X-Error-Message": "gated"}, head)
+                url = urlparse(self.path)
+                path = unquote(url.path)
+                api = f"/api/models/{hub.repo}/"
+                if path.startswith(api + "revision/"):
+                    return self._json(hub.info())
+                if path.startswith(api + "tree/"):
+                    return self._json(hub.tree())
+                prefix = f"/{hub.repo}/resolve/"
+                if path.startswith(prefix):
+                    _rev, _, name = path[len(prefix):].partition("/")
+                    if name not in hub.files:
+                        return self._send(404, b"", {"X-Error-Code": "EntryNotFound"}, head)
+                    body = hub.files[name]
+                    if name == hub.corrupt:
+                        body = bytes(b ^ 0xFF for b in body)
+                    headers = {"X-Repo-Commit": hub.commit, "ETag": f'"{hub.etag(name)}"',
+                               "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+                    if hub.is_lfs(name):
+                        headers["X-Linked-Etag"] = f'"{hub.etag(name)}"'
+                        headers["X-Linked-Size"] = str(len(body))
+                    rng = self.headers.get("Range")
+                    if rng and rng.startswith("bytes=") and not head:
+                        start = int(rng[6:].split("-")[0] or 0)
+                        headers["Content-Range"] = f"bytes {start}-{len(body) - 1}/{len(body)}"
+                        return self._send(206, body[start:], headers)
+                    if head:
+                        headers["Content-Length"] = str(len(body))
+                    return self._send(200, body, headers, head)
+                return self._send(404, b"", {}, head)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def is_lfs(self, name):
+        return name.endswith(".safetensors")
+
+    def etag(self, name):
+        data = self.files[name]
+        return hashlib.sha256(data).hexdigest() if self.is_lfs(name) else hashlib.sha1(data).hexdigest()
+
+    def info(self):
+        siblings = []
+        for name, data in sorted(self.files.items()):
+            s = {"rfilename": name, "size": len(data), "blobId": hashlib.sha1(data).hexdigest()}
+            if self.is_lfs(name):
+                s["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+            siblings.append(s)
+        return {"_id": "x", "id": self.repo, "modelId": self.repo, "sha": self.commit, "private": False,
+                "gated": bool(self.token), "disabled": False, "downloads": 0, "likes": 0, "tags": [],
+                "siblings": siblings, "lastModified": "2026-01-01T00:00:00.000Z"}
+
+    def tree(self):
+        out = []
+        for name, data in sorted(self.files.items()):
+            e = {"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+            if self.is_lfs(name):
+                e["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+            out.append(e)
+        return out
+
+    def downloads(self):
+        return [p for m, p, _ in self.requests if m == "GET" and "/resolve/" in p]
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,185 @@
+"""The model role's secret path and downloader, for real, without the internet.
+
+- The token: an ansible-vault file encrypted here with ansible-core's own VaultLib,
+  decrypted by roles/model.read_token with a password file (as on a control machine).
+- The downloader: files/glm-flash-model-fetch with the pinned huggingface-hub
+  (files/hf-hub-requirements.txt, in a cached venv) against a tiny fake hub on 127.0.0.1
+  (tests/engine/fake_hub.py, via HF_ENDPOINT) serving a tiny fake repo. While it runs,
+  every process's command line on this machine is read: the token must be in none.
+The real GLM-5.3-Flash repo cannot be reached from here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO))
+
+import fake_model  # noqa: E402
+import pypi  # noqa: E402
+from fake_hub import FakeHub  # noqa: E402
+from roles import model, profile  # noqa: E402
+
+FETCH = REPO / "files" / "glm-flash-model-fetch"
+TOKEN = "hf_" + "Zq9" * 11          # looks like a token, unique enough to grep for
+REPO_ID = "zai-org/GLM-5.3-Flash"
+
+
+@pytest.fixture(scope="module")
+def hub_python():
+    """A venv with exactly the downloader's pins, built once under the cache."""
+    req = REPO / "files" / "hf-hub-requirements.txt"
+    key = hashlib.sha256(req.read_bytes()).hexdigest()[:12]
+    venv = pypi.cache_dir() / f"hf-hub-{key}-venv"
+    marker = venv / ".complete"
+    if not marker.exists():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check", "-r", str(req)],
+                       check=True, env=dict(os.environ, PIP_CONFIG_FILE="/dev/null"))
+        marker.write_text(req.read_text())
+    return venv / "bin" / "python"
+
+
+def repo_files():
+    cfg = fake_model.config_text()
+    shards = {f"model-0000{i}-of-00002.safetensors": os.urandom(200_000) for i in (1, 2)}
+    index = {"metadata": {"total_size": 400_000}, "weight_map": {f"w{i}": n for i, n in enumerate(shards)}}
+    return {"config.json": cfg.encode(), "model.safetensors.index.json": json.dumps(index).encode(),
+            "tokenizer.json": b'{"version": "1.0"}', **shards}
+
+
+def fetch(hub_python, hub, dest, tmp_path, token_file=None, wait_and_look=False):
+    env = {"PATH": os.environ["PATH"], "HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf-home"),
+           "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1"}
+    if token_file:
+        env["HF_TOKEN_PATH"] = str(token_file)
+    cmd = [str(hub_python), str(FETCH), "download", "--dest", str(dest), "--repo", REPO_ID, "--revision", "main"]
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    if wait_and_look:
+        while p.poll() is None:
+            for pid in os.listdir("/proc"):
+                if pid.isdigit():
+                    try:
+                        seen.append(Path(f"/proc/{pid}/cmdline").read_bytes())
+                    except OSError:
+                        pass
+            time.sleep(0.05)
+    out, err = p.communicate(timeout=300)
+    return p.returncode, out, err, seen
+
+
+def test_vault_token_decrypts_with_the_password_file(tmp_path):
+    from ansible.parsing.vault import VaultLib, VaultSecret
+    pw = tmp_path / "vault-pass"
+    pw.write_text("correct horse\n")
+    secret = tmp_path / "hf-token.vault"
+    secret.write_bytes(VaultLib([("default", VaultSecret(b"correct horse"))]).encrypt(f"hf_token: {TOKEN}\n"))
+    assert TOKEN.encode() not in secret.read_bytes()
+    prof = profile.build("t", {"hf_token_vault": str(secret)})
+    assert model.read_token(prof, {"ANSIBLE_VAULT_PASSWORD_FILE": str(pw)}) == TOKEN
+    assert model.read_token(prof, {"GLM_FLASH_VAULT_PASSWORD": "correct horse"}) == TOKEN
+    pw.write_text("wrong\n")
+    with pytest.raises(model.ModelError, match="does not decrypt"):
+        model.read_token(prof, {"ANSIBLE_VAULT_PASSWORD_FILE": str(pw)})
+    with pytest.raises(model.ModelError, match="no vault password"):
+        model.read_token(prof, {})
+    plain = tmp_path / "plain"
+    plain.write_text(TOKEN)
+    with pytest.raises(model.ModelError, match="not ansible-vault encrypted"):
+        model.read_token(profile.build("t", {"hf_token_vault": str(plain)}), {"GLM_FLASH_VAULT_PASSWORD": "x"})
+    # no vault: the control machine's variable, or nothing
+    assert model.read_token(profile.build("t", {}), {"HF_TOKEN": TOKEN}) == TOKEN
+    assert model.read_token(profile.build("t", {}), {}) is None
+
+
+def test_download_command_keeps_the_token_out_of_argv():
+    prof = profile.build("t", {})
+    cmd = model.download_command(prof, with_token=True)
+    assert "HF_TOKEN_PATH=/var/lib/glm-flash/secrets/hf-token" in cmd
+    assert "runuser -u glm-flash --" in cmd and cmd.startswith("trap 'rm -f /var/lib/glm-flash/secrets/hf-token' EXIT;")
+    assert "HF_TOKEN=" not in cmd and "--token" not in cmd
+
+
+def test_download_with_token_verified_resumable_and_token_never_in_argv(tmp_path, hub_python):
+    files = repo_files()
+    token_file = tmp_path / "secrets" / "hf-token"
+    token_file.parent.mkdir(mode=0o700)
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    dest = tmp_path / "model"
+    with FakeHub(REPO_ID, files, token=TOKEN, delay=0.002) as hub:
+        code, out, err, seen = fetch(hub_python, hub, dest, tmp_path, token_file, wait_and_look=True)
+        assert code == 0, out + err
+        assert len(seen) > 10
+        assert not [c for c in seen if TOKEN.encode() in c]
+        assert TOKEN not in out + err
+        assert hub.requests and all(ok for _, _, ok in hub.requests)          # the token did reach the hub
+        for name, data in files.items():
+            assert (dest / name).read_bytes() == data
+        marker = json.loads((dest / ".glm-flash-model.json").read_text())
+        assert marker["commit"] == hub.commit and marker["repo"] == REPO_ID
+        assert set(marker["files"]) == set(files)
+        first = len(hub.downloads())
+        assert first == len(files)
+
+        # second run: nothing fetched again
+        code, out, err, _ = fetch(hub_python, hub, dest, tmp_path, token_file)
+        assert code == 0, out + err
+        assert len(hub.downloads()) == first
+
+        # an interrupted download: what is there is kept, only the missing shard is fetched
+        shard = "model-00002-of-00002.safetensors"
+        (dest / ".glm-flash-model.json").unlink()
+        (dest / shard).unlink()
+        code, out, err, _ = fetch(hub_python, hub, dest, tmp_path, token_file)
+        assert code == 0, out + err
+        assert (dest / shard).read_bytes() == files[shard]
+        assert len(hub.downloads()) == first + 1
+
+    r = subprocess.run([sys.executable, str(FETCH), "check", "--dest", str(dest), "--repo", REPO_ID,
+                        "--revision", "main"], capture_output=True, text=True)
+    assert r.returncode == 0 and json.loads(r.stdout)["state"] == "complete"
+    r = subprocess.run([sys.executable, str(FETCH), "check", "--dest", str(dest), "--repo", REPO_ID,
+                        "--revision", "0123456789abcdef0123456789abcdef01234567"], capture_output=True, text=True)
+    assert r.returncode == 1 and "not downloaded from" in json.loads(r.stdout)["reason"]
+
+
+def test_gated_repo_without_token_says_what_to_do(tmp_path, hub_python):
+    with FakeHub(REPO_ID, repo_files(), token=TOKEN) as hub:
+        code, out, err, _ = fetch(hub_python, hub, tmp_path / "model", tmp_path)
+    assert code == 3 and "gated" in out and "hf_token_vault" in out and "Traceback" not in err
+    assert not (tmp_path / "model" / ".glm-flash-model.json").exists()
+
+
+def test_corrupt_file_fails_verification_and_writes_no_marker(tmp_path, hub_python):
+    with FakeHub(REPO_ID, repo_files(), corrupt="model-00001-of-00002.safetensors") as hub:
+        code, out, err, _ = fetch(hub_python, hub, tmp_path / "model", tmp_path)
+    assert code != 0, out + err
+    assert "model-00001-of-00002.safetensors" in out + err
+    assert not (tmp_path / "model" / ".glm-flash-model.json").exists()
+
+
+def test_staged_model_check(tmp_path):
+    d = fake_model.write_model(tmp_path / "m")
+    r = subprocess.run([sys.executable, str(FETCH), "check", "--dest", str(d)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+    (d / "model-00002-of-00002.safetensors").unlink()
+    r = subprocess.run([sys.executable, str(FETCH), "check", "--dest", str(d)], capture_output=True, text=True)
+    assert r.returncode == 1 and "1 of 2 shards missing" in json.loads(r.stdout)["reason"]
+    (d / "config.json").unlink()
+    r = subprocess.run([sys.executable, str(FETCH), "check", "--dest", str(d)], capture_output=True, text=True)
+    assert r.returncode == 1 and "config.json is missing" in json.loads(r.stdout)["reason"]
