@@ -118,6 +118,10 @@ def _cross_checks(host: str, v: dict[str, Any]) -> Iterable[Problem]:
                           "keep it at or below chunked_prefill_size")
         if v["context_length"] > 1048576:
             yield Problem(host, "context_length", "GLM-5.3-Flash is not known to serve beyond 1M tokens", "use 524288 or less")
+        src = v["python_source"]
+        if src and not os.path.isfile(os.path.join(os.path.expanduser(src), "bin", "python" + v["python_version"])):
+            yield Problem(host, "python_source", f"{src!r} has no bin/python{v['python_version']} on the control machine",
+                          f"name a CPython {v['python_version']} install tree, e.g. ~/.pyenv/versions/{v['python_version']}.x")
     if v["platform"] == "gb10":
         if not v["vllm_ref"]:
             yield Problem(host, "vllm_ref", "is empty; the GB10 engine is built from a pinned ref",
