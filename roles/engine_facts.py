@@ -111,14 +111,14 @@ class TransformersOwner(FactBase):
     def command(self, env_dir):
         q = shlex.quote(env_dir)
         script = (
-            "import base64,glob,hashlib,os,sys\n"
+            "import base64,csv,glob,hashlib,os,sys\n"
             "sp=glob.glob(sys.argv[1]+'/lib/python3*/site-packages')[0]\n"
             "d=glob.glob(sp+'/transformers_kt-*.dist-info')\n"
             "if not d: print('none'); sys.exit()\n"
             "bad=0\n"
-            "for line in open(d[0]+'/RECORD'):\n"
-            "  p,h,_=line.rstrip('\\n').rsplit(',',2)\n"
-            "  if not h or not p.startswith('transformers/'): continue\n"
+            "for row in csv.reader(open(d[0]+'/RECORD',newline='')):\n"
+            "  p,h=row[0],row[1]\n"
+            "  if not h or not p.startswith('transformers/') or p.endswith('.pyc'): continue\n"
             "  try: g='sha256='+base64.urlsafe_b64encode(hashlib.sha256(open(os.path.join(sp,p),'rb').read()).digest()).rstrip(b'=').decode()\n"
             "  except OSError: g=''\n"
             "  bad+=g!=h\n"

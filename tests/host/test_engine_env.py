@@ -1,0 +1,108 @@
+"""The engine interpreter and environment on a deployed L40S host (sandbox or real):
+versions and file hashes as locked, cuDNN over torch's pin, transformers-kt owning
+transformers/, Python 3.11, `current` pointing at a complete environment.
+
+    pytest tests/host/test_engine_env.py --inventory inventory/l40s.py --hosts ssh://root@gpu1
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+
+import pytest
+
+from roles.engine_lock import load_lock, lock_path
+
+pytestmark = pytest.mark.usefixtures("_l40s_only")
+
+
+@pytest.fixture
+def _l40s_only(profile):
+    if profile.platform != "l40s":
+        pytest.skip("not applicable: KTransformers runs on the L40S platform only")
+
+
+@pytest.fixture(scope="module")
+def engine(profile):
+    return f"{profile.install_root}/engine"
+
+
+@pytest.fixture(scope="module")
+def current_env(host, profile, engine) -> str:
+    target = host.run(f"readlink {engine}/current")
+    assert target.rc == 0, f"{engine}/current is not a symlink"
+    return target.stdout.strip().rsplit("/", 1)[-1]
+
+
+@pytest.fixture(scope="module")
+def pins(profile):
+    return {p.name: p for p in load_lock(profile.engine_set)[1]}
+
+
+@pytest.fixture(scope="module")
+def report(host, profile, current_env):
+    """The host tool's own check of the current env, hashing every installed file (--full)."""
+    r = host.run(f"{profile.install_root}/bin/glm-flash-engine verify {shlex.quote(current_env)} --full --json")
+    assert r.stdout.strip(), r.stderr
+    return json.loads(r.stdout)
+
+
+def test_current_points_at_a_complete_env_of_the_profiles_set(host, profile, engine, current_env):
+    assert current_env.startswith(profile.engine_set + "-"), f"current is {current_env}, profile wants {profile.engine_set}"
+    assert host.file(f"{engine}/envs/{current_env}/.glm-flash-complete").is_file
+    marker = json.loads(host.file(f"{engine}/envs/{current_env}/.glm-flash-complete").content_string)
+    assert marker["env"] == current_env
+    # the lock the env was built from is the repo's lock for this set
+    assert marker["lock_sha256"] == hashlib.sha256(lock_path(profile.engine_set).read_bytes()).hexdigest()
+    assert host.file(f"{engine}/locks/{current_env}.txt").sha256sum == marker["lock_sha256"]
+
+
+def test_python_version(host, profile, engine):
+    r = host.run(f"{engine}/current/bin/python -I -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'")
+    assert r.rc == 0, r.stderr
+    assert r.stdout.strip() == profile.python_version
+
+
+def test_every_locked_package_is_installed_at_its_version(report, pins):
+    assert {n: report["versions"].get(n) for n in pins} == {n: p.version for n, p in pins.items()}
+    extra = set(report["versions"]) - set(pins) - {"pip", "setuptools"}
+    assert not extra, f"installed but not locked: {sorted(extra)}"
+
+
+def test_installed_files_match_their_records(report):
+    """RECORD hashes of every installed file, patched files accounted for by the patch manifests."""
+    assert report["problems"] == []
+    assert report["complete"] is True
+
+
+def test_cudnn_is_the_profiles_version(report, profile):
+    assert report["cudnn"] == profile.cudnn_version
+
+
+def test_transformers_kt_owns_transformers(report, pins):
+    if "transformers-kt" not in pins:
+        pytest.skip("not applicable: this set has no transformers-kt")
+    assert report["owners"]["transformers"]["owner"] == "transformers-kt"
+    assert report["owners"]["transformers"]["files_not_from_owner"] == 0
+
+
+def test_wheelhouse_files_carry_locked_hashes(host, profile, engine, pins):
+    """pip installed with --require-hashes from these files; they must still be the locked ones."""
+    r = host.run(f"cd {engine}/wheelhouse && sha256sum -- *")
+    assert r.rc == 0, r.stderr
+    allowed = {h for p in pins.values() for h in p.hashes}
+    seen = {line.split()[1]: line.split()[0] for line in r.stdout.splitlines()}
+    for name, pin in pins.items():
+        stem = name.replace("-", "_").lower()
+        mine = {fn: h for fn, h in seen.items() if fn.lower().replace("-", "_").startswith(f"{stem}-{pin.version}")}
+        assert mine, f"{name}=={pin.version}: no file in the wheelhouse"
+        assert any(h in pin.hashes for h in mine.values()), f"{name}: wheelhouse file hash is not locked"
+    assert allowed
+
+
+def test_rollback_command_is_installed(host, profile):
+    for path in (f"{profile.install_root}/bin/glm-flash-rollback", "/usr/local/sbin/glm-flash-rollback"):
+        assert host.file(path).linked_to == f"{profile.install_root}/bin/glm-flash-engine"
+    assert host.run("glm-flash-rollback --help").rc == 0
