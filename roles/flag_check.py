@@ -1,0 +1,94 @@
+"""Before the service is (re)started: the launch flags against the installed engine's parser.
+
+`files/glm-flash-check-flags` runs on the host with the engine environment's python and
+parses the rendered flags with sglang's own parser (no GPU, nothing started). A flag the
+engine does not know, or a value it refuses, fails this operation with the tool's message,
+which stops the host's deploy before the launch spec is written and the unit restarted.
+Nothing changes on the host when the flags are fine, so a second run reports no change.
+
+roles/service.py calls apply(profile, spec) before it writes /etc/glm-flash/launch.json.
+"""
+
+from __future__ import annotations
+
+import json
+
+from roles.profile import Profile
+
+TOOL = "glm-flash-check-flags"
+
+
+def tool_path(profile: Profile) -> str:
+    return f"{profile.install_root}/bin/{TOOL}"
+
+
+def _fact_and_op():
+    from pyinfra import host
+    from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+
+    class LaunchFlagCheck(FactBase):
+        """{"exit": int|None, "lines": [...]}; exit None when the engine python or the tool is missing."""
+
+        def command(self, python: str, tool: str, spec_json: str):
+            return StringCommand("if [ -x", QuoteString(python), "] && [ -e", QuoteString(tool), "]; then",
+                                 QuoteString(python), QuoteString(tool), "--args-json", QuoteString(spec_json),
+                                 "2>&1; echo \"exit=$?\"; else echo missing; fi")
+
+        @staticmethod
+        def default():
+            return {"exit": None, "lines": []}
+
+        @staticmethod
+        def parse(lines) -> dict:
+            lines = [line.rstrip() for line in lines if line.strip()]
+            if lines == ["missing"]:
+                return {"exit": None, "lines": []}
+            code = None
+            if lines and lines[-1].startswith("exit="):
+                code = int(lines.pop()[len("exit="):])
+            return {"exit": code, "lines": lines}
+
+        def process(self, output):
+            return self.parse(output)
+
+    @operation()
+    def flags_accepted(python: str, tool: str, spec_json: str):
+        """
+        Fail with the checker's message when the engine's parser refuses the flags.
+
+        + python: the engine environment's interpreter
+        + tool: glm-flash-check-flags on the host
+        + spec_json: the launch spec ({module, args, api_key_flag}) as JSON
+        """
+        from pyinfra.api.state import StateStage
+        state = host.get_fact(LaunchFlagCheck, python=python, tool=tool, spec_json=spec_json)
+        if state["exit"] == 0:
+            host.noop("launch flags accepted by the installed engine's parser")
+            return
+        if state["exit"] is None and host.state.current_stage != StateStage.Execute:
+            # first run: the engine or the tool is installed earlier in this run; check then
+            yield StringCommand(QuoteString(python), QuoteString(tool), "--args-json", QuoteString(spec_json))
+            return
+        if state["exit"] is None:
+            message = f"glm-flash-check-flags: {python} or {tool} is missing; the engine environment is not installed"
+        else:
+            message = "\n".join(line for line in state["lines"] if line.startswith("glm-flash-check-flags")) \
+                or "\n".join(state["lines"][-5:])
+        yield StringCommand("echo", QuoteString(message), ">&2; exit 1")
+
+    return LaunchFlagCheck, flags_accepted
+
+
+def apply(profile: Profile, spec: dict) -> None:
+    """Check `spec` (roles/launch.launch_spec) with the python it names."""
+    from pyinfra.operations import files
+
+    from roles.ops import host_tool
+    from roles.tools import bin_dir
+
+    files.directory(name="Host tools directory", path=bin_dir(profile), mode="755")
+    host_tool(TOOL, bin_dir(profile))
+    _, flags_accepted = _fact_and_op()
+    check = {k: spec[k] for k in ("module", "args", "api_key_flag") if k in spec}
+    flags_accepted(name=f"Launch flags accepted by {spec['module']} (the installed engine's own parser)",
+                   python=spec["python"], tool=tool_path(profile), spec_json=json.dumps(check, sort_keys=True))
