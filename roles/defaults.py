@@ -105,6 +105,12 @@ KNOBS: dict[str, Knob] = {
     "max_num_seqs": K(1, "DFlash2 k=7 leaves room for one long stream", int, low=1, high=64),
     "gpu_memory_utilization": K(0.90, "of 121.6 GiB unified memory: model 99.6 GiB + KV 6-7.5 GiB", float, low=0.1, high=0.98),
     "mamba_cache_mode": K("align", "prefix caching with the KDA checkpoints every 7168 tokens", choices=("align", "all", "none")),
+    "drafter_revision": K("main", "pin a commit of the drafter for reproducible deploys"),
+    "drafter_path": K("/srv/models/GLM-5.3-Flash-DFlash2", "where the drafter is downloaded on the host"),
+    "vllm_torch_index_url": K("https://download.pytorch.org/whl/cu130",
+                              "extra pip index with CUDA 13 torch builds for aarch64 (the fork's build pulls torch from it)"),
+    "vllm_build_jobs": K(None, "parallel compile jobs for the fork's kernels; None: the host's core count", int, low=1, high=256, optional=True),
+    "drop_page_cache": K(False, "flush the page cache before the engine loads: on unified memory it competes with the model", bool),
 }
 
 # What the GB10 box changes relative to the L40S defaults.
@@ -120,6 +126,13 @@ PLATFORMS: dict[str, dict[str, Any]] = {
         "tp_size": 1,
         "port": 8000,
         "python_version": "3.12",
+        # DGX OS's own python3.12 builds the fork's environment; the page cache shares the 121.6 GiB.
+        "drop_page_cache": True,
+        # The fork serves its 2-bit-expert checkpoint (its tools make it from the FP8 one); stage it there.
+        "model_path": "/srv/models/GLM-5.3-Flash-Moet",
+        "model_download": False,
+        "base_packages": ["ca-certificates", "curl", "git", "python3.12-venv", "python3.12-dev", "build-essential",
+                          "cmake", "ninja-build", "pciutils", "jq"],
     },
 }
 

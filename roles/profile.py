@@ -130,6 +130,14 @@ def _cross_checks(host: str, v: dict[str, Any]) -> Iterable[Problem]:
             yield Problem(host, "driver_source", "the GB10 box runs the driver that DGX OS ships", "use driver_source: 'preinstalled'")
         if v["tp_size"] != 1:
             yield Problem(host, "tp_size", "the GB10 box has one GPU", "set tp_size: 1")
+        if v["vllm_ref"] and not __import__("re").fullmatch(r"[0-9a-f]{40}", v["vllm_ref"]):
+            yield Problem(host, "vllm_ref", f"{v['vllm_ref']!r} is not a full commit hash (a branch or tag moves)",
+                          "write the fork's 40-character commit, e.g. from `git ls-remote <vllm_repo_url> <tag>`")
+        if not v["accept_drafter_license"]:
+            yield Problem(host, "accept_drafter_license", f"the drafter {v['drafter_model']} is licensed "
+                          "CC-BY-NC-ND-4.0 (attribution, non-commercial use only, no derivatives) and is downloaded "
+                          "only once that is accepted", "read https://creativecommons.org/licenses/by-nc-nd/4.0/, "
+                          "then set accept_drafter_license: true in this host's inventory entry")
     if v["listen_host"] not in ("127.0.0.1", "::1", "localhost") and not v["_api_key_present"]:
         yield Problem(host, "listen_host", f"{v['listen_host']} exposes the engine without an API key",
                       f"export {v['api_key_env']} on the control machine, or keep listen_host: 127.0.0.1")

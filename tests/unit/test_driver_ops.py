@@ -265,7 +265,7 @@ def test_preinstalled_too_old():
 
 
 def test_preinstalled_current_checks_only(monkeypatch):
-    gb10 = build("spark", {"platform": "gb10", "vllm_ref": "0123abcd"}, api_key_present=False)
+    gb10 = build("spark", {"platform": "gb10", "vllm_ref": "0123456789abcdef0123456789abcdef01234567", "accept_drafter_license": True}, api_key_present=False)
     facts = {NvidiaPciDevices: [PciDevice("000f:01:00.0", "0x2e12", "0x030000")],
              NvidiaLoadedModule: LoadedModule("580.95.05", True)}
     rec = simulate(monkeypatch, facts, gb10)

@@ -27,7 +27,8 @@ def test_every_knob_says_why_and_its_default_is_valid():
 
 
 def test_inventory_overrides_and_platform_overlay():
-    p = build("spark", {"platform": "gb10", "vllm_ref": "0123abc", "max_num_seqs": 2})
+    p = build("spark", {"platform": "gb10", "vllm_ref": "0123456789abcdef0123456789abcdef01234567", "max_num_seqs": 2,
+                       "accept_drafter_license": True})
     assert (p.tp_size, p.driver_source, p.gpu_compute_capability, p.port) == (1, "preinstalled", "12.1", 8000)
     assert p.max_num_seqs == 2 and p.kt_cpuinfer == 152
 
@@ -57,8 +58,9 @@ def test_connection_keys_pass_through():
     ({"kt_gpu_prefill_token_threshold": 65536}, "kt_gpu_prefill_token_threshold", "GPU prefill never runs"),
     ({"install_root": "opt/glm"}, "install_root", "not an absolute path"),
     ({"service_user": "root"}, "service_user", "must not run as root"),
-    ({"platform": "gb10"}, "vllm_ref", "pinned ref"),
-    ({"platform": "gb10", "vllm_ref": "abc", "driver_source": "nvidia-repo"}, "driver_source", "DGX OS"),
+    ({"platform": "gb10", "accept_drafter_license": True}, "vllm_ref", "pinned ref"),
+    ({"platform": "gb10", "vllm_ref": "0123456789abcdef0123456789abcdef01234567", "driver_source": "nvidia-repo",
+      "accept_drafter_license": True}, "driver_source", "DGX OS"),
     ({"platform": "tpu"}, "platform", "is not one of"),
 ])
 def test_mistakes_name_key_problem_and_fix(data, key, words):

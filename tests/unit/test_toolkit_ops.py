@@ -82,7 +82,7 @@ def test_no_gpu_test_box_skips_with_reason(monkeypatch, caplog):
 
 
 def test_preinstalled_toolkit_is_checked_not_installed(monkeypatch):
-    gb10 = build("spark", {"platform": "gb10", "vllm_ref": "0123abcd"}, api_key_present=False)
+    gb10 = build("spark", {"platform": "gb10", "vllm_ref": "0123456789abcdef0123456789abcdef01234567", "accept_drafter_license": True}, api_key_present=False)
     facts = {NvidiaPciDevices: [PciDevice("000f:01:00.0", "0x2e12", "0x030000")],
              CudaToolkits: {"13.0": "/usr/local/cuda-13.0"}}
     assert simulate(monkeypatch, facts, gb10).calls == [("toolkit_present", [])]

@@ -1,0 +1,89 @@
+"""GB10 profile rules: the drafter licence must be accepted, the fork pinned to a commit;
+the example inventory resolves to the field report's settings."""
+
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from roles.gb10_facts import Gb10View, MemTotalKiB, OsRelease
+from roles.facts import Gpus
+from roles.profile import ProfileError, build
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).resolve().parent / "data"
+REF = "0123456789abcdef0123456789abcdef01234567"
+
+
+def problems(data):
+    with pytest.raises(ProfileError) as e:
+        build("gx10", data, api_key_present=False)
+    return {p.key: p for p in e.value.problems}
+
+
+def test_drafter_licence_must_be_accepted_before_anything_happens():
+    p = problems({"platform": "gb10", "vllm_ref": REF})
+    assert list(p) == ["accept_drafter_license"]
+    assert "CC-BY-NC-ND-4.0" in p["accept_drafter_license"].problem
+    assert "accept_drafter_license: true" in p["accept_drafter_license"].fix
+
+
+def test_licence_is_a_gb10_rule_only():
+    build("gpu1", {}, api_key_present=False)       # L40S: no drafter, nothing to accept
+
+
+@pytest.mark.parametrize("ref", ["v0.3.0", "main", "0123abc", REF.upper(), REF + "0"])
+def test_the_fork_is_pinned_to_a_full_commit(ref):
+    p = problems({"platform": "gb10", "vllm_ref": ref, "accept_drafter_license": True})
+    assert list(p) == ["vllm_ref"] and "full commit" in p["vllm_ref"].problem
+
+
+def test_the_inventory_without_acceptance_stops_pyinfra_cleanly(tmp_path):
+    inv = tmp_path / "inv.py"
+    inv.write_text((REPO / "inventory" / "gb10.py").read_text().replace('"accept_drafter_license": True', '"accept_drafter_license": False'))
+    r = subprocess.run([sys.executable, "-c", f"import runpy, sys; sys.path.insert(0, {str(REPO)!r}); runpy.run_path({str(inv)!r})"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "no host was changed" in r.stderr and "gx10.example.lan: accept_drafter_license" in r.stderr
+
+
+def test_example_inventory_resolves_to_the_field_settings():
+    (name, data), = runpy.run_path(str(REPO / "inventory" / "gb10.py"))["hosts"]
+    p = build(name, data, api_key_present=False)
+    assert (p.platform, p.driver_source, p.tp_size, p.gpu_count, p.gpu_compute_capability) == ("gb10", "preinstalled", 1, 1, "12.1")
+    assert (p.max_model_len, p.max_num_seqs, p.num_speculative_tokens, p.thinking_token_budget) == (204800, 1, 7, 1536)
+    assert (p.reasoning_effort, p.mamba_cache_mode, p.drop_page_cache, p.python_version) == ("low", "align", True, "3.12")
+
+
+def read(name):
+    return (DATA / name).read_text().splitlines()
+
+
+def view(**over):
+    base = dict(arch=read("gb10-uname-m.txt")[0],
+                os=OsRelease.parse(read("gb10-os-release.txt") + [OsRelease.SEP] + read("gb10-dgx-release.txt")),
+                gpus=tuple(Gpus.parse(read("gb10-nvidia-smi-query-gpu.csv"))),
+                mem_total_kib=MemTotalKiB.parse(read("gb10-meminfo.txt")))
+    base.update(over)
+    return Gb10View(**base)
+
+
+def test_recorded_gb10_output_is_recognised():
+    v = view()
+    assert v.problems() == [] and v.unified_memory and v.unified_gib == 121.6
+    assert v.os.id == "ubuntu" and v.os.version_id == "24.04" and v.os.dgx["DGX_NAME"] == "DGX Spark"
+
+
+def test_other_machines_are_not_taken_for_a_gb10():
+    l40s = tuple(Gpus.parse(read("nvidia-smi-query-gpu-l40s.csv")))
+    found = {what for what, _, _ in view(arch="x86_64", gpus=l40s).problems()}
+    assert found == {"architecture", "GPU"}
+    debian = OsRelease.parse(['PRETTY_NAME="Debian GNU/Linux 13 (trixie)"', "ID=debian", 'VERSION_ID="13"', OsRelease.SEP])
+    assert [w for w, _, _ in view(os=debian).problems()] == ["operating system"]
+    assert not debian.is_dgx_os
+    # a discrete card with its own memory reported at 12.1 is not unified memory
+    from roles.facts import Gpu
+    assert [w for w, _, _ in view(gpus=(Gpu(0, "NVIDIA X", "12.1", 98304, "580.95.05"),)).problems()] == ["unified memory"]
+    assert [w for w, _, _ in view(mem_total_kib=64 * 1048576).problems()] == ["memory"]
