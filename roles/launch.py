@@ -54,4 +54,7 @@ def launch_spec(profile: Profile, numa_nodes: int) -> dict:
     if profile.platform == "l40s":
         return {"python": engine_python(profile), "module": SGLANG_MODULE,
                 "args": kt_args(profile, numa_nodes), "api_key_flag": "--api-key"}
+    if profile.platform == "gb10":
+        from roles.vllm_launch import launch_spec as vllm_launch_spec
+        return vllm_launch_spec(profile)
     raise ValueError(f"no launch spec for platform {profile.platform!r}")

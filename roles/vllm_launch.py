@@ -1,0 +1,74 @@
+"""The GB10 engine's command line and environment (vLLM-Moet, vLLM 0.33.0 flags).
+
+Every flag is checked against vLLM 0.33.0's own serve parser in tests/gb10/test_vllm_args.py.
+Values are the field report's (seeds/001) and research.md 8:
+- 204,800-token context, one stream at a time (DFlash2 k=7 leaves room for one);
+- prefix caching with `--mamba-cache-mode align` (the KDA state is checkpointed per block);
+- the DFlash2 drafter, 7 speculative tokens, from its local download (the host serves offline);
+- `reasoning_effort` low as the server default (`--default-chat-template-kwargs`);
+- a thinking budget for requests that set none: vLLM has no server-side default for
+  `thinking_token_budget`, so a pure-ASGI middleware (files/glm_flash_defaults.py, loaded
+  with `--middleware`) adds it to chat/completion requests that lack it. One process, one
+  port, no proxy; the value comes from the unit's environment;
+- memory for 121.6 GiB of unified memory: gpu_memory_utilization of the total (model 99.6 GiB
+  + KV 6-7.5 GiB), safetensors memory-mapped (`lazy`, no prefetch into the page cache that
+  competes with CUDA allocations there), the page cache flushed before start (unit, knob
+  drop_page_cache).
+"""
+
+from __future__ import annotations
+
+import json
+
+from roles.profile import Profile
+
+# `python -m` entry of vLLM 0.33.0's OpenAI server (vllm/entrypoints/launchers/api_server/entry.py;
+# vllm.entrypoints.openai.api_server is deprecated there).
+VLLM_MODULE = "vllm.entrypoints.launchers.api_server.entry"
+MIDDLEWARE_MODULE = "glm_flash_defaults"
+MIDDLEWARE = f"{MIDDLEWARE_MODULE}.ThinkingBudgetDefault"
+BUDGET_ENV = "GLM_FLASH_DEFAULT_THINKING_TOKEN_BUDGET"
+
+
+def engine_python(profile: Profile) -> str:
+    return f"{profile.install_root}/engine/current/bin/python"
+
+
+def speculative_config(profile: Profile) -> dict:
+    return {"method": "dflash", "model": profile.drafter_path,
+            "num_speculative_tokens": profile.num_speculative_tokens}
+
+
+def vllm_args(profile: Profile) -> list[str]:
+    p = profile
+    return [
+        "--model", p.model_path,
+        "--served-model-name", p.served_model_name,
+        "--host", p.listen_host,
+        "--port", str(p.port),
+        "--tensor-parallel-size", str(p.tp_size),
+        "--max-model-len", str(p.max_model_len),
+        "--max-num-seqs", str(p.max_num_seqs),
+        "--gpu-memory-utilization", str(p.gpu_memory_utilization),
+        "--safetensors-load-strategy", "lazy",
+        "--enable-prefix-caching",
+        "--mamba-cache-mode", p.mamba_cache_mode,
+        "--speculative-config", json.dumps(speculative_config(p), separators=(",", ":")),
+        "--reasoning-parser", p.reasoning_parser,
+        "--tool-call-parser", p.tool_call_parser,
+        "--enable-auto-tool-choice",
+        "--default-chat-template-kwargs", json.dumps({"reasoning_effort": p.reasoning_effort}, separators=(",", ":")),
+        "--middleware", MIDDLEWARE,
+    ]
+
+
+def vllm_env(profile: Profile) -> dict[str, str]:
+    return {BUDGET_ENV: str(profile.thinking_token_budget),
+            # the box serves what is on disk; the drafter and model are downloaded by the deploy
+            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+
+
+def launch_spec(profile: Profile) -> dict:
+    """What files/glm-flash-launch reads. The API key is added in-process (never in argv)."""
+    return {"python": engine_python(profile), "module": VLLM_MODULE, "args": vllm_args(profile),
+            "api_key_flag": "--api-key"}

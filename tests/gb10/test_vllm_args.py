@@ -1,0 +1,177 @@
+"""The GB10 launch flags (roles/vllm_launch.py) against vLLM 0.33.0's own serve parser, and
+the thinking-budget default through vLLM's own --middleware wiring over real HTTP.
+
+vLLM runs from the real 0.33.0 wheel in a cached venv (tests/gb10/vllm_wheel.py: CPU torch,
+vLLM --no-deps, a frozen pure-Python closure). Simulated: the engine itself (no GPU here):
+the HTTP test's routes are a stand-in that echo what reached them. Everything in front of
+the engine is vLLM's and ours: FastAPI, uvicorn, init_entrypoints_middleware() importing
+`--middleware` by name, its API-key middleware, and files/glm_flash_defaults.py.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from roles import vllm_launch
+from roles.profile import build
+from vllm_wheel import parser_python
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+PROBE = HERE / "vllm_probe.py"
+GB10 = {"platform": "gb10", "vllm_ref": "0123456789abcdef0123456789abcdef01234567", "accept_drafter_license": True}
+
+
+@pytest.fixture(scope="module")
+def vpy() -> str:
+    return str(parser_python())
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return build("gx10.example.lan", GB10, api_key_present=False)
+
+
+BAD = [["--mamba-cache-mode", "sometimes"], ["--max-num-seqs", "one"], ["--no-such-flag-glm"],
+       ["--enable-auto-tool-choice", "--tool-call-parser", ""]]
+
+
+@pytest.fixture(scope="module")
+def parsed(vpy, profile):
+    """vLLM's parser on: our flags; our flags + the launcher's API key flag; our flags + each BAD."""
+    args = vllm_launch.vllm_args(profile)
+    spec = vllm_launch.launch_spec(profile)
+    cases = [args, spec["args"] + [spec["api_key_flag"], "k-123"]] + [args + bad for bad in BAD]
+    r = subprocess.run([vpy, str(PROBE), "parse", json.dumps(cases)], capture_output=True, text=True,
+                       timeout=600, cwd=HERE)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_flags_parse_with_vllm_0_33_and_mean_what_the_report_says(parsed):
+    assert "ok" in parsed[0], parsed[0]
+    a = parsed[0]["ok"]
+    assert a["model"] == "/srv/models/GLM-5.3-Flash-Moet"
+    assert a["served_model_name"] == ["glm-5.3-flash"]
+    assert (a["host"], a["port"]) == ("127.0.0.1", 8000)
+    assert a["tensor_parallel_size"] == 1
+    assert a["max_model_len"] == 204800
+    assert a["max_num_seqs"] == 1
+    assert a["gpu_memory_utilization"] == 0.9
+    assert a["safetensors_load_strategy"] == "lazy"
+    assert a["enable_prefix_caching"] is True
+    assert a["mamba_cache_mode"] == "align"
+    assert a["speculative_config"] == {"method": "dflash", "model": "/srv/models/GLM-5.3-Flash-DFlash2",
+                                       "num_speculative_tokens": 7}
+    assert a["default_chat_template_kwargs"] == {"reasoning_effort": "low"}
+    assert a["reasoning_parser"] == "glm45"
+    assert (a["tool_call_parser"], a["enable_auto_tool_choice"]) == ("glm47", True)
+    assert a["middleware"] == ["glm_flash_defaults.ThinkingBudgetDefault"]
+    assert a["api_key"] is None      # the key is added in-process by glm-flash-launch
+
+
+def test_the_launchers_api_key_flag_exists(parsed):
+    assert parsed[1]["ok"]["api_key"] == ["k-123"]
+
+
+@pytest.mark.parametrize("i", range(len(BAD)))
+def test_the_parser_refuses_what_vllm_does_not_know(parsed, i):
+    assert "error" in parsed[2 + i], (BAD[i], parsed[2 + i])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(vpy, profile):
+    """vLLM's middleware stack on uvicorn at 127.0.0.1, with the unit's environment."""
+    port = free_port()
+    argv = vllm_launch.vllm_args(profile) + ["--api-key", "test-key"]
+    env = dict(os.environ, PYTHONPATH=str(REPO / "files"), **vllm_launch.vllm_env(profile))
+    proc = subprocess.Popen([vpy, str(PROBE), "serve", json.dumps(argv), str(port)], cwd=HERE, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail("server exited: " + proc.stdout.read()[-3000:])
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("server did not listen within 180 s")
+    yield port
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def post(port, path, body, key="test-key", chunked=False):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    if chunked:
+        conn.request("POST", path, body=iter([data[:7], data[7:]]), headers=headers, encode_chunked=True)
+    else:
+        conn.request("POST", path, body=data, headers=headers)
+    resp = conn.getresponse()
+    raw = resp.read()
+    conn.close()
+    return resp.status, (json.loads(raw) if raw else None)
+
+
+CHAT = {"model": "glm-5.3-flash", "messages": [{"role": "user", "content": "Schreib ein Gedicht über Zürich"}]}
+
+
+def test_a_request_without_a_budget_gets_the_default(server):
+    status, echo = post(server, "/v1/chat/completions", CHAT)
+    assert status == 200
+    assert echo["received"]["thinking_token_budget"] == 1536
+    assert echo["received"]["messages"] == CHAT["messages"]        # the rest is untouched (non-ASCII too)
+    assert int(echo["content_length"]) == len(json.dumps(echo["received"], ensure_ascii=False,
+                                                         separators=(",", ":")).encode())
+
+
+def test_a_request_with_its_own_budget_keeps_it(server):
+    status, echo = post(server, "/v1/chat/completions", dict(CHAT, thinking_token_budget=300))
+    assert status == 200 and echo["received"]["thinking_token_budget"] == 300
+
+
+def test_null_budget_and_legacy_completions_and_chunked_bodies_get_the_default(server):
+    assert post(server, "/v1/chat/completions", dict(CHAT, thinking_token_budget=None))[1]["received"][
+        "thinking_token_budget"] == 1536
+    assert post(server, "/v1/completions", {"model": "glm-5.3-flash", "prompt": "hi"})[1]["received"][
+        "thinking_token_budget"] == 1536
+    status, echo = post(server, "/v1/chat/completions", CHAT, chunked=True)
+    assert status == 200 and echo["received"]["thinking_token_budget"] == 1536
+
+
+def test_other_routes_and_other_bodies_pass_through(server):
+    # Anthropic's API carries its own budget field (thinking.budget_tokens): not ours to change
+    assert "thinking_token_budget" not in post(server, "/v1/messages", CHAT)[1]["received"]
+    status, echo = post(server, "/v1/chat/completions", [1, 2])
+    assert status == 200 and echo["received"] == [1, 2]
+
+
+def test_the_api_key_is_still_required(server):
+    status, _ = post(server, "/v1/chat/completions", CHAT, key=None)
+    assert status == 401
+    status, _ = post(server, "/v1/chat/completions", CHAT, key="wrong")
+    assert status == 401

@@ -1,0 +1,64 @@
+"""The real vLLM 0.33.0 wheel from PyPI, cached, and what the GB10 tests build from it.
+
+- `scheduler_source()`: vllm/v1/core/sched/scheduler.py read straight from the wheel.
+- `parser_python()`: a cached venv in which vLLM's own serve argument parser can be
+  built. vLLM pins torch 2.14.0 (CUDA, several GB); the parser only needs `import torch`
+  to work, so the venv takes the CPU build of torch 2.13.0 that this machine kind keeps
+  on disk (/opt/wheels, found through the machine's pip configuration) and vLLM with
+  --no-deps plus the few pure-Python packages its import chain needs (pinned below).
+  VLLM_TARGET_DEVICE=cpu lets the config defaults resolve without a GPU.
+
+Everything lands under ${GLM_FLASH_CACHE:-~/.cache/glm-flash}; a second run fetches nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "engine"))
+import pypi  # noqa: E402  (tests/engine/pypi.py: verified, cached PyPI wheels)
+
+VLLM_VERSION = "0.33.0"
+SCHEDULER = "vllm/v1/core/sched/scheduler.py"
+# The CPU torch this machine kind ships on disk (its pip configuration finds it).
+PARSER_TORCH = "torch==2.13.0"
+# The pure-Python closure the parser imports, frozen from a working venv (installed --no-deps).
+PARSER_LOCK = Path(__file__).resolve().parent / "parser-requirements.txt"
+
+
+def wheel() -> Path:
+    return pypi.wheel("vllm", VLLM_VERSION)
+
+
+def scheduler_source() -> str:
+    with zipfile.ZipFile(wheel()) as z:
+        return z.read(SCHEDULER).decode()
+
+
+def parser_venv() -> Path:
+    return pypi.cache_dir() / f"vllm-{VLLM_VERSION}-parser-venv"
+
+
+def parser_python() -> Path:
+    """Interpreter of the parser venv, built once (marker written last)."""
+    venv = parser_venv()
+    marker = venv / ".glm-flash-complete"
+    want = f"{VLLM_VERSION}\n{PARSER_TORCH}\n" + PARSER_LOCK.read_text()
+    if marker.exists() and marker.read_text() == want:
+        return venv / "bin" / "python"
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    pip = [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    # The machine's pip configuration carries the local CPU torch; PyPI has only CUDA builds.
+    local = sorted(Path("/opt/wheels").glob("torch-2.13.0+cpu-cp311-*.whl"))
+    subprocess.run(pip + ["--no-deps", str(local[0]) if local else PARSER_TORCH], check=True)
+    subprocess.run(pip + ["--no-deps", str(wheel())], check=True)
+    subprocess.run(pip + ["--no-deps", "-r", str(PARSER_LOCK)], check=True)
+    marker.write_text(want)
+    return py
