@@ -8,6 +8,7 @@ Roles run in this order; each reads facts and changes only what differs.
 from roles import base, hardware, headless, profile, service, tools, users
 from roles import cuda_header
 from roles import driver, toolkit
+from roles import engine_vllm
 
 p = profile.for_current_host()
 hardware.apply(p)
@@ -19,4 +20,9 @@ toolkit.apply(p)          # CUDA cuda_version under /usr/local/cuda-X.Y, selecte
 cuda_header.apply(p)      # after tools: uses glm-flash-patch; re-checked every deploy
 users.apply(p)
 headless.apply(p, tools.bin_dir(p))
+gb10_engine = engine_vllm.apply(p)   # GB10: vLLM-Moet fork at vllm_ref, patches, drafter; None elsewhere
 service.apply(p)
+if gb10_engine and gb10_engine.switch_op is not None:
+    from pyinfra.operations import systemd
+    systemd.service(name="Restart glm-flash.service on the new engine environment", service="glm-flash.service",
+                    running=True, restarted=True, _if=gb10_engine.switch_op.did_change)

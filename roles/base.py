@@ -24,6 +24,11 @@ class LegacyAptSources(FactBase):
 
 
 def apply(profile: Profile) -> None:
+    if profile.platform == "gb10":
+        # DGX OS (Ubuntu 24.04) keeps its own apt sources (Ubuntu's and NVIDIA's): only the packages are ours.
+        apt.packages(name="Base packages", packages=profile.base_packages, update=True, cache_time=86400,
+                     no_recommends=True)
+        return
     sources = template(
         "debian.sources.j2", "/etc/apt/sources.list.d/debian.sources", mode="644",
         name="Debian apt sources with contrib, non-free and non-free-firmware",

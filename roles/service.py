@@ -29,13 +29,16 @@ def unit_context(profile: Profile, api_key: bool) -> dict:
         alloc_conf=profile.pytorch_alloc_conf, api_key=api_key, gpu_count=profile.gpu_count,
         port=profile.port, served_model_name=profile.served_model_name,
         startup_timeout_s=profile.startup_timeout_s, restart_limit=profile.restart_limit,
-        restart_window_s=profile.restart_window_s,
+        restart_window_s=profile.restart_window_s, drop_page_cache=profile.drop_page_cache,
     )
 
 
 def engine_env(profile: Profile) -> dict[str, str]:
     if profile.platform == "l40s":
         return launch.kt_env(profile)
+    if profile.platform == "gb10":
+        from roles.vllm_launch import vllm_env
+        return vllm_env(profile)
     return {}
 
 
