@@ -1,0 +1,111 @@
+"""The GB10 box as deployed (platform gb10): GPU and driver, the fork at the pinned commit,
+our patch, the drafter, the unit, a real completion, and the default thinking budget.
+
+    pytest tests/host --inventory inventory/gb10.py --hosts ssh://root@gx10.example.lan
+
+Skipped, with the reason, for every other profile (the sandbox and the L40S box).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from roles import engine_vllm, vllm_launch
+from roles.driver_facts import version_at_least
+from roles.gb10_facts import GB10_CAPABILITY
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _gb10_only(profile):
+    # module scope: decided before the function-scoped GPU marker reaches for the host
+    if profile.platform != "gb10":
+        pytest.skip(f"not applicable: GB10 checks, this host's profile is platform {profile.platform}")
+
+
+@pytest.fixture
+def env_dir(profile) -> str:
+    return f"{engine_vllm.engine_dir(profile)}/envs/{engine_vllm.env_id(profile)}"
+
+
+def api(host, profile, path: str, body: dict) -> dict:
+    """POST to the engine on the host's loopback, with the API key when one is configured."""
+    key = "-H \"Authorization: Bearer $(cat /etc/glm-flash/api-key)\"" if host.file("/etc/glm-flash/api-key").exists else ""
+    out = host.check_output(f"curl -sS --max-time 900 -H 'Content-Type: application/json' {key} "
+                            f"-d {shlex.quote(json.dumps(body))} http://127.0.0.1:{profile.port}{path}")
+    return json.loads(out)
+
+
+@pytest.mark.gpu
+def test_gpu_is_a_gb10_with_unified_memory_and_a_new_enough_driver(host, profile):
+    rows = host.check_output("nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version "
+                             "--format=csv,noheader,nounits").splitlines()
+    assert len(rows) == 1, rows
+    name, cap, memory, driver = [c.strip() for c in rows[0].split(",")]
+    assert "GB10" in name and cap == GB10_CAPABILITY
+    assert not memory.isdigit(), f"a GB10 reports no memory of its own, got {memory}"
+    assert version_at_least(driver, profile.driver_min_version), f"driver {driver} < {profile.driver_min_version}"
+    assert host.check_output("uname -m") == "aarch64"
+
+
+def test_engine_is_the_fork_at_the_pinned_commit(host, profile, env_dir):
+    current = host.check_output(f"readlink {engine_vllm.engine_dir(profile)}/current")
+    assert current.rstrip("/").endswith(f"envs/{engine_vllm.env_id(profile)}")
+    marker = json.loads(host.file(f"{env_dir}/.glm-flash-complete").content_string)
+    assert (marker["repo"], marker["ref"]) == (profile.vllm_repo_url, profile.vllm_ref)
+    assert host.check_output(f"git -C {env_dir}/src rev-parse HEAD") == profile.vllm_ref
+    version = host.check_output(f"{env_dir}/bin/python -c 'import vllm, torch; print(vllm.__version__, torch.version.cuda)'")
+    assert version.split()[1] != "None", f"torch without CUDA in {env_dir}: {version}"
+
+
+def test_mamba_block_size_patch_is_in_place(host, profile, env_dir):
+    pset = f"{env_dir}/glm-flash-patches/vllm-0.33.0-gb10.json"
+    out = host.run(f"{profile.install_root}/bin/glm-flash-patch check {pset} --json")
+    assert out.rc == 0, out.stdout + out.stderr
+    states = {v["state"] for v in json.loads(out.stdout.splitlines()[0]).values()}
+    assert states <= {"applied", "upstream"}, states
+
+
+def test_drafter_is_downloaded_and_verified(host, profile):
+    out = host.run(f"python3 {profile.install_root}/bin/glm-flash-model-fetch check --dest {profile.drafter_path} "
+                   f"--repo {profile.drafter_model} --revision {profile.drafter_revision}")
+    assert out.rc == 0, out.stdout + out.stderr
+
+
+def test_thinking_budget_default_is_wired(host, profile, env_dir):
+    spec = json.loads(host.file("/etc/glm-flash/launch.json").content_string)
+    assert vllm_launch.MIDDLEWARE in spec["args"]
+    env = host.file("/etc/glm-flash/glm-flash.env").content_string
+    assert f"{vllm_launch.BUDGET_ENV}={profile.thinking_token_budget}" in env.splitlines()
+    assert host.file(f"{env_dir}/lib/python{profile.python_version}/site-packages/glm_flash_defaults.py").exists
+
+
+@pytest.mark.gpu
+def test_unit_is_active(host):
+    assert host.run("systemctl is-active glm-flash.service").stdout.strip() == "active"
+
+
+@pytest.mark.gpu
+def test_a_completion_answers(host, profile):
+    out = host.run(f"{profile.install_root}/bin/glm-flash-ready --port {profile.port} "
+                   f"--model {profile.served_model_name} --once")
+    assert out.rc == 0, out.stderr
+
+
+@pytest.mark.gpu
+def test_a_request_without_a_budget_thinks_within_the_default(host, profile):
+    """A prompt that makes the model think long, no thinking_token_budget, effort max: the
+    reasoning must stop at the server default (counted with the engine's own tokenizer)."""
+    reply = api(host, profile, "/v1/chat/completions", {
+        "model": profile.served_model_name, "max_tokens": profile.thinking_token_budget + 1024, "temperature": 0,
+        "chat_template_kwargs": {"reasoning_effort": "max"},
+        "messages": [{"role": "user", "content": "Prove carefully, step by step, that there are infinitely many "
+                      "primes of the form 4k+3, then list the first 40 of them with a check for each."}]})
+    message = reply["choices"][0]["message"]
+    reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
+    assert reasoning, f"no reasoning in the reply: {json.dumps(reply)[:500]}"
+    count = api(host, profile, "/tokenize", {"model": profile.served_model_name, "prompt": reasoning,
+                                              "add_special_tokens": False})["count"]
+    assert count <= profile.thinking_token_budget + 16, f"{count} reasoning tokens, default budget {profile.thinking_token_budget}"
