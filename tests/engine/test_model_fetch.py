@@ -183,3 +183,14 @@ def test_staged_model_check(tmp_path):
     (d / "config.json").unlink()
     r = subprocess.run([sys.executable, str(FETCH), "check", "--dest", str(d)], capture_output=True, text=True)
     assert r.returncode == 1 and "config.json is missing" in json.loads(r.stdout)["reason"]
+
+
+def test_unsharded_checkpoint_such_as_the_drafter_is_complete(tmp_path):
+    d = tmp_path / "drafter"
+    d.mkdir()
+    (d / "config.json").write_text("{}")
+    r = subprocess.run([sys.executable, str(FETCH), "check", "--dest", str(d)], capture_output=True, text=True)
+    assert r.returncode == 1 and "model.safetensors.index.json is missing" in json.loads(r.stdout)["reason"]
+    (d / "model.safetensors").write_bytes(b"\0" * 8)
+    r = subprocess.run([sys.executable, str(FETCH), "check", "--dest", str(d)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
