@@ -44,3 +44,16 @@ def test_flag_and_model_fact_parsers(tmp_path):
     mfact = model._fact()
     got = mfact.parse(out.splitlines())
     assert got["exit"] == 1 and got["state"] == "incomplete" and "does not exist" in got["reason"]
+
+
+def test_patch_op_applies_only_when_needed():
+    sys.path.insert(0, str(REPO / "tests" / "unit"))
+    from fakehost import commands
+    fact, op = engine_patches._fact_and_op()
+    sets = ["/e/glm-flash-patches/sglang-kt-0.7.2.json", "/e/glm-flash-patches/m.json"]
+    apply = "/opt/glm-flash/bin/glm-flash-patch apply " + " ".join(sets)
+    done = {"exit": 0, "files": {"/a": {"state": "applied"}}, "lines": []}
+    assert commands(op, {fact: done}, tool="/opt/glm-flash/bin/glm-flash-patch", sets=sets) == []
+    for state in ({"exit": 1, "files": {}, "lines": []}, {"exit": None, "files": {}, "lines": []},
+                  {"exit": 2, "files": {}, "lines": ["refused"]}):
+        assert commands(op, {fact: state}, tool="/opt/glm-flash/bin/glm-flash-patch", sets=sets) == [apply]
