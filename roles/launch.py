@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from roles.profile import Profile
 from roles.toolkit import toolkit_env
+from roles.triton_configs import moe_env
 
 SGLANG_MODULE = "sglang.launch_server"
 
@@ -43,7 +44,8 @@ def kt_args(profile: Profile, numa_nodes: int) -> list[str]:
 
 def kt_env(profile: Profile) -> dict[str, str]:
     # The engine's JIT compiles use the profile's toolkit, whatever /usr/local/cuda points to.
-    env = {"SGLANG_KT_GLM5_NEXT_FP8_TRANSPORT": profile.kt_transport, **toolkit_env(profile)}
+    env = {"SGLANG_KT_GLM5_NEXT_FP8_TRANSPORT": profile.kt_transport, **toolkit_env(profile),
+           **moe_env(profile)}
     if profile.pytorch_alloc_conf:
         env["PYTORCH_ALLOC_CONF"] = env["PYTORCH_CUDA_ALLOC_CONF"] = profile.pytorch_alloc_conf
     return env
