@@ -41,5 +41,9 @@ deploy: venv
 check: venv  ## host checks; for a real host: make check INVENTORY=inventory/l40s.py HOSTS=ssh://root@gpu1
 	$(BIN)/python -m pytest tests/host -v --no-deploy --inventory $(INVENTORY) $(if $(HOSTS),--hosts $(HOSTS))
 
+.PHONY: engine-locks
+engine-locks: venv  ## regenerate locks/engine/*.txt (uv pinned in locks/tools.txt; needs PyPI)
+	$(BIN)/python scripts/engine_locks.py
+
 clean: sandbox-down
 	$(PY) sandbox/sandbox.py destroy

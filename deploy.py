@@ -9,6 +9,7 @@ from roles import base, hardware, headless, profile, service, tools, users
 from roles import cuda_header
 from roles import driver, toolkit
 from roles import engine_vllm
+from roles import engine_kt, python
 
 p = profile.for_current_host()
 hardware.apply(p)
@@ -20,8 +21,14 @@ toolkit.apply(p)          # CUDA cuda_version under /usr/local/cuda-X.Y, selecte
 cuda_header.apply(p)      # after tools: uses glm-flash-patch; re-checked every deploy
 users.apply(p)
 headless.apply(p, tools.bin_dir(p))
+kt_python = python.apply(p)          # L40S: the engine's CPython 3.11, uploaded from python_source; None elsewhere
+kt_engine = engine_kt.apply(p, kt_python)  # L40S: locked env built beside the old one, patched, then switched
 gb10_engine = engine_vllm.apply(p)   # GB10: vLLM-Moet fork at vllm_ref, patches, drafter; None elsewhere
 service.apply(p)
+if kt_engine and kt_engine.switch_op is not None and p.require_gpu:
+    from pyinfra.operations import systemd
+    systemd.service(name="Restart glm-flash.service on the new engine environment", service="glm-flash.service",
+                    running=True, restarted=True, _if=kt_engine.switch_op.did_change)
 if gb10_engine and gb10_engine.switch_op is not None:
     from pyinfra.operations import systemd
     systemd.service(name="Restart glm-flash.service on the new engine environment", service="glm-flash.service",

@@ -20,5 +20,7 @@ hosts = hosts(
         "model_path": "/srv/models/GLM-5.3-Flash",
         "model_download": False,
         "allow_reboot": False,
+        # The engine's CPython 3.11 comes from the control machine (pyenv on these machines).
+        "python_source": os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7"),
     }),
 )

@@ -12,6 +12,8 @@ import json
 import shlex
 
 import pytest
+from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+from packaging.version import Version
 
 from roles.engine_lock import load_lock, lock_path
 
@@ -92,14 +94,19 @@ def test_wheelhouse_files_carry_locked_hashes(host, profile, engine, pins):
     """pip installed with --require-hashes from these files; they must still be the locked ones."""
     r = host.run(f"cd {engine}/wheelhouse && sha256sum -- *")
     assert r.rc == 0, r.stderr
-    allowed = {h for p in pins.values() for h in p.hashes}
-    seen = {line.split()[1]: line.split()[0] for line in r.stdout.splitlines()}
+    by_pin: dict[str, list[str]] = {}
+    for line in r.stdout.splitlines():
+        digest, filename = line.split(maxsplit=1)
+        filename = filename.lstrip("*")
+        if filename.endswith(".whl"):
+            name, version, _, _ = parse_wheel_filename(filename)
+        else:
+            name, version = parse_sdist_filename(filename)
+        by_pin.setdefault(f"{canonicalize_name(name)}=={version}", []).append(digest)
     for name, pin in pins.items():
-        stem = name.replace("-", "_").lower()
-        mine = {fn: h for fn, h in seen.items() if fn.lower().replace("-", "_").startswith(f"{stem}-{pin.version}")}
-        assert mine, f"{name}=={pin.version}: no file in the wheelhouse"
-        assert any(h in pin.hashes for h in mine.values()), f"{name}: wheelhouse file hash is not locked"
-    assert allowed
+        digests = by_pin.get(f"{name}=={Version(pin.version)}")
+        assert digests, f"{name}=={pin.version}: no file in the wheelhouse"
+        assert any(d in pin.hashes for d in digests), f"{name}=={pin.version}: wheelhouse file hash is not locked"
 
 
 def test_rollback_command_is_installed(host, profile):

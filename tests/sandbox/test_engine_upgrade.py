@@ -1,0 +1,169 @@
+"""The engine on the Debian 13 sandbox, for real: the uploaded CPython 3.11, the pinned
+0.7.0.post1 environment built offline from the real PyPI wheels (torch CUDA build and all),
+then an upgrade to the real 0.7.0.post4 lock beside it, a failed upgrade that must leave
+`current` alone, and a rollback.
+
+No GPU here: what needs the driver (sgl_kernel's CUDA ops, starting the service) is shown
+failing for exactly that reason; everything else imports and runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+
+import pytest
+
+from roles.engine_lock import fetch, load_lock, pin_of
+from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, pyinfra, targets_sandbox
+
+pytestmark = pytest.mark.sandbox
+ROOT = "/opt/glm-flash"          # install_root of inventory/sandbox.py
+ENGINE = f"{ROOT}/engine"
+PY = f"{ENGINE}/current/bin/python"
+UPGRADE_SET = "0.7.0.post4"
+
+
+def sh(command: str, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
+    r = subprocess.run(["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", command],
+                       capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode:
+        raise AssertionError(f"{command!r} exited {r.returncode}: {r.stderr[-2000:]}")
+    return r
+
+
+def deploy(*data: str) -> subprocess.CompletedProcess:
+    args = ["--json"]
+    for d in data:
+        args += ["--data", d]
+    return pyinfra(*args, SANDBOX_INVENTORY, "deploy.py", timeout=3600)
+
+
+def state() -> dict:
+    return json.loads(sh(f"{ROOT}/bin/glm-flash-engine status --json").stdout)
+
+
+@pytest.fixture(scope="module")
+def deployed(request, sandbox_deploys):
+    if not targets_sandbox(request.config):
+        pytest.skip("not applicable: these tests deploy the built-in sandbox only")
+    return sandbox_deploys      # None with --no-deploy: the sandbox is checked as it is
+
+
+@pytest.fixture(scope="module")
+def base_env(deployed) -> str:
+    s = state()
+    assert s["current"] and s["current"].startswith("0.7.0.post1-"), s
+    return s["current"]
+
+
+def test_engine_ops_ran_once_and_second_deploy_changed_nothing(deployed):
+    if deployed is None:
+        pytest.skip("ran with --no-deploy")
+    first = changed_operations(deployed.first.stdout)
+    assert any(op.startswith("Build engine environment 0.7.0.post1-") for op in first)
+    assert any(op.startswith("Unpack and check cpython-3.11") for op in first)
+    assert any(op.startswith("Switch engine current -> 0.7.0.post1-") for op in first)
+    assert changed_operations(deployed.second.stdout) == []
+
+
+def test_interpreter_is_the_uploaded_cpython_311_with_its_libraries(base_env):
+    out = sh(f"{PY} -I -c 'import sys, ssl, sqlite3, ctypes, lzma; print(sys.version.split()[0], sys.base_prefix)'").stdout
+    version, prefix = out.split()
+    assert version.startswith("3.11.") and prefix.startswith(f"{ROOT}/python/cpython-3.11")
+    # relocated: no RUNPATH into the control machine's tree, sysconfig points at the host copy
+    assert "/root/.pyenv" not in sh(f"{PY} -I -c 'import sysconfig; print(sysconfig.get_paths()[\"include\"])'").stdout
+    assert sh(f"ldd {prefix}/bin/python3.11 | grep -c 'not found'", check=False).stdout.strip() == "0"
+    assert sh("python3 -c 'import sys; print(sys.version_info[:2])'").stdout.strip() == "(3, 13)"  # Debian's own stays
+
+
+def test_pip_check_reports_only_the_intended_cudnn_conflict(base_env):
+    r = sh(f"cd /tmp && {PY} -m pip check", check=False)
+    lines = [l for l in r.stdout.splitlines() if l.strip()]
+    assert r.returncode == 1 and len(lines) == 1, r.stdout
+    assert lines[0].startswith("torch 2.9.1 has requirement nvidia-cudnn-cu12==9.10.2.21") and "9.16.0.29" in lines[0]
+
+
+def test_engine_imports_without_a_gpu(base_env):
+    code = ("import torch, transformers, kt_kernel, sglang, sglang.srt.server_args, sglang.launch_server, "
+            "xgrammar, flashinfer, triton; "
+            "print(torch.__version__, torch.version.cuda, torch.cuda.is_available(), torch.backends.cudnn.version(), "
+            "transformers.__version__, kt_kernel.__version__)")
+    out = sh(f"cd /tmp && {PY} -W ignore -c {shlex.quote(code)}").stdout.split()
+    assert out[:4] == ["2.9.1+cu128", "12.8", "False", "91600"]   # torch sees cuDNN 9.16 (sglang wants >= 9.15)
+    assert out[4] == "5.6.0"          # transformers-kt's version string, not upstream 5.15.1
+    assert out[5] == "0.7.0.post1"
+    # sgl_kernel's CUDA ops need the driver's libcuda.so.1: that, and only that, is missing here
+    r = sh(f"cd /tmp && {PY} -c 'import sgl_kernel'", check=False)
+    assert r.returncode != 0 and "libcuda.so.1" in r.stderr
+
+
+def test_transformers_kt_is_the_last_writer_of_transformers(base_env):
+    report = json.loads(sh(f"{ROOT}/bin/glm-flash-engine verify {base_env} --json").stdout)
+    assert report["owners"]["transformers"] == {"owner": "transformers-kt", "files_not_from_owner": 0,
+                                                "also_installed": "5.15.1"}
+    assert report["cudnn"] == "9.16.0.29" and report["problems"] == []
+
+
+def test_cudnn_drift_is_put_back_by_the_next_deploy(deployed, base_env):
+    """Someone removes cuDNN from the env by hand (a real pip uninstall): the deploy re-asserts it."""
+    if deployed is None:
+        pytest.skip("ran with --no-deploy")
+    _, pins = load_lock("0.7.0.post1")
+    sh(f"cd /tmp && PIP_CONFIG_FILE=/dev/null {PY} -m pip uninstall -y -q nvidia-cudnn-cu12")
+    assert state()["cudnn"] is None
+    run = deploy()
+    assert run.returncode == 0, run.stderr[-4000:]
+    want = pin_of(pins, "nvidia-cudnn-cu12").version
+    assert changed_operations(run.stdout) == [f"Re-assert nvidia-cudnn-cu12=={want} in {base_env}"]
+    assert state()["cudnn"] == want
+    assert changed_operations(deploy().stdout) == []
+
+
+def test_failed_upgrade_leaves_current_alone(deployed, base_env):
+    """A wheel that fails its locked hash (same name and size, other bytes) breaks the build."""
+    _, pins = load_lock(UPGRADE_SET)
+    kt = next(p for p in fetch(pins) if p.name.startswith(f"kt_kernel-{UPGRADE_SET}-"))
+    before = sh("systemctl show -p NRestarts -p ExecMainStartTimestamp -p ActiveState glm-flash.service", check=False).stdout
+    sh(f"mkdir -p {ENGINE}/wheelhouse && head -c {kt.stat().st_size} /dev/zero > {ENGINE}/wheelhouse/{kt.name}")
+    try:
+        run = deploy(f"engine_set={UPGRADE_SET}")
+        assert run.returncode != 0
+        assert "THESE PACKAGES DO NOT MATCH THE HASHES" in run.stderr or "do not match" in run.stderr.lower()
+        s = state()
+        assert s["current"] == base_env
+        assert not any(v == "complete" for k, v in s["envs"].items() if k.startswith(UPGRADE_SET))
+        assert sh("systemctl show -p NRestarts -p ExecMainStartTimestamp -p ActiveState glm-flash.service",
+                  check=False).stdout == before
+    finally:
+        sh(f"rm -f {ENGINE}/wheelhouse/{kt.name}")
+
+
+def test_upgrade_builds_beside_switches_and_rollback_switches_back(deployed, base_env):
+    run = deploy(f"engine_set={UPGRADE_SET}")
+    assert run.returncode == 0, run.stderr[-6000:]
+    changed = changed_operations(run.stdout)
+    assert any(op.startswith(f"Build engine environment {UPGRADE_SET}-") for op in changed)
+    s = state()
+    new = s["current"]
+    assert new.startswith(UPGRADE_SET + "-") and s["previous"] == base_env
+    assert s["envs"] == {base_env: "complete", new: "complete"}
+    out = sh(f"cd /tmp && {PY} -W ignore -c 'import kt_kernel, sglang; print(kt_kernel.__version__)'").stdout.split()
+    assert out == [UPGRADE_SET]
+    report = json.loads(sh(f"{ROOT}/bin/glm-flash-engine verify --json").stdout)
+    assert report["problems"] == [] and report["cudnn"] == "9.16.0.29"
+    assert report["owners"]["transformers"]["also_installed"] is None      # post4 has no upstream transformers
+    # same set again: nothing to do
+    assert changed_operations(deploy(f"engine_set={UPGRADE_SET}").stdout) == []
+
+    # one command back; the service cannot start without a GPU, which the command reports
+    r = sh("glm-flash-rollback", check=False)
+    s = state()
+    assert s["current"] == base_env and s["previous"] == new
+    assert r.returncode in (0, 3), r.stderr
+    if r.returncode == 3:
+        assert "systemctl restart glm-flash.service" in r.stdout
+    assert sh(f"cd /tmp && {PY} -c 'import kt_kernel; print(kt_kernel.__version__)'").stdout.strip() == "0.7.0.post1"
+    # the profile still says 0.7.0.post1: the deploy agrees with the rolled-back state
+    assert changed_operations(deploy().stdout) == []
