@@ -57,6 +57,23 @@ def plan(profile: Profile, python_sha256: str) -> tuple[str, bytes, list]:
     return env_id(profile.engine_set, data, python_sha256), data, pins
 
 
+def decide(state, env: str, cudnn_version: str, owner_ok: bool | None = None) -> list[str]:
+    """What a run does, from the host's facts, in order: "build" (env not complete), else
+    "assert-cudnn" / "assert-owner" (a complete env that drifted), then "switch" (env not
+    current). A complete, current env with the right cuDNN and owner: []."""
+    actions = []
+    if env not in state.complete:
+        actions.append("build")
+    else:
+        if state.version(env, "nvidia-cudnn-cu12") != cudnn_version:
+            actions.append("assert-cudnn")
+        if owner_ok is False:
+            actions.append("assert-owner")
+    if state.current != env:
+        actions.append("switch")
+    return actions
+
+
 def apply(profile: Profile, python_artifact=None) -> EngineResult | None:
     if profile.platform != "l40s":
         return None
@@ -85,7 +102,12 @@ def apply(profile: Profile, python_artifact=None) -> EngineResult | None:
         files.link(name=f"Link {link}", path=link, target=tool)
 
     state = host.get_fact(EngineEnvs, install_root=profile.install_root)
-    if env not in state.complete:
+    cudnn = pin_of(pins, "nvidia-cudnn-cu12")
+    owner_ok = None
+    if env in state.complete and pin_of(pins, "transformers-kt"):
+        owner_ok = host.get_fact(TransformersOwner, env_dir=env_dir)
+    actions = decide(state, env, cudnn.version, owner_ok)
+    if "build" in actions:
         have = host.get_fact(WheelhouseFiles, path=wheelhouse)
         missing = [w for w in wheels if have.get(w.name) != w.stat().st_size]
         for w in missing:
@@ -94,19 +116,18 @@ def apply(profile: Profile, python_artifact=None) -> EngineResult | None:
                      commands=[f"{tool} build {env} --python {art.host_python(profile.install_root)} "
                                f"--lock {lock_dest} --wheelhouse {wheelhouse}"])
 
+    if "assert-cudnn" in actions:
+        server.shell(name=f"Re-assert nvidia-cudnn-cu12=={cudnn.version} in {env}",
+                     commands=[f"{tool} assert-pin {env} nvidia-cudnn-cu12"])
+    if "assert-owner" in actions:
+        server.shell(name=f"Re-assert transformers-kt as the owner of transformers/ in {env}",
+                     commands=[f"{tool} assert-pin {env} transformers-kt --force"])
+
     if importlib.util.find_spec("roles.engine_patches") is not None:
         importlib.import_module("roles.engine_patches").apply(profile, env_dir)
 
     switch_op = None
-    if state.current != env:
+    if "switch" in actions:
         switch_op = server.shell(name=f"Switch engine current -> {env} (previous kept for glm-flash-rollback)",
                                  commands=[f"{tool} switch {env}", f"{tool} prune --keep {env}"])
-    else:
-        cudnn = pin_of(pins, "nvidia-cudnn-cu12")
-        if state.version(env, "nvidia-cudnn-cu12") != cudnn.version:
-            server.shell(name=f"Re-assert nvidia-cudnn-cu12=={cudnn.version} in {env}",
-                         commands=[f"{tool} assert-pin {env} nvidia-cudnn-cu12"])
-        if pin_of(pins, "transformers-kt") and host.get_fact(TransformersOwner, env_dir=env_dir) is False:
-            server.shell(name=f"Re-assert transformers-kt as the owner of transformers/ in {env}",
-                         commands=[f"{tool} assert-pin {env} transformers-kt --force"])
     return EngineResult(env, env_dir, f"{env_dir}/bin/python", switch_op)

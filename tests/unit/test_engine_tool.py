@@ -1,0 +1,148 @@
+"""files/glm-flash-engine on a scratch install root: real offline builds from real PyPI wheels
+(three small pins copied verbatim from the 0.7.0.post1 lock, fetched into the cache once),
+a build that fails its hash check, switch, rollback, prune, a pin put back.
+The engine's own packages are built in the sandbox suite; this covers the mechanics fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from roles.engine_lock import fetch, load_lock
+
+REPO = Path(__file__).resolve().parents[2]
+TOOL = REPO / "files" / "glm-flash-engine"
+NAMES = ("idna", "sniffio", "annotated-types")
+
+
+def base_python() -> str:
+    exe = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    return str(exe)
+
+
+@pytest.fixture(scope="module")
+def mini(tmp_path_factory):
+    """A lock of three real pins and a wheelhouse holding their real wheels."""
+    _, pins = load_lock("0.7.0.post1")
+    chosen = [p for p in pins if p.name in NAMES]
+    d = tmp_path_factory.mktemp("mini")
+    wheelhouse = d / "wheelhouse"
+    wheelhouse.mkdir()
+    for path in fetch(chosen, log=lambda *_: None):
+        os.link(path, wheelhouse / path.name) if path.stat().st_dev == wheelhouse.stat().st_dev \
+            else wheelhouse.joinpath(path.name).write_bytes(path.read_bytes())
+    lock2 = d / "two.txt"
+    lock2.write_text("".join(p.lock_lines() for p in chosen[:2]))
+    lock3 = d / "three.txt"
+    lock3.write_text("".join(p.lock_lines() for p in chosen))
+    bad = d / "bad.txt"
+    first = chosen[0]
+    bad.write_text(f"{first.requirement} --hash=sha256:{'0' * 64}\n")
+    return {"pins": chosen, "wheelhouse": wheelhouse, "lock2": lock2, "lock3": lock3, "bad": bad}
+
+
+def tool(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = dict(os.environ, GLM_FLASH_ROOT=str(root), GLM_FLASH_STATE_DIR=str(root / "patch-state"))
+    r = subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, env=env, timeout=600)
+    if check and r.returncode:
+        raise AssertionError(f"glm-flash-engine {' '.join(args)} -> {r.returncode}\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def status(root: Path) -> dict:
+    return json.loads(tool(root, "status", "--json").stdout)
+
+
+def build(root: Path, env: str, lock: Path, wheelhouse: Path, check: bool = True):
+    return tool(root, "build", env, "--python", base_python(), "--lock", str(lock), "--wheelhouse", str(wheelhouse),
+                check=check)
+
+
+def test_build_switch_rollback_prune(tmp_path, mini):
+    root = tmp_path / "root"
+    a, b, c = "0.7.0.post1-aaaaaaaaaaaa", "0.7.0.post4-bbbbbbbbbbbb", "0.7.2-cccccccccccc"
+    build(root, a, mini["lock2"], mini["wheelhouse"])
+    marker = root / "engine/envs" / a / ".glm-flash-complete"
+    assert json.loads(marker.read_text())["packages"] == 2
+    stamp = marker.stat().st_mtime_ns
+    assert "already complete" in build(root, a, mini["lock2"], mini["wheelhouse"]).stdout
+    assert marker.stat().st_mtime_ns == stamp                              # second build: nothing done
+
+    assert status(root)["current"] is None
+    tool(root, "switch", a)
+    assert status(root)["current"] == a and (root / "engine/current").resolve() == root / "engine/envs" / a
+
+    # a wheel that does not match the lock's hash: the build fails, nothing switches to it
+    r = build(root, b, mini["bad"], mini["wheelhouse"], check=False)
+    assert r.returncode == 2 and "pip failed" in r.stderr
+    assert "DO NOT MATCH THE HASHES" in r.stderr + r.stdout
+    assert tool(root, "switch", b, check=False).returncode == 2
+    assert status(root)["current"] == a and status(root)["envs"][b] == "incomplete"
+
+    # the same env name built again from a good lock replaces the half-built one
+    build(root, b, mini["lock3"], mini["wheelhouse"])
+    tool(root, "switch", b)
+    assert (status(root)["current"], status(root)["previous"]) == (b, a)
+    out = subprocess.run([str(root / "engine/current/bin/python"), "-c", "import sniffio, idna, annotated_types"])
+    assert out.returncode == 0
+
+    r = tool(root, "rollback", "--no-restart")
+    assert (status(root)["current"], status(root)["previous"]) == (a, b) and "rolled back" in r.stdout
+    tool(root, "rollback", "--no-restart")
+    assert (status(root)["current"], status(root)["previous"]) == (b, a)
+
+    (root / "engine/envs" / c).mkdir()                                      # a failed upgrade's leftovers
+    tool(root, "prune")
+    assert sorted(status(root)["envs"]) == sorted([a, b])
+
+
+def test_verify_and_assert_pin(tmp_path, mini):
+    root = tmp_path / "root"
+    env = "0.7.0.post1-dddddddddddd"
+    lock = root / "engine/locks" / f"{env}.txt"
+    lock.parent.mkdir(parents=True)
+    lock.write_text(mini["lock3"].read_text())
+    tool(root, "build", env, "--python", base_python(), "--wheelhouse", str(mini["wheelhouse"]))
+    tool(root, "switch", env)
+    report = json.loads(tool(root, "verify", "--full", "--json").stdout)
+    assert report["problems"] == [] and report["complete"]
+    assert {n: report["versions"][n] for n in NAMES} == {p.name: p.version for p in mini["pins"]}
+
+    # a file changed behind pip's back is found by its RECORD hash
+    sp = next((root / "engine/envs" / env / "lib").glob("python3.*/site-packages"))
+    (sp / "idna" / "core.py").write_text("# changed\n")
+    report = json.loads(tool(root, "verify", "--full", "--json", check=False).stdout)
+    assert any("idna" in p and "differ from RECORD" in p for p in report["problems"])
+    # ... unless the patch tool's manifest accounts for it
+    manifest = root / "patch-state" / "manifests" / "x.json"
+    manifest.parent.mkdir(parents=True)
+    import hashlib
+    manifest.write_text(json.dumps({"files": {str(sp / "idna" / "core.py"): {
+        "patched_sha256": hashlib.sha256(b"# changed\n").hexdigest()}}}))
+    assert json.loads(tool(root, "verify", "--full", "--json").stdout)["problems"] == []
+
+    # a pin removed by hand is put back from the wheelhouse; a right one is left alone
+    subprocess.run([str(root / "engine/current/bin/python"), "-m", "pip", "uninstall", "-y", "-q", "sniffio"],
+                   check=True, env=dict(os.environ, PIP_CONFIG_FILE=os.devnull))
+    report = json.loads(tool(root, "verify", "--json", check=False).stdout)
+    assert any(p.startswith("sniffio: missing installed") for p in report["problems"])
+    assert "reinstalling" in tool(root, "assert-pin", env, "sniffio", "--wheelhouse", str(mini["wheelhouse"])).stdout
+    assert "as locked" in tool(root, "assert-pin", env, "sniffio", "--wheelhouse", str(mini["wheelhouse"])).stdout
+
+
+def test_rollback_without_previous_is_refused(tmp_path):
+    r = tool(tmp_path, "rollback", "--no-restart", check=False)
+    assert r.returncode == 2 and "no previous environment" in r.stderr
+
+
+def test_called_as_glm_flash_rollback(tmp_path):
+    link = tmp_path / "glm-flash-rollback"
+    link.symlink_to(TOOL)
+    r = subprocess.run([sys.executable, str(link), "--no-restart"], capture_output=True, text=True,
+                       env=dict(os.environ, GLM_FLASH_ROOT=str(tmp_path)))
+    assert r.returncode == 2 and "no previous environment" in r.stderr
