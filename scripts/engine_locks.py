@@ -26,28 +26,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from roles.defaults import KNOBS  # noqa: E402
-from roles.engine_lock import LOCK_DIR, cache_root  # noqa: E402
+from roles.engine_lock import LOCK_DIR, tools_bin  # noqa: E402
 
 RESOLVED_AT = "2026-11-30T00:00:00Z"   # PyPI snapshot the locks come from; move it to pick up fixes
 TARGET = ["--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_35"]
 
 
-def tools_python() -> Path:
-    """A venv in the cache with the pinned tools of locks/tools.txt."""
-    venv = cache_root() / "tools" / "venv"
-    stamp = venv / "tools.txt"
-    want = (REPO / "locks" / "tools.txt").read_text()
-    if not (stamp.exists() and stamp.read_text() == want):
-        env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_FIND_LINKS="")
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--only-binary=:all:",
-                        "--require-hashes", "-r", str(REPO / "locks" / "tools.txt")], check=True, env=env)
-        stamp.write_text(want)
-    return venv / "bin"
-
-
 def compile_lock(engine_set: str, out: Path) -> None:
-    bin_dir = tools_python()
+    bin_dir = tools_bin()
     cudnn = KNOBS["cudnn_version"].default
     with tempfile.TemporaryDirectory() as tmp:
         req = Path(tmp) / f"engine-{engine_set}.in"
