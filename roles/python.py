@@ -208,7 +208,15 @@ def apply(profile: Profile) -> Artifact | None:
     from roles.engine_facts import PythonArtifact
     from roles.ops import host_tool
 
-    art = artifact(profile)
+    from roles.profile import Problem, ProfileError, fail
+
+    try:
+        art = artifact(profile)
+    except PythonSourceError as e:
+        fail(ProfileError([Problem(profile.host, "python_source", str(e),
+                                   "set python_source to a CPython install tree on this machine "
+                                   "(e.g. ~/.pyenv/versions/3.11.x or an unpacked python-build-standalone install_only archive)")]))
+        raise
     apt.packages(name="Libraries the engine's CPython links against", packages=list(profile.python_runtime_packages)
                  + ["python3"], no_recommends=True)
     root = profile.install_root
