@@ -42,7 +42,8 @@ def engine_env(profile: Profile) -> dict[str, str]:
     return {}
 
 
-def apply(profile: Profile) -> None:
+def apply(profile: Profile, engine_switch=None) -> None:
+    """engine_switch: the op that moved the engine's `current` link; the service restarts after it."""
     api_key = os.environ.get(profile.api_key_env, "")
     readable = dict(user="root", group=profile.service_user, mode="640")
     files.directory(name="Configuration directory", path=CONF_DIR, user="root", group=profile.service_user,
@@ -61,7 +62,7 @@ def apply(profile: Profile) -> None:
     else:
         key = files.file(name="No API key configured", path=f"{CONF_DIR}/api-key", present=False)
     unit = template("glm-flash.service.j2", UNIT, name="glm-flash.service unit", **unit_context(profile, bool(api_key)))
-    changed = any_changed(env, launch_file, key, unit)
+    changed = any_changed(*[op for op in (env, launch_file, key, unit, engine_switch) if op is not None])
     systemd.daemon_reload(name="Reload systemd after the unit changed", _if=any_changed(unit))
     if not host.get_fact(Gpus):
         systemd.service(name="Enable glm-flash.service", service="glm-flash.service", enabled=True, running=None)
@@ -71,5 +72,5 @@ def apply(profile: Profile) -> None:
     # Starting blocks until a real completion answers (ExecStartPost), up to startup_timeout_s.
     systemd.service(name="Enable and start glm-flash.service", service="glm-flash.service", enabled=True, running=True)
     # pyinfra restarts only a unit that was already running before this run.
-    systemd.service(name="Restart glm-flash.service after its configuration changed", service="glm-flash.service",
+    systemd.service(name="Restart glm-flash.service after its configuration or engine changed", service="glm-flash.service",
                     running=None, restarted=True, _if=changed)

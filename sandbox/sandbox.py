@@ -101,7 +101,17 @@ def create_rootfs() -> None:
     (root / "etc/ssh/sshd_config.d/sandbox.conf").write_text(
         f"# The sandbox shares the host's network: keep sshd on a loopback port.\n"
         f"Port {PORT}\nListenAddress 127.0.0.1\nHostKey /etc/ssh/ssh_host_ed25519_key\n")
+    stage_model(root)
     tmp.rename(ROOTFS)
+
+
+def stage_model(root: Path) -> None:
+    """Simulated: the 306 GiB checkpoint cannot be fetched here, so a stand-in with the real
+    config.json keys (and tiny shards) is staged where inventory/sandbox.py expects it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fake_model import write_model
+
+    write_model(root / "srv/models/GLM-5.3-Flash")
 
 
 def pid() -> int | None:

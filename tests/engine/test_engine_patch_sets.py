@@ -4,7 +4,7 @@ Wheels are fetched once into ${GLM_FLASH_CACHE:-~/.cache/glm-flash}/wheels (sha2
 against PyPI) and only the three files the sets touch are taken out of each. The sets are
 rendered by roles/engine_patches.py from a profile, exactly as a deploy uploads them, and
 applied by the real files/glm-flash-patch. The model's config.json is a fake built from
-the keys research.md names (the real one cannot be downloaded here): tests/engine/fake_model.py.
+the keys research.md names (the real one cannot be downloaded here): sandbox/fake_model.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-import fake_model  # noqa: E402
+from sandbox import fake_model  # noqa: E402
 import pypi  # noqa: E402
 from roles import engine_patches, profile  # noqa: E402
 

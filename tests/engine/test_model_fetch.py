@@ -27,7 +27,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-import fake_model  # noqa: E402
+from sandbox import fake_model  # noqa: E402
 import pypi  # noqa: E402
 from fake_hub import FakeHub  # noqa: E402
 from roles import model, profile  # noqa: E402
