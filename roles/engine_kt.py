@@ -20,8 +20,6 @@ service are untouched. Building needs no network on the host.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,7 +78,9 @@ def apply(profile: Profile, python_artifact=None) -> EngineResult | None:
     from pyinfra import host
     from pyinfra.operations import files, server
 
+    from roles import engine_patches, flag_check, launch
     from roles import python as python_role
+    from roles.facts import NumaNodes
     from roles.engine_facts import EngineEnvs, TransformersOwner, WheelhouseFiles
 
     try:
@@ -123,8 +123,10 @@ def apply(profile: Profile, python_artifact=None) -> EngineResult | None:
         server.shell(name=f"Re-assert transformers-kt as the owner of transformers/ in {env}",
                      commands=[f"{tool} assert-pin {env} transformers-kt --force"])
 
-    if importlib.util.find_spec("roles.engine_patches") is not None:
-        importlib.import_module("roles.engine_patches").apply(profile, env_dir)
+    engine_patches.apply(profile, env_dir)
+    # The new environment's own parser accepts the flags before it becomes `current`.
+    spec = launch.launch_spec(profile, host.get_fact(NumaNodes))
+    flag_check.apply(profile, {**spec, "python": f"{env_dir}/bin/python"})
 
     switch_op = None
     if "switch" in actions:

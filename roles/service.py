@@ -10,7 +10,7 @@ from pyinfra import host
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
-from roles import flag_check, launch
+from roles import launch
 from roles.facts import Gpus, NumaNodes
 from roles.ops import template
 from roles.profile import Profile
@@ -51,8 +51,6 @@ def apply(profile: Profile, engine_switch=None) -> None:
     env = template("glm-flash.env.j2", f"{CONF_DIR}/glm-flash.env", name="Service environment",
                    state_dir=state_dir(profile), extra_env=engine_env(profile), **readable)
     spec = launch.launch_spec(profile, host.get_fact(NumaNodes))
-    if profile.platform == "l40s":
-        flag_check.apply(profile, spec)  # an unknown flag stops here, before anything is restarted
     launch_file = files.put(name="Launch flags", src=StringIO(json.dumps(spec, indent=2) + "\n"),
                             dest=f"{CONF_DIR}/launch.json", **readable)
     if api_key:
