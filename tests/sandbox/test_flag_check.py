@@ -1,0 +1,69 @@
+"""files/glm-flash-check-flags against the real sglang-kt 0.7.0.post1 parser, as the deploy runs it:
+with the engine environment the sandbox deploy built from the lock (real wheels, no GPU; the
+tool never constructs ServerArgs, so nothing needs CUDA)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from roles import launch, profile
+from tests.conftest import REPO
+
+TOOL = REPO / "files" / "glm-flash-check-flags"
+SET = "0.7.0.post1"
+ENGINE_PYTHON = "/opt/glm-flash/engine/current/bin/python"
+pytestmark = pytest.mark.sandbox
+
+
+@pytest.fixture(scope="module")
+def engine_python(sandbox):
+    return ENGINE_PYTHON
+
+
+def check(python, spec):
+    command = f"{python} /opt/glm-flash/bin/glm-flash-check-flags --args-json {shlex.quote(json.dumps(spec))}"
+    return subprocess.run(["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", command],
+                          capture_output=True, text=True, timeout=600)
+
+
+def rendered_spec(**data):
+    prof = profile.build("t", {"engine_set": SET, **data})
+    return launch.launch_spec(prof, 2)
+
+
+def test_the_rendered_flags_are_accepted(engine_python):
+    spec = rendered_spec()
+    assert "--kt-weight-path" in spec["args"] and "--kt-threadpool-count" in spec["args"]
+    r = check(engine_python, spec)
+    assert r.returncode == 0, r.stderr
+    assert "accepted by sglang.launch_server (sglang-kt 0.7.0.post1)" in r.stdout
+
+
+def test_unknown_flag_and_bad_value_are_refused_clearly(engine_python):
+    spec = rendered_spec()
+    bad = dict(spec, args=spec["args"] + ["--kt-cpu-infer", "152", "--tp", "2"])
+    r = check(engine_python, bad)
+    assert r.returncode == 1
+    assert "unknown flag --kt-cpu-infer (did you mean --kt-cpuinfer?)" in r.stderr
+    assert "the service was not (re)started" in r.stderr and "Traceback" not in r.stderr
+    args = list(spec["args"])
+    args[args.index("--context-length") + 1] = "512k"
+    r = check(engine_python, dict(spec, args=args))
+    assert r.returncode == 1 and "--context-length" in r.stderr and "512k" in r.stderr
+
+
+def test_a_module_without_a_known_parser_cannot_be_checked(engine_python):
+    r = check(engine_python, {"module": "vllm.entrypoints.cli", "args": []})
+    assert r.returncode == 2 and "no parser known" in r.stderr
+
+
+def test_without_the_engine_it_says_it_cannot_check(tmp_path):
+    # the control machine's venv has no sglang: exit 2, not a false "ok"
+    r = subprocess.run([sys.executable, str(TOOL), "--args-json", json.dumps(rendered_spec())],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "cannot build sglang.launch_server's argument parser" in r.stderr
