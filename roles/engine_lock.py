@@ -23,6 +23,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
+from roles.pypi_cache import HashMismatch, cache_root, download, sha256_file
+
 REPO = Path(__file__).resolve().parent.parent
 LOCK_DIR = REPO / "locks" / "engine"
 PYPI_SIMPLE = os.environ.get("GLM_FLASH_PYPI_SIMPLE", "https://pypi.org/simple")
@@ -205,20 +207,7 @@ def parse_env_id(name: str) -> tuple[str, str] | None:
     return (m.group(1), m.group(2)) if m else None
 
 
-# --- the cache on the control machine -------------------------------------------------------
-
-def cache_root() -> Path:
-    base = os.environ.get("GLM_FLASH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "glm-flash")
-    return Path(base)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
+# --- the cache on the control machine (roles/pypi_cache.py) ------------------------------------
 
 def _verified(path: Path, pin: Pin) -> bool:
     """A cached file counts when its hash is one the lock allows (checked once, then stamped)."""
@@ -268,18 +257,12 @@ def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=print
         chosen = choose_file(pin, _project_files(session, pin.name), py)
         path = dest / chosen["filename"]
         if not _verified(path, pin):
-            part = path.with_name(path.name + ".part")
+            digest = chosen["hashes"]["sha256"]     # one the lock allows (choose_file picks only those)
             log(f"fetching {chosen['filename']}")
-            with session.get(chosen["url"], stream=True, timeout=300) as resp:
-                resp.raise_for_status()
-                with open(part, "wb") as f:
-                    for block in resp.iter_content(1 << 20):
-                        f.write(block)
-            digest = sha256_file(part)
-            if digest != chosen["hashes"]["sha256"] or digest not in pin.hashes:
-                part.unlink()
-                raise LockError(f"{chosen['filename']}: downloaded sha256 {digest} is not the locked one")
-            part.replace(path)
+            try:
+                download(chosen["url"], path, digest, session=session, timeout=300)
+            except HashMismatch as e:
+                raise LockError(f"{chosen['filename']}: downloaded sha256 {e.got} is not the locked one") from None
             st = path.stat()
             path.with_name(path.name + ".sha256").write_text(f"{digest} {st.st_size} {int(st.st_mtime)}\n")
         known[pin.requirement] = chosen["filename"]

@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from roles.engine_lock import cache_root, sha256_file
+from roles.pypi_cache import cache_root, sha256_file
 from roles.profile import Profile
 
 MARKER = ".glm-flash-complete"

@@ -1,7 +1,8 @@
 """Download pinned wheels and build a Debian rootfs tarball, cached outside the clone.
 
 Everything lands under ${GLM_FLASH_CACHE:-$HOME/.cache/glm-flash}; a second run finds
-the files there (wheels re-verified against the sha256 PyPI gives) and fetches nothing.
+the files there (wheels re-verified against the sha256 PyPI gives, roles/pypi_cache.py) and
+fetches nothing.
 Used by tests/cuda (the header compile proof) and by the sandbox header test.
 """
 
@@ -12,14 +13,16 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
-import urllib.parse
 import zipfile
 from pathlib import Path
 
-import requests
-
-PYPI = os.environ.get("GLM_FLASH_PYPI", "https://pypi.org/pypi")
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from roles import pypi_cache  # noqa: E402
+from roles.pypi_cache import cache_dir  # noqa: E402
 
 # The 12.8 header (no nvcc binary inside) and CUDA 13.0's compiler (research.md 6).
 HEADER_WHEEL = ("nvidia-cuda-nvcc-cu12", "12.8.93")
@@ -33,62 +36,9 @@ COMPILER_WHEELS = (
 FETCHED: list[str] = []   # what this process downloaded (tests report it)
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("GLM_FLASH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "glm-flash")
-    p = Path(base)
-    p.mkdir(parents=True, exist_ok=True)
-    return p
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _release_file(name: str, version: str, platform_tag: str = "x86_64") -> dict:
-    url = f"{PYPI}/{name}/json"
-    r = requests.get(url, timeout=60)
-    r.raise_for_status()
-    files = r.json()["releases"].get(version) or []
-    wheels = [f for f in files if f["filename"].endswith(".whl") and platform_tag in f["filename"]]
-    if len(wheels) != 1:
-        raise RuntimeError(f"{name}=={version}: expected one {platform_tag} wheel on PyPI, found "
-                           f"{[f['filename'] for f in files]}")
-    w = dict(wheels[0])
-    w["url"] = urllib.parse.urljoin(url, w["url"])
-    return w
-
-
 def wheel(name: str, version: str) -> Path:
-    """Path of the verified wheel in the cache; downloads it only when missing or corrupt."""
-    d = cache_dir() / "wheels"
-    d.mkdir(exist_ok=True)
-    stamp = d / f"{name}-{version}.sha256"        # filename + sha256, so a cached run needs no network
-    if stamp.exists():
-        fname, digest = stamp.read_text().split()
-        path = d / fname
-        if path.exists() and _sha256(path) == digest:
-            return path
-    info = _release_file(name, version)
-    path, digest = d / info["filename"], info["digests"]["sha256"]
-    if not (path.exists() and _sha256(path) == digest):
-        tmp = path.with_suffix(".part")
-        with requests.get(info["url"], stream=True, timeout=120) as r:
-            r.raise_for_status()
-            with open(tmp, "wb") as f:
-                for block in r.iter_content(1 << 20):
-                    f.write(block)
-        got = _sha256(tmp)
-        if got != digest:
-            tmp.unlink()
-            raise RuntimeError(f"{info['filename']}: sha256 {got} does not match PyPI's {digest}")
-        tmp.replace(path)
-        FETCHED.append(info["filename"])
-    stamp.write_text(f"{info['filename']} {digest}\n")
-    return path
+    """Path of the verified x86_64 wheel in the cache; downloads it only when missing or corrupt."""
+    return pypi_cache.wheel(name, version, accept=("x86_64",), fetched=FETCHED)
 
 
 MIRROR = os.environ.get("GLM_FLASH_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -126,7 +76,6 @@ def rootfs_tarball(suite: str, packages: tuple[str, ...]) -> Path:
 
 HEADER_IN_12 = "nvidia/cuda_nvcc/include/crt/math_functions.h"
 HEADER_IN_13 = "nvidia/cu13/include/crt/math_functions.h"
-REPO = Path(__file__).resolve().parents[2]
 
 
 def member_text(wheel_path: Path, member: str) -> str:

@@ -1,0 +1,113 @@
+"""Files from PyPI in the control machine's cache, each checked against its sha256.
+
+One place for what roles/engine_lock.py (the engine wheelhouse), roles/python.py and the test
+helpers tests/engine/pypi.py and tests/cuda/cuda_assets.py (single wheels) share:
+
+- cache_root() / cache_dir(): ${GLM_FLASH_CACHE:-~/.cache/glm-flash} (cache_dir() creates it);
+- sha256_file(path);
+- release_wheel(name, version, accept): the one wheel of a release, from PyPI's JSON API
+  (${GLM_FLASH_PYPI:-https://pypi.org/pypi}/<name>/json): filename, absolute url, sha256;
+- download(url, path, sha256): into `<path>.part`, renamed to `path` only when the hash matches;
+- wheel(name, version, accept): the verified wheel in `<cache>/wheels`, fetched only when missing
+  or corrupt; a stamp (`<name>-<version>.sha256`: filename and digest) lets a second run skip
+  the network.
+
+Control machine only (stdlib and `requests`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import urllib.parse
+from pathlib import Path
+
+PYPI_JSON = os.environ.get("GLM_FLASH_PYPI", "https://pypi.org/pypi")
+
+
+class HashMismatch(RuntimeError):
+    """A downloaded file whose sha256 is not the expected one (the partial file is deleted)."""
+
+    def __init__(self, filename: str, got: str, want: str):
+        super().__init__(f"{filename}: sha256 {got} does not match PyPI's {want}")
+        self.filename, self.got, self.want = filename, got, want
+
+
+def cache_root() -> Path:
+    base = os.environ.get("GLM_FLASH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "glm-flash")
+    return Path(base)
+
+
+def cache_dir() -> Path:
+    """cache_root(), created when missing."""
+    p = cache_root()
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def release_wheel(name: str, version: str, accept: tuple[str, ...] = ("x86_64",)) -> dict:
+    """{filename, url, sha256} of the one wheel of name==version on PyPI whose filename contains
+    one of `accept` (e.g. "x86_64", "none-any"); more or fewer than one is an error."""
+    import requests
+
+    url = f"{PYPI_JSON}/{name}/json"
+    r = requests.get(url, timeout=60)
+    r.raise_for_status()
+    files = r.json()["releases"].get(version) or []
+    wheels = [f for f in files if f["filename"].endswith(".whl") and any(a in f["filename"] for a in accept)]
+    if len(wheels) != 1:
+        raise RuntimeError(f"{name}=={version}: expected one {' or '.join(accept)} wheel on PyPI, found "
+                           f"{[f['filename'] for f in files]}")
+    w = wheels[0]
+    return {"filename": w["filename"], "url": urllib.parse.urljoin(url, w["url"]), "sha256": w["digests"]["sha256"]}
+
+
+def download(url: str, path: Path, sha256: str, *, session=None, timeout: int = 120, resume: bool = False) -> None:
+    """Fetch `url` into `<path>.part` and rename it to `path` once its sha256 is `sha256`; on a
+    mismatch the partial file is deleted and HashMismatch raised. resume: continue a partial
+    file left by an interrupted run (HTTP Range), when the server allows it."""
+    if session is None:
+        import requests as session
+    part = path.with_name(path.name + ".part")
+    have = part.stat().st_size if resume and part.exists() else 0
+    headers = {"Range": f"bytes={have}-"} if have else {}
+    with session.get(url, stream=True, timeout=timeout, headers=headers) as resp:
+        resp.raise_for_status()
+        mode = "ab" if have and resp.status_code == 206 else "wb"
+        with open(part, mode) as f:
+            for block in resp.iter_content(1 << 20):
+                f.write(block)
+    got = sha256_file(part)
+    if got != sha256:
+        part.unlink()
+        raise HashMismatch(path.name, got, sha256)
+    part.replace(path)
+
+
+def wheel(name: str, version: str, accept: tuple[str, ...] = ("x86_64",), fetched: list | None = None) -> Path:
+    """Path of the verified wheel in `<cache>/wheels`; downloads it only when missing or corrupt
+    (resuming a partial download). The filename is appended to `fetched` when it was downloaded."""
+    d = cache_dir() / "wheels"
+    d.mkdir(exist_ok=True)
+    stamp = d / f"{name}-{version}.sha256"        # filename + sha256, so a cached run needs no network
+    if stamp.exists():
+        fname, digest = stamp.read_text().split()
+        path = d / fname
+        if path.exists() and sha256_file(path) == digest:
+            return path
+    info = release_wheel(name, version, accept)
+    path, digest = d / info["filename"], info["sha256"]
+    if not (path.exists() and sha256_file(path) == digest):
+        download(info["url"], path, digest, resume=True)
+        if fetched is not None:
+            fetched.append(info["filename"])
+    stamp.write_text(f"{info['filename']} {digest}\n")
+    return path
