@@ -25,6 +25,8 @@ from pathlib import Path
 
 import jinja2
 import yaml
+from pyinfra import host
+from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 
 from roles.profile import Profile
 
@@ -121,69 +123,64 @@ def set_dir(env_dir: str) -> str:
 
 # --- pyinfra: a fact running `glm-flash-patch check --json`, an op applying when pending ----------
 
-def _fact_and_op():
-    from pyinfra import host
-    from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+class EnginePatchCheck(FactBase):
+    """`glm-flash-patch check --json SETS...`: {"exit": int|None, "files": {...}, "lines": [...]}.
 
-    class EnginePatchCheck(FactBase):
-        """`glm-flash-patch check --json SETS...`: {"exit": int|None, "files": {...}, "lines": [...]}.
+    exit None: the tool or a set is not on the host yet (first run: uploaded earlier in
+    the same run); 0 all applied; 1 something pending; 2 refused (drift or a bad set).
+    """
 
-        exit None: the tool or a set is not on the host yet (first run: uploaded earlier in
-        the same run); 0 all applied; 1 something pending; 2 refused (drift or a bad set).
-        """
+    def command(self, tool: str, sets: list[str]):
+        q = [QuoteString(s) for s in sets]
+        exists = []
+        for s in [tool, *sets]:
+            exists += ["[ -e", QuoteString(s), "] &&"]
+        return StringCommand("if", *exists, "true; then", QuoteString(tool), "check --json", *q,
+                             "2>&1; echo \"exit=$?\"; else echo missing; fi")
 
-        def command(self, tool: str, sets: list[str]):
-            q = [QuoteString(s) for s in sets]
-            exists = []
-            for s in [tool, *sets]:
-                exists += ["[ -e", QuoteString(s), "] &&"]
-            return StringCommand("if", *exists, "true; then", QuoteString(tool), "check --json", *q,
-                                 "2>&1; echo \"exit=$?\"; else echo missing; fi")
+    @staticmethod
+    def default():
+        return {"exit": None, "files": {}, "lines": []}
 
-        @staticmethod
-        def default():
+    @staticmethod
+    def parse(lines) -> dict:
+        lines = [line.rstrip() for line in lines if line.strip()]
+        if lines == ["missing"]:
             return {"exit": None, "files": {}, "lines": []}
+        code = None
+        if lines and lines[-1].startswith("exit="):
+            code = int(lines.pop()[len("exit="):])
+        files, rest = {}, []
+        for line in lines:
+            if line.startswith("{"):
+                try:
+                    files = json.loads(line)
+                    continue
+                except ValueError:
+                    pass
+            rest.append(line)
+        return {"exit": code, "files": files, "lines": rest}
 
-        @staticmethod
-        def parse(lines) -> dict:
-            lines = [line.rstrip() for line in lines if line.strip()]
-            if lines == ["missing"]:
-                return {"exit": None, "files": {}, "lines": []}
-            code = None
-            if lines and lines[-1].startswith("exit="):
-                code = int(lines.pop()[len("exit="):])
-            files, rest = {}, []
-            for line in lines:
-                if line.startswith("{"):
-                    try:
-                        files = json.loads(line)
-                        continue
-                    except ValueError:
-                        pass
-                rest.append(line)
-            return {"exit": code, "files": files, "lines": rest}
+    def process(self, output):
+        return self.parse(output)
 
-        def process(self, output):
-            return self.parse(output)
 
-    @operation()
-    def engine_patched(tool: str, sets: list[str]):
-        """
-        Apply every patch set of the run, only when the check says something is pending.
+@operation()
+def engine_patched(tool: str, sets: list[str]):
+    """
+    Apply every patch set of the run, only when the check says something is pending.
 
-        + tool: glm-flash-patch on the host
-        + sets: the uploaded set JSON files (all checked by the tool before any is written)
+    + tool: glm-flash-patch on the host
+    + sets: the uploaded set JSON files (all checked by the tool before any is written)
 
-        A refused run (an upstream file changed) makes the apply command fail with the
-        tool's message naming package, version, file and patch; nothing is written.
-        """
-        state = host.get_fact(EnginePatchCheck, tool=tool, sets=sets)
-        if state["exit"] == 0:
-            host.noop(f"engine patches in place ({len(state['files'])} files)")
-            return
-        yield StringCommand(QuoteString(tool), "apply", *[QuoteString(s) for s in sets])
-
-    return EnginePatchCheck, engine_patched
+    A refused run (an upstream file changed) makes the apply command fail with the
+    tool's message naming package, version, file and patch; nothing is written.
+    """
+    state = host.get_fact(EnginePatchCheck, tool=tool, sets=sets)
+    if state["exit"] == 0:
+        host.noop(f"engine patches in place ({len(state['files'])} files)")
+        return
+    yield StringCommand(QuoteString(tool), "apply", *[QuoteString(s) for s in sets])
 
 
 def apply(profile: Profile, env_dir: str) -> None:
@@ -197,7 +194,6 @@ def apply(profile: Profile, env_dir: str) -> None:
     except PatchSetError as e:
         fail(ProfileError([Problem(profile.host, "engine_set", str(e), "see the message")]))
         raise
-    _, engine_patched = _fact_and_op()
     d = set_dir(env_dir)
     files.directory(name=f"Patch sets directory {d}", path=d, mode="755", user="root", group="root")
     dests = []

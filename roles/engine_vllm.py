@@ -151,13 +151,13 @@ def apply(profile: Profile) -> EngineResult | None:
                      commands=[build_command(profile, env)])
 
     # Our edits, through the patch tool (checked every run; applied only when pending).
-    EnginePatchCheck, engine_patched = engine_patches._fact_and_op()
     sets_dir = engine_patches.set_dir(env_dir)
     pset = patch_set(profile, env_dir)
     dest = f"{sets_dir}/{pset['name']}.json"
     files.directory(name=f"Patch sets of {env}", path=sets_dir, mode="755")
     files.put(name=f"Patch set {pset['name']}", src=io.StringIO(engine_patches.set_json(pset)), dest=dest, mode="644")
-    engine_patched(name=f"vLLM patches in {env} (Mamba group block size)", tool=f"{bins}/glm-flash-patch", sets=[dest])
+    engine_patches.engine_patched(name=f"vLLM patches in {env} (Mamba group block size)",
+                                  tool=f"{bins}/glm-flash-patch", sets=[dest])
 
     # Server-side default thinking budget, loaded by vLLM's --middleware.
     files.put(name=f"Thinking-budget middleware in {env}", src=str(MIDDLEWARE_FILE),

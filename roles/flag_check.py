@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import json
 
+from pyinfra import host
+from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+
 from roles.profile import Profile
 
 TOOL = "glm-flash-check-flags"
@@ -22,61 +25,56 @@ def tool_path(profile: Profile) -> str:
     return f"{profile.install_root}/bin/{TOOL}"
 
 
-def _fact_and_op():
-    from pyinfra import host
-    from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+class LaunchFlagCheck(FactBase):
+    """{"exit": int|None, "lines": [...]}; exit None when the engine python or the tool is missing."""
 
-    class LaunchFlagCheck(FactBase):
-        """{"exit": int|None, "lines": [...]}; exit None when the engine python or the tool is missing."""
+    def command(self, python: str, tool: str, spec_json: str):
+        return StringCommand("if [ -x", QuoteString(python), "] && [ -e", QuoteString(tool), "]; then",
+                             QuoteString(python), QuoteString(tool), "--args-json", QuoteString(spec_json),
+                             "2>&1; echo \"exit=$?\"; else echo missing; fi")
 
-        def command(self, python: str, tool: str, spec_json: str):
-            return StringCommand("if [ -x", QuoteString(python), "] && [ -e", QuoteString(tool), "]; then",
-                                 QuoteString(python), QuoteString(tool), "--args-json", QuoteString(spec_json),
-                                 "2>&1; echo \"exit=$?\"; else echo missing; fi")
+    @staticmethod
+    def default():
+        return {"exit": None, "lines": []}
 
-        @staticmethod
-        def default():
+    @staticmethod
+    def parse(lines) -> dict:
+        lines = [line.rstrip() for line in lines if line.strip()]
+        if lines == ["missing"]:
             return {"exit": None, "lines": []}
+        code = None
+        if lines and lines[-1].startswith("exit="):
+            code = int(lines.pop()[len("exit="):])
+        return {"exit": code, "lines": lines}
 
-        @staticmethod
-        def parse(lines) -> dict:
-            lines = [line.rstrip() for line in lines if line.strip()]
-            if lines == ["missing"]:
-                return {"exit": None, "lines": []}
-            code = None
-            if lines and lines[-1].startswith("exit="):
-                code = int(lines.pop()[len("exit="):])
-            return {"exit": code, "lines": lines}
+    def process(self, output):
+        return self.parse(output)
 
-        def process(self, output):
-            return self.parse(output)
 
-    @operation()
-    def flags_accepted(python: str, tool: str, spec_json: str):
-        """
-        Fail with the checker's message when the engine's parser refuses the flags.
+@operation()
+def flags_accepted(python: str, tool: str, spec_json: str):
+    """
+    Fail with the checker's message when the engine's parser refuses the flags.
 
-        + python: the engine environment's interpreter
-        + tool: glm-flash-check-flags on the host
-        + spec_json: the launch spec ({module, args, api_key_flag}) as JSON
-        """
-        from pyinfra.api.state import StateStage
-        state = host.get_fact(LaunchFlagCheck, python=python, tool=tool, spec_json=spec_json)
-        if state["exit"] == 0:
-            host.noop("launch flags accepted by the installed engine's parser")
-            return
-        if state["exit"] is None and host.state.current_stage != StateStage.Execute:
-            # first run: the engine or the tool is installed earlier in this run; check then
-            yield StringCommand(QuoteString(python), QuoteString(tool), "--args-json", QuoteString(spec_json))
-            return
-        if state["exit"] is None:
-            message = f"glm-flash-check-flags: {python} or {tool} is missing; the engine environment is not installed"
-        else:
-            message = "\n".join(line for line in state["lines"] if line.startswith("glm-flash-check-flags")) \
-                or "\n".join(state["lines"][-5:])
-        yield StringCommand("echo", QuoteString(message), ">&2; exit 1")
-
-    return LaunchFlagCheck, flags_accepted
+    + python: the engine environment's interpreter
+    + tool: glm-flash-check-flags on the host
+    + spec_json: the launch spec ({module, args, api_key_flag}) as JSON
+    """
+    from pyinfra.api.state import StateStage
+    state = host.get_fact(LaunchFlagCheck, python=python, tool=tool, spec_json=spec_json)
+    if state["exit"] == 0:
+        host.noop("launch flags accepted by the installed engine's parser")
+        return
+    if state["exit"] is None and host.state.current_stage != StateStage.Execute:
+        # first run: the engine or the tool is installed earlier in this run; check then
+        yield StringCommand(QuoteString(python), QuoteString(tool), "--args-json", QuoteString(spec_json))
+        return
+    if state["exit"] is None:
+        message = f"glm-flash-check-flags: {python} or {tool} is missing; the engine environment is not installed"
+    else:
+        message = "\n".join(line for line in state["lines"] if line.startswith("glm-flash-check-flags")) \
+            or "\n".join(state["lines"][-5:])
+    yield StringCommand("echo", QuoteString(message), ">&2; exit 1")
 
 
 def apply(profile: Profile, spec: dict) -> None:
@@ -88,7 +86,6 @@ def apply(profile: Profile, spec: dict) -> None:
 
     files.directory(name="Host tools directory", path=bin_dir(profile), mode="755")
     host_tool(TOOL, bin_dir(profile))
-    _, flags_accepted = _fact_and_op()
     check = {k: spec[k] for k in ("module", "args", "api_key_flag") if k in spec}
     flags_accepted(name=f"Launch flags accepted by {spec['module']} (the installed engine's own parser)",
                    python=spec["python"], tool=tool_path(profile), spec_json=json.dumps(check, sort_keys=True))

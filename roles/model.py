@@ -26,6 +26,7 @@ import os
 from pathlib import Path
 
 import yaml
+from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from roles.profile import Profile
 
@@ -109,42 +110,37 @@ def download_command(profile: Profile, with_token: bool) -> str:
     return f"trap 'rm -f {q(token_path(profile))}' EXIT; {run}"
 
 
-def _fact():
-    from pyinfra.api import FactBase, QuoteString, StringCommand
+class ModelCheck(FactBase):
+    """`glm-flash-model-fetch check` with the host's python3: {"exit", "state", "reason"}."""
 
-    class ModelCheck(FactBase):
-        """`glm-flash-model-fetch check` with the host's python3: {"exit", "state", "reason"}."""
+    def command(self, tool: str, dest: str, repo: str = "", revision: str = ""):
+        extra = ["--repo", QuoteString(repo), "--revision", QuoteString(revision)] if repo else []
+        return StringCommand("if [ -e", QuoteString(tool), "]; then python3", QuoteString(tool), "check --dest",
+                             QuoteString(dest), *extra, "; echo \"exit=$?\"; else echo missing; fi")
 
-        def command(self, tool: str, dest: str, repo: str = "", revision: str = ""):
-            extra = ["--repo", QuoteString(repo), "--revision", QuoteString(revision)] if repo else []
-            return StringCommand("if [ -e", QuoteString(tool), "]; then python3", QuoteString(tool), "check --dest",
-                                 QuoteString(dest), *extra, "; echo \"exit=$?\"; else echo missing; fi")
+    @staticmethod
+    def default():
+        return {"exit": None, "state": "unknown", "reason": "the check tool is not installed yet"}
 
-        @staticmethod
-        def default():
-            return {"exit": None, "state": "unknown", "reason": "the check tool is not installed yet"}
+    @staticmethod
+    def parse(lines) -> dict:
+        import json
+        lines = [line.strip() for line in lines if line.strip()]
+        if lines == ["missing"]:
+            return ModelCheck.default()
+        out = {"exit": None, "state": "unknown", "reason": " ".join(lines)}
+        for line in lines:
+            if line.startswith("exit="):
+                out["exit"] = int(line[5:])
+            elif line.startswith("{"):
+                try:
+                    out.update(json.loads(line))
+                except ValueError:
+                    pass
+        return out
 
-        @staticmethod
-        def parse(lines) -> dict:
-            import json
-            lines = [line.strip() for line in lines if line.strip()]
-            if lines == ["missing"]:
-                return ModelCheck.default()
-            out = {"exit": None, "state": "unknown", "reason": " ".join(lines)}
-            for line in lines:
-                if line.startswith("exit="):
-                    out["exit"] = int(line[5:])
-                elif line.startswith("{"):
-                    try:
-                        out.update(json.loads(line))
-                    except ValueError:
-                        pass
-            return out
-
-        def process(self, output):
-            return self.parse(output)
-
-    return ModelCheck
+    def process(self, output):
+        return self.parse(output)
 
 
 def apply(profile: Profile) -> None:
@@ -156,7 +152,6 @@ def apply(profile: Profile) -> None:
     from roles.profile import ProfileError, Problem, fail
     from roles.tools import bin_dir
 
-    ModelCheck = _fact()
     tool = f"{bin_dir(profile)}/{FETCH}"
     files.directory(name="Host tools directory", path=bin_dir(profile), mode="755")
     host_tool(FETCH, bin_dir(profile))

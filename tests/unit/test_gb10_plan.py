@@ -131,11 +131,10 @@ def run_deploy(monkeypatch, facts, inventory=INVENTORY, extra_facts_for=None, pa
             obj = getattr(module, attr)
             if callable(obj) and hasattr(obj, "_inner") and getattr(obj, "__module__", "").startswith(OURS):
                 monkeypatch.setattr(module, attr, recorder(obj))
-    # the engine_patches op/fact pair is built on demand: record its op too
+    # engine_patches.engine_patched is a module-level op of roles/: the loop above records it
     from roles import engine_patches
-    fact_cls, real_op = engine_patches._fact_and_op()
-    monkeypatch.setattr(engine_patches, "_fact_and_op", lambda: (fact_cls, recorder(real_op)))
-    fake.facts[fact_cls] = patch_state or {"exit": None, "files": {}, "lines": []}
+    assert engine_patches.engine_patched.__module__ == __name__, "engine_patched is not recorded"
+    fake.facts[engine_patches.EnginePatchCheck] = patch_state or {"exit": None, "files": {}, "lines": []}
     if extra_facts_for:
         extra_facts_for(fake, monkeypatch)
     with on(fake):
@@ -146,8 +145,7 @@ def run_deploy(monkeypatch, facts, inventory=INVENTORY, extra_facts_for=None, pa
 def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
     """The model role's facts: the staged 2-bit checkpoint, the drafter download marker."""
     from roles import model
-    check = model._fact()
-    monkeypatch.setattr(model, "_fact", lambda: check)     # one fact class for the whole run
+    check = model.ModelCheck
     p = build("gx10.example.lan", INVENTORY, api_key_present=False)
     tool = f"{p.install_root}/bin/glm-flash-model-fetch"
     ok = {"exit": 0, "state": "ok", "reason": ""}
