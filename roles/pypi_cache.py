@@ -78,6 +78,9 @@ def download(url: str, path: Path, sha256: str, *, session=None, timeout: int = 
         import requests as session
     part = path.with_name(path.name + ".part")
     have = part.stat().st_size if resume and part.exists() else 0
+    if have and sha256_file(part) == sha256:  # complete, but the run died before the rename
+        part.replace(path)
+        return
     headers = {"Range": f"bytes={have}-"} if have else {}
     with session.get(url, stream=True, timeout=timeout, headers=headers) as resp:
         resp.raise_for_status()
