@@ -17,9 +17,10 @@ from pathlib import Path
 
 import yaml
 from pyinfra import host
-from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import files
 
+from roles.facts import ToolResult
 from roles.ops import host_tool, template
 from roles.profile import Profile
 from roles.report import skipped
@@ -40,7 +41,7 @@ def patch_set_json() -> str:
     return json.dumps(yaml.safe_load(PATCH_YAML.read_text()), indent=1, sort_keys=True) + "\n"
 
 
-class CudaHeaderCheck(FactBase):
+class CudaHeaderCheck(ToolResult):
     """`glm-flash-fix-cuda-header --check` on the host: {"exit": int|None, "lines": [...]}.
 
     exit is None when the command is not installed yet (first deploy); 0 nothing to do;
@@ -50,23 +51,6 @@ class CudaHeaderCheck(FactBase):
     def command(self, tool: str):
         q = QuoteString(tool)
         return StringCommand("if [ -x", q, "]; then", q, "--check 2>&1; echo \"exit=$?\"; else echo missing; fi")
-
-    @staticmethod
-    def default():
-        return {"exit": None, "lines": []}
-
-    @staticmethod
-    def parse(lines) -> dict:
-        lines = [line.rstrip() for line in lines if line.strip()]
-        if lines == ["missing"]:
-            return {"exit": None, "lines": []}
-        code = None
-        if lines and lines[-1].startswith("exit="):
-            code = int(lines.pop()[len("exit="):])
-        return {"exit": code, "lines": lines}
-
-    def process(self, output):
-        return self.parse(output)
 
 
 @operation()

@@ -26,8 +26,9 @@ from pathlib import Path
 import jinja2
 import yaml
 from pyinfra import host
-from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+from pyinfra.api import QuoteString, StringCommand, operation
 
+from roles.facts import ToolResult
 from roles.profile import Profile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -123,7 +124,7 @@ def set_dir(env_dir: str) -> str:
 
 # --- pyinfra: a fact running `glm-flash-patch check --json`, an op applying when pending ----------
 
-class EnginePatchCheck(FactBase):
+class EnginePatchCheck(ToolResult):
     """`glm-flash-patch check --json SETS...`: {"exit": int|None, "files": {...}, "lines": [...]}.
 
     exit None: the tool or a set is not on the host yet (first run: uploaded earlier in
@@ -144,14 +145,9 @@ class EnginePatchCheck(FactBase):
 
     @staticmethod
     def parse(lines) -> dict:
-        lines = [line.rstrip() for line in lines if line.strip()]
-        if lines == ["missing"]:
-            return {"exit": None, "files": {}, "lines": []}
-        code = None
-        if lines and lines[-1].startswith("exit="):
-            code = int(lines.pop()[len("exit="):])
+        result = ToolResult.parse(lines)
         files, rest = {}, []
-        for line in lines:
+        for line in result["lines"]:
             if line.startswith("{"):
                 try:
                     files = json.loads(line)
@@ -159,10 +155,7 @@ class EnginePatchCheck(FactBase):
                 except ValueError:
                     pass
             rest.append(line)
-        return {"exit": code, "files": files, "lines": rest}
-
-    def process(self, output):
-        return self.parse(output)
+        return {"exit": result["exit"], "files": files, "lines": rest}
 
 
 @operation()

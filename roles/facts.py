@@ -227,3 +227,28 @@ class UnitFiles(FactBase):
 
     def process(self, output):
         return self.parse(output)
+
+
+class ToolResult(FactBase):
+    """Base of facts that run one of our host tools: {"exit": its exit code, "lines": its output}.
+
+    Their commands print `missing` where the tool is not on the host yet (a first deploy
+    uploads it later in the same run): exit is None then.
+    """
+
+    @staticmethod
+    def default():
+        return {"exit": None, "lines": []}
+
+    @staticmethod
+    def parse(lines) -> dict:
+        lines = [line.rstrip() for line in lines if line.strip()]
+        if lines == ["missing"]:
+            return {"exit": None, "lines": []}
+        code = None
+        if lines and lines[-1].startswith("exit="):
+            code = int(lines.pop()[len("exit="):])
+        return {"exit": code, "lines": lines}
+
+    def process(self, output):
+        return self.parse(output)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 
 from pyinfra import host
-from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+from pyinfra.api import QuoteString, StringCommand, operation
 
+from roles.facts import ToolResult
 from roles.profile import Profile
 
 TOOL = "glm-flash-check-flags"
@@ -25,30 +26,13 @@ def tool_path(profile: Profile) -> str:
     return f"{profile.install_root}/bin/{TOOL}"
 
 
-class LaunchFlagCheck(FactBase):
+class LaunchFlagCheck(ToolResult):
     """{"exit": int|None, "lines": [...]}; exit None when the engine python or the tool is missing."""
 
     def command(self, python: str, tool: str, spec_json: str):
         return StringCommand("if [ -x", QuoteString(python), "] && [ -e", QuoteString(tool), "]; then",
                              QuoteString(python), QuoteString(tool), "--args-json", QuoteString(spec_json),
                              "2>&1; echo \"exit=$?\"; else echo missing; fi")
-
-    @staticmethod
-    def default():
-        return {"exit": None, "lines": []}
-
-    @staticmethod
-    def parse(lines) -> dict:
-        lines = [line.rstrip() for line in lines if line.strip()]
-        if lines == ["missing"]:
-            return {"exit": None, "lines": []}
-        code = None
-        if lines and lines[-1].startswith("exit="):
-            code = int(lines.pop()[len("exit="):])
-        return {"exit": code, "lines": lines}
-
-    def process(self, output):
-        return self.parse(output)
 
 
 @operation()
