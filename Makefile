@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 INVENTORY ?= inventory/sandbox.py
 # Debian packages the control machine needs for the sandbox and the tests
 # (g++, libc6-dev: tests/cuda compiles the fixed CUDA header against this host's older glibc).
-APT_DEPS := mmdebstrap systemd-container openssh-client debian-archive-keyring dpkg-dev g++ libc6-dev binutils
+APT_DEPS := mmdebstrap systemd-container openssh-client iproute2 debian-archive-keyring dpkg-dev g++ libc6-dev binutils
 
 .PHONY: demo test deps venv sandbox-up sandbox-down sandbox-fresh deploy check clean
 

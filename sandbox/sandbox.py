@@ -20,8 +20,10 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -66,6 +68,23 @@ def build_image() -> Path:
     return tar
 
 
+def control_dir() -> Path:
+    """Where ssh keeps its master sockets. ssh refuses a ControlPath of 104 bytes or more (the
+    size of a Unix socket's address), so they cannot live under a checkout of any length: a short
+    private directory per checkout instead."""
+    tag = hashlib.sha256(str(STATE).encode()).hexdigest()[:10]
+    path = Path(tempfile.gettempdir()) / f"glm-flash-ssh-{os.getuid()}-{tag}"
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        sys.exit(f"sandbox: {path} is not a directory private to this user (a link, someone else's, or "
+                 f"group/world-accessible); remove it and run again")
+    return path
+
+
 def ensure_keys() -> None:
     KEYS.mkdir(parents=True, exist_ok=True)
     for name in ("id_ed25519", "ssh_host_ed25519_key"):
@@ -77,7 +96,7 @@ def ensure_keys() -> None:
         f"Host sandbox\n  HostName 127.0.0.1\n  Port {PORT}\n  User root\n"
         f"  IdentityFile {KEYS / 'id_ed25519'}\n  IdentitiesOnly yes\n"
         f"  UserKnownHostsFile {STATE / 'known_hosts'}\n  StrictHostKeyChecking yes\n"
-        f"  ControlMaster auto\n  ControlPath {STATE}/cm-%C\n  ControlPersist 60s\n")
+        f"  ControlMaster auto\n  ControlPath {control_dir()}/cm-%C\n  ControlPersist 60s\n")
 
 
 def create_rootfs() -> None:
@@ -123,6 +142,15 @@ def pid() -> int | None:
         return None
 
 
+def port_open() -> bool:
+    """Something accepts connections on the sandbox's port."""
+    try:
+        with socket.create_connection(("127.0.0.1", PORT), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 def ssh_ready() -> bool:
     try:
         with socket.create_connection(("127.0.0.1", PORT), timeout=1) as s:
@@ -136,37 +164,79 @@ def ssh(command: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
+def listener() -> str:
+    """Who listens on the sandbox's port, as `ss` tells it (empty when it cannot)."""
+    r = subprocess.run(["ss", "-Hltnp", f"sport = :{PORT}"], capture_output=True, text=True)
+    return " ".join(r.stdout.split()) if r.returncode == 0 else ""
+
+
+def log_since(offset: int, lines: int = 15) -> str:
+    """The last lines this boot wrote to boot.log (nspawn's own messages among them)."""
+    with open(STATE / "boot.log", "rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+    tail = [line for line in text.splitlines() if line.strip()][-lines:]
+    return "\n".join("    " + line for line in tail) or "    (nothing)"
+
+
+def first_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return "; ".join(lines[-3:]) if lines else "(no message)"
+
+
+BOOT_TIMEOUT = 90
+# Once sshd answers, ssh failing this long is a real failure (a key, a socket path), not a slow boot.
+SSH_FAIL_GRACE = 5
+
+
 def up() -> None:
     ensure_keys()
     if pid() and ssh_ready():
-        say(f"already running (ssh -F .sandbox/ssh_config sandbox)")
+        say(f"already running (ssh -F {STATE / 'ssh_config'} sandbox)")
         return
     if pid():
         down()
-    if ssh_ready():
-        sys.exit(f"sandbox: something else listens on 127.0.0.1:{PORT}; set GLM_FLASH_SANDBOX_PORT")
+    if port_open():
+        who = listener()
+        sys.exit(f"sandbox: 127.0.0.1:{PORT} is already in use{' by ' + who if who else ''}; stop that program "
+                 f"or pick another port with GLM_FLASH_SANDBOX_PORT")
     if not shutil.which("systemd-nspawn"):
         sys.exit("sandbox: systemd-nspawn is missing; run `make deps`")
     if not ROOTFS.exists():
         create_rootfs()
     say("booting with systemd-nspawn")
-    log = open(STATE / "boot.log", "ab")
+    logfile = STATE / "boot.log"
+    offset = logfile.stat().st_size if logfile.exists() else 0
+    log = open(logfile, "ab")
     env = dict(os.environ, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY="1")
     proc = subprocess.Popen(
         ["systemd-nspawn", "-b", "-D", str(ROOTFS), "-M", MACHINE, "--register=no", "--keep-unit",
          "--console=passive", "--resolv-conf=copy-host"],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True)
     PIDFILE.write_text(str(proc.pid))
-    deadline = time.time() + 90
+    deadline = time.time() + BOOT_TIMEOUT
+    failing_since, last_error = None, ""
     while time.time() < deadline:
         if proc.poll() is not None:
-            sys.exit(f"sandbox: the container exited ({proc.returncode}); see .sandbox/boot.log")
-        if ssh_ready() and ssh("systemctl is-system-running --wait >/dev/null 2>&1; true").returncode == 0:
-            say(f"up: ssh -F .sandbox/ssh_config sandbox")
-            return
+            PIDFILE.unlink(missing_ok=True)
+            sys.exit(f"sandbox: systemd-nspawn exited with status {proc.returncode} before SSH answered; "
+                     f"its last lines ({logfile}):\n{log_since(offset)}")
+        if ssh_ready():
+            r = ssh("systemctl is-system-running --wait >/dev/null 2>&1; true")
+            if r.returncode == 0:
+                say(f"up: ssh -F {STATE / 'ssh_config'} sandbox")
+                return
+            last_error = first_line(r.stderr)
+            failing_since = failing_since or time.time()
+            if time.time() - failing_since >= SSH_FAIL_GRACE:
+                down()
+                sys.exit(f"sandbox: sshd answers on 127.0.0.1:{PORT} but ssh fails (exit {r.returncode}): "
+                         f"{last_error}")
         time.sleep(0.5)
     down()
-    sys.exit("sandbox: SSH did not answer within 90 s; see .sandbox/boot.log")
+    why = (f"ssh said: {last_error}" if last_error else
+           f"nothing answered SSH on 127.0.0.1:{PORT}; the container's last lines ({logfile}):\n{log_since(offset)}")
+    sys.exit(f"sandbox: SSH did not answer within {BOOT_TIMEOUT} s; {why}")
 
 
 def down() -> None:
@@ -183,7 +253,7 @@ def down() -> None:
     else:
         os.killpg(value, signal.SIGKILL)
     PIDFILE.unlink(missing_ok=True)
-    for sock in STATE.glob("cm-*"):
+    for sock in control_dir().glob("cm-*"):
         sock.unlink(missing_ok=True)
     say("down")
 

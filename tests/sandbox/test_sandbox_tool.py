@@ -1,0 +1,96 @@
+"""The sandbox tool itself, run from a checkout at a long path, as users clone into.
+
+Each test copies `sandbox/` into a directory whose path is at least 120 characters and runs
+it there on a port of its own, so the suite's main sandbox is not touched. ssh refuses a
+control socket path of 104 bytes or more: a sandbox that kept its sockets under the checkout
+failed here with a misleading "SSH did not answer". Failures must name their real cause.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.sandbox
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A copy of the sandbox tool at a path of at least 120 characters."""
+    base = tmp_path / "home" / "alice" / "src" / "github.com" / "acme-infrastructure" / "gpu-provisioning"
+    root = base / ("glm-flash-node-" + "x" * max(0, 120 - len(str(base)) - 15))
+    assert len(str(root)) >= 120
+    shutil.copytree(REPO / "sandbox", root / "sandbox", ignore=shutil.ignore_patterns("__pycache__"))
+    port = free_port()
+    env = dict(os.environ, GLM_FLASH_SANDBOX_PORT=str(port))
+    yield root, port, env
+    subprocess.run([sys.executable, str(root / "sandbox/sandbox.py"), "destroy"], env=env, capture_output=True)
+
+
+def tool(root: Path, env: dict, action: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(root / "sandbox/sandbox.py"), action], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_boots_and_answers_ssh_from_a_long_path(checkout):
+    root, port, env = checkout
+    up = tool(root, env, "up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    config = root / ".sandbox/ssh_config"
+    r = subprocess.run(["ssh", "-F", str(config), "sandbox", "systemctl is-system-running; hostname"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode in (0, 1) and r.stdout.split()[-1] == "sandbox", r.stderr
+    # the connection went through a master socket (the part that broke at long paths)
+    check = subprocess.run(["ssh", "-F", str(config), "-O", "check", "sandbox"], capture_output=True, text=True)
+    assert check.returncode == 0 and "Master running" in check.stderr, check.stderr
+    # a second `up` sees the running machine instead of booting another
+    again = tool(root, env, "up")
+    assert again.returncode == 0 and "already running" in again.stdout
+
+
+def test_ssh_failure_is_reported_with_ssh_own_message(checkout):
+    root, port, env = checkout
+    assert tool(root, env, "up").returncode == 0
+    assert tool(root, env, "down").returncode == 0
+    # a new client key the machine does not know: sshd answers, ssh is refused
+    for name in ("id_ed25519", "id_ed25519.pub"):
+        (root / ".sandbox/keys" / name).unlink()
+    up = tool(root, env, "up")
+    assert up.returncode != 0
+    assert "ssh fails" in up.stderr and "Permission denied" in up.stderr, up.stderr
+    assert "Traceback" not in up.stderr
+
+
+def test_port_in_use_is_named(checkout):
+    root, port, env = checkout
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        up = tool(root, env, "up", timeout=60)
+    assert up.returncode != 0
+    assert f"127.0.0.1:{port} is already in use" in up.stderr, up.stderr
+    assert "python" in up.stderr  # ss names the program holding the port
+    assert "GLM_FLASH_SANDBOX_PORT" in up.stderr and "Traceback" not in up.stderr
+    assert not (root / ".sandbox/rootfs").exists()  # refused before building anything
+
+
+def test_nspawn_exit_is_reported_with_its_message(checkout):
+    root, port, env = checkout
+    (root / ".sandbox/rootfs").mkdir(parents=True)  # not an OS tree: nspawn refuses to boot it
+    up = tool(root, env, "up", timeout=60)
+    assert up.returncode != 0
+    assert "systemd-nspawn exited with status" in up.stderr
+    assert "doesn't look like an OS root directory" in up.stderr, up.stderr
