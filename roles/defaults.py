@@ -52,7 +52,10 @@ KNOBS: dict[str, Knob] = {
     # --- engine, L40S path (research.md 2-5) ----------------------------------------
     "engine_set": K("0.7.0.post1", "the field-validated ktransformers/kt-kernel/sglang-kt set", choices=("0.7.0.post1", "0.7.0.post4", "0.7.2")),
     "python_version": K("3.11", "kt-kernel ships cp311 and cp312 wheels only", choices=("3.11", "3.12")),
-    "python_source": K("", "a CPython 3.11/3.12 install tree on the control machine, packed and uploaded (hosts need no internet)", optional=True),
+    "python_source": K("", "a CPython 3.11/3.12 install tree on the control machine to pack instead of downloading one "
+                       "(control machines without internet); empty: python_release", optional=True),
+    "python_release": K("3.11.18", "the CPython the pinned uv (locks/tools.txt) downloads when python_source is empty, "
+                        "checked against the sha256 uv carries; packed and uploaded, hosts need no internet"),
     "cudnn_version": K("9.16.0.29", "torch 2.9.1 pins cuDNN 9.10, which sglang-kt refuses for this model"),
     "install_root": K("/opt/glm-flash", "engine environments, host tools and their state live here"),
     "python_runtime_packages": K(["libssl3t64", "libffi8", "libsqlite3-0", "libbz2-1.0", "liblzma5", "zlib1g",

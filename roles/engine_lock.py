@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -233,7 +234,11 @@ def _project_files(session, name: str) -> list[dict]:
     return r.json()["files"]
 
 
-def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=print) -> list[Path]:
+def _stderr(msg: str) -> None:
+    print(f"glm-flash: {msg}", file=sys.stderr, flush=True)   # stdout belongs to pyinfra (--json)
+
+
+def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=_stderr) -> list[Path]:
     """Make sure the cache holds the chosen file of every pin; return their paths in pin order.
     Only pins whose file is not cached yet cost a request; a file is kept only if its sha256
     is one the lock allows."""

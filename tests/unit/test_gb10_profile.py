@@ -2,8 +2,6 @@
 the example inventory resolves to the field report's settings."""
 
 import runpy
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +9,7 @@ import pytest
 from roles.gb10_facts import Gb10View, MemTotalKiB, OsRelease
 from roles.facts import Gpus
 from roles.profile import ProfileError, build
+from tests.unit.first_contact import filled, load, user_home
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -41,16 +40,17 @@ def test_the_fork_is_pinned_to_a_full_commit(ref):
 
 
 def test_the_inventory_without_acceptance_stops_pyinfra_cleanly(tmp_path):
-    inv = tmp_path / "inv.py"
-    inv.write_text((REPO / "inventory" / "gb10.py").read_text().replace('"accept_drafter_license": True', '"accept_drafter_license": False'))
-    r = subprocess.run([sys.executable, "-c", f"import runpy, sys; sys.path.insert(0, {str(REPO)!r}); runpy.run_path({str(inv)!r})"],
-                       capture_output=True, text=True, cwd=REPO)
+    inv = filled("gb10.py", tmp_path, **{'"accept_drafter_license": True': '"accept_drafter_license": False'})
+    r = load(inv, user_home(tmp_path))
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert "no host was changed" in r.stderr and "gx10.example.lan: accept_drafter_license" in r.stderr
+    assert "no host was changed" in r.stderr and "gx10.lan: accept_drafter_license" in r.stderr
 
 
-def test_example_inventory_resolves_to_the_field_settings():
-    (name, data), = runpy.run_path(str(REPO / "inventory" / "gb10.py"))["hosts"]
+def test_example_inventory_resolves_to_the_field_settings(tmp_path, monkeypatch):
+    inv = filled("gb10.py", tmp_path)
+    monkeypatch.setenv("HOME", str(user_home(tmp_path)))
+    monkeypatch.chdir(inv.parent.parent)
+    (name, data), = runpy.run_path(str(inv))["hosts"]
     p = build(name, data, api_key_present=False)
     assert (p.platform, p.driver_source, p.tp_size, p.gpu_count, p.gpu_compute_capability) == ("gb10", "preinstalled", 1, 1, "12.1")
     assert (p.max_model_len, p.max_num_seqs, p.num_speculative_tokens, p.thinking_token_budget) == (204800, 1, 7, 1536)
