@@ -16,6 +16,8 @@ test: deps venv  ## the whole suite: unit, sandbox deploy, host checks
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt
+	@$(PY) -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || \
+	  { echo "make venv: needs Python 3.11 or newer with its venv module as $(PY) (Debian/Ubuntu: apt install python3-venv; or make venv PY=python3.12)" >&2; exit 1; }
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $@

@@ -1,4 +1,4 @@
-"""The CUDA 12.x crt/math_functions.h fix for glibc >= 2.41 (research.md 6).
+"""The CUDA 12.x crt/math_functions.h fix for glibc >= 2.41 (docs/sources.md §6).
 
 Installs `glm-flash-fix-cuda-header` beside glm-flash-patch, the patch set
 (patches/cuda/math_functions-12.yaml, uploaded as JSON) and a dpkg hook that re-applies

@@ -1,8 +1,8 @@
 """Every knob a host can set, with its default and why.
 
 Defaults are the best measured configuration of the L40S field report
-(shared/seeds/000_*: 2x L40S + EPYC 9845). `PLATFORMS` overlays what differs on
-the GB10 box (shared/seeds/001_*). An inventory sets only what differs again.
+(docs/sources.md §1: 2x L40S + EPYC 9845). `PLATFORMS` overlays what differs on
+the GB10 box (docs/sources.md §1). An inventory sets only what differs again.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ KNOBS: dict[str, Knob] = {
     "headless": K(True, "a desktop session held 0.5-0.7 GiB on GPU 0 in the field; TP is limited by the fullest card", bool),
     "display_managers": K(["gdm3", "gdm", "sddm", "lightdm", "xdm", "lxdm"], "units stopped and disabled when headless", list),
     "allow_reboot": K(True, "reboot when a new driver or kernel is installed but not running", bool),
-    # --- NVIDIA driver and CUDA (research.md 6, 7) ----------------------------------
+    # --- NVIDIA driver and CUDA (docs/sources.md §6, §7) ----------------------------------
     "driver_source": K("nvidia-repo", "Debian 13 ships 550, CUDA 12.8 needs >= 570.26", choices=("nvidia-repo", "debian", "preinstalled")),
     "driver_branch": K("580", "580 is NVIDIA's long-term branch"),
     "driver_min_version": K("570.26", "oldest driver CUDA 12.8 runs on"),
@@ -49,7 +49,7 @@ KNOBS: dict[str, Knob] = {
                              "signing key of that repository"),
     "cuda_version": K("12.8", "toolkit the engine's JIT compiles use, beside the driver", choices=("12.8", "12.9", "13.0")),
     "fix_cuda_header": K(True, "CUDA 12.x math_functions.h breaks every JIT compile on glibc >= 2.41", bool),
-    # --- engine, L40S path (research.md 2-5) ----------------------------------------
+    # --- engine, L40S path (docs/sources.md §2-5) ----------------------------------------
     "engine_set": K("0.7.0.post1", "the field-validated ktransformers/kt-kernel/sglang-kt set", choices=("0.7.0.post1", "0.7.0.post4", "0.7.2")),
     "python_version": K("3.11", "kt-kernel ships cp311 and cp312 wheels only", choices=("3.11", "3.12")),
     "python_source": K("", "a CPython 3.11/3.12 install tree on the control machine to pack instead of downloading one "
@@ -96,7 +96,7 @@ KNOBS: dict[str, Knob] = {
     "startup_timeout_s": K(3600, "loading 306 GiB and capturing graphs takes long", int, low=60),
     "restart_limit": K(3, "restarts within restart_window_s before systemd gives up", int, low=1, high=100),
     "restart_window_s": K(3600, "window for restart_limit", int, low=60),
-    # --- GB10 path (research.md 8, seeds/001) -----------------------------------------
+    # --- GB10 path (docs/sources.md §8, §1) -----------------------------------------
     "vllm_repo_url": K("https://github.com/lrozewicz/vLLM-Moet-GB10", "the vLLM-Moet fork, pinned by ref"),
     "vllm_ref": K("", "commit of the fork to build; required on gb10", optional=True),
     "drafter_model": K("incoai/GLM-5.3-Flash-DFlash2", "DFlash2 gave +49% decode on code over MTP"),

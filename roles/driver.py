@@ -1,7 +1,7 @@
 """NVIDIA driver: NVIDIA's CUDA apt repository (default), the driver a host ships with
 (`preinstalled`, the GB10 box), or Debian's own packages (refused for CUDA 12.8+).
 
-For `nvidia-repo` (research.md 7): repository and key from profile values (a local
+For `nvidia-repo` (docs/sources.md §7): repository and key from profile values (a local
 mirror works), an apt pin on `driver_branch`, kernel headers for the running kernel and
 DKMS, the compute-only driver set (open kernel modules when `driver_open_modules`),
 nouveau blacklisted with the initramfs rebuilt only when the blacklist changed,

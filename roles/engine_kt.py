@@ -6,9 +6,9 @@ Per run, for the profile's `engine_set`:
 2. host: the wheelhouse under install_root/engine/wheelhouse gets the files it lacks;
 3. host: if envs/<engine_set>-<hash> is not complete, it is built beside the others, offline:
    `pip install --no-index --find-links wheelhouse --require-hashes --no-deps -r lock`
-   (the lock already carries cuDNN 9.16.0.29 over torch's pin, research.md 3), then
+   (the lock already carries cuDNN 9.16.0.29 over torch's pin, docs/sources.md §3), then
    transformers-kt is reinstalled last when upstream transformers shares transformers/
-   (research.md 2), then every version is checked and a completion marker written;
+   (docs/sources.md §2), then every version is checked and a completion marker written;
 4. the patch role edits the new environment (engine_patches.apply(profile, env_dir), when
    that module exists), and only then `current` is switched to it; the old one stays as
    `previous` for `glm-flash-rollback`, older ones are deleted;

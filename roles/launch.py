@@ -1,7 +1,7 @@
 """The engine's command line and environment, rendered from the profile.
 
-The flags are the field report's (seeds/000), plus what it left out but the engine
-needs (research.md 5): --kt-weight-path, --kt-threadpool-count and the parsers.
+The flags are the L40S field report's (docs/sources.md §1), plus what it left out but the engine
+needs (docs/sources.md §5): --kt-weight-path, --kt-threadpool-count and the parsers.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tuned Triton kernel configs for the GPU, placed where sglang-kt reads them (research.md 5).
+"""Tuned Triton kernel configs for the GPU, placed where sglang-kt reads them (docs/sources.md §5).
 
 The field tuned 6 block-FP8 GEMM shapes and the fused MoE E=288,N=1024 for the L40S
 (+6.6% hot prefill). Their contents were not published: a user drops their own tuned

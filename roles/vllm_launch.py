@@ -1,7 +1,7 @@
 """The GB10 engine's command line and environment (vLLM-Moet, vLLM 0.33.0 flags).
 
 Every flag is checked against vLLM 0.33.0's own serve parser in tests/gb10/test_vllm_args.py.
-Values are the field report's (seeds/001) and research.md 8:
+Values are the GB10 field report's (docs/sources.md §1) and docs/sources.md §8:
 - 204,800-token context, one stream at a time (DFlash2 k=7 leaves room for one);
 - prefix caching with `--mamba-cache-mode align` (the KDA state is checkpointed per block);
 - the DFlash2 drafter, 7 speculative tokens, from its local download (the host serves offline);

@@ -1,7 +1,7 @@
 """A fake-but-realistic GLM-5.3-Flash config.json and safetensors index.
 
 The real checkpoint's config.json cannot be downloaded here (the hub is unreachable).
-This one is built from the keys research.md 4 names (index_share_for_mtp_iteration at the
+This one is built from the keys docs/sources.md §4 names (index_share_for_mtp_iteration at the
 top level and in text_config, which wins) and the fields sglang-kt's configs/glm5_next.py
 reads, with that file's defaults as values, written as transformers writes configs
 (json.dumps indent=2, sort_keys=True). The engine patch only touches the two flags.

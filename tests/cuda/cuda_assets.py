@@ -24,7 +24,7 @@ if str(REPO) not in sys.path:
 from roles import pypi_cache  # noqa: E402
 from roles.pypi_cache import cache_dir  # noqa: E402
 
-# The 12.8 header (no nvcc binary inside) and CUDA 13.0's compiler (research.md 6).
+# The 12.8 header (no nvcc binary inside) and CUDA 13.0's compiler (docs/sources.md §6).
 HEADER_WHEEL = ("nvidia-cuda-nvcc-cu12", "12.8.93")
 COMPILER_WHEELS = (
     ("nvidia-cuda-nvcc", "13.0.88"),
@@ -125,7 +125,7 @@ def toolkit_tree(dest: Path) -> Path:
     """A tree laid out like /usr/local/cuda-12.8: CUDA 13.0's compiler with CUDA 12.8's crt headers.
 
     Only 13.0's nvcc can run here (the 12.8 wheel has no nvcc binary); 13.0's own
-    crt/host_runtime.h and ptxas go with it (research.md 6). Every other crt/ header,
+    crt/host_runtime.h and ptxas go with it (docs/sources.md §6). Every other crt/ header,
     math_functions.h among them, is 12.8's. Returns the 12.8 math_functions.h in the tree.
     """
     target = dest / "targets" / "x86_64-linux"

@@ -1,7 +1,7 @@
 """Proof of the CUDA 12.8 header fix with a real compiler, no GPU needed.
 
 Real parts: CUDA 12.8's crt headers (nvidia-cuda-nvcc-cu12==12.8.93), CUDA 13.0's nvcc,
-cicc, ptxas and runtime headers (the 12.8 wheel has no nvcc binary; research.md 6), a
+cicc, ptxas and runtime headers (the 12.8 wheel has no nvcc binary; docs/sources.md §6), a
 Debian 13 root filesystem built by mmdebstrap (glibc 2.41, g++ 14), and this machine's own
 Debian 12 (glibc 2.36, g++ 12) for "older glibc". The toolkit tree sits in the rootfs at
 /usr/local/cuda-12.8, laid out like NVIDIA's, and glm-flash-fix-cuda-header runs inside

@@ -4,7 +4,7 @@ Wheels are fetched once into ${GLM_FLASH_CACHE:-~/.cache/glm-flash}/wheels (sha2
 against PyPI) and only the three files the sets touch are taken out of each. The sets are
 rendered by roles/engine_patches.py from a profile, exactly as a deploy uploads them, and
 applied by the real files/glm-flash-patch. The model's config.json is a fake built from
-the keys research.md names (the real one cannot be downloaded here): sandbox/fake_model.py.
+the keys docs/sources.md §4 names (the real one cannot be downloaded here): sandbox/fake_model.py.
 """
 
 from __future__ import annotations

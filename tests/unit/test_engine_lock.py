@@ -38,14 +38,14 @@ def test_every_engine_set_has_a_lock_pinning_its_own_versions(engine_set):
     for name in ("ktransformers", "kt-kernel", "sglang-kt"):
         assert by[name].version == engine_set
     assert by["torch"].version == "2.9.1"
-    # cuDNN over torch's exact 9.10.2.21 pin (research.md 3)
+    # cuDNN over torch's exact 9.10.2.21 pin (docs/sources.md §3)
     assert by["nvidia-cudnn-cu12"].version == KNOBS["cudnn_version"].default
     assert all(p.hashes for p in pins)
     assert "transformers-kt" in by
 
 
 def test_post1_lock_has_the_transformers_double_owner_and_later_sets_do_not():
-    """research.md 2: 0.7.0.post1 pulls upstream transformers beside transformers-kt."""
+    """docs/sources.md §2: 0.7.0.post1 pulls upstream transformers beside transformers-kt."""
     _, post1 = load_lock("0.7.0.post1")
     _, post4 = load_lock("0.7.0.post4")
     assert pin_of(post1, "transformers") and pin_of(post1, "transformers-kt").version == "5.6.0.post3"
