@@ -50,6 +50,7 @@ def test_ci_deploys_from_a_long_checkout_path(deploys):
     config = (REPO / ".sandbox/ssh_config").read_text()
     control = next(line.split()[1] for line in config.splitlines() if line.strip().startswith("ControlPath"))
     assert str(REPO) not in control
+    assert sh("hostname").stdout.strip() == "sandbox"
     check = subprocess.run(["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "-O", "check", "sandbox"],
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
