@@ -4,8 +4,9 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 INVENTORY ?= inventory/sandbox.py
 # Debian packages the control machine needs for the sandbox and the tests
-# (g++, libc6-dev: tests/cuda compiles the fixed CUDA header against this host's older glibc).
-APT_DEPS := mmdebstrap systemd-container openssh-client iproute2 debian-archive-keyring dpkg-dev g++ libc6-dev binutils
+# (g++, libc6-dev: tests/cuda compiles the fixed CUDA header against this host's older glibc;
+# gpg, dpkg-dev: the sandbox's stand-in for NVIDIA's repository is signed and indexed here).
+APT_DEPS := mmdebstrap systemd-container openssh-client iproute2 gpg debian-archive-keyring dpkg-dev g++ libc6-dev binutils
 
 .PHONY: demo test deps venv sandbox-up sandbox-down sandbox-fresh deploy check clean
 
@@ -28,14 +29,14 @@ deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-sandbox-up: deps
-	$(PY) sandbox/sandbox.py up
+sandbox-up: deps venv
+	$(BIN)/python sandbox/sandbox.py up
 
 sandbox-down:
 	$(PY) sandbox/sandbox.py down
 
-sandbox-fresh: deps
-	$(PY) sandbox/sandbox.py fresh
+sandbox-fresh: deps venv
+	$(BIN)/python sandbox/sandbox.py fresh
 
 deploy: venv
 	$(BIN)/pyinfra -y $(INVENTORY) deploy.py

@@ -13,8 +13,8 @@ hardware.apply(p)         # the GPUs are the ones the profile was written for
 
 base.apply(p)             # apt sources, base packages
 tools.apply(p)            # our host commands
-driver.apply(p)           # NVIDIA repo, pinned branch, DKMS, holds; reboots only when needed
-toolkit.apply(p)          # CUDA cuda_version under /usr/local/cuda-X.Y, selected by path
+driver.apply(p, tools.bin_dir(p))   # NVIDIA repo (key and branch checked), pinned branch, DKMS, holds; reboots only when needed
+toolkit.apply(p, tools.bin_dir(p))  # CUDA cuda_version under /usr/local/cuda-X.Y (repository or runfile)
 cuda_header.apply(p)      # glibc 2.41 fix of CUDA 12.x headers, re-checked every deploy
 users.apply(p)            # the unprivileged service user
 headless.apply(p, tools.bin_dir(p))

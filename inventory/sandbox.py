@@ -1,21 +1,39 @@
 """The built-in sandbox: Debian 13 in systemd-nspawn on this machine (`make sandbox-up`).
 
-No GPU: every GPU step is reported as skipped with its reason.
+No GPU: every GPU step is reported as skipped with its reason. NVIDIA's repository and the
+CUDA runfile are a stand-in that `make sandbox-up` builds and serves on loopback
+(sandbox/nvidia_standin.py: NVIDIA's layout and package names, a test key, files not drivers).
 """
 
+import json
 import os
+from pathlib import Path
 
 from roles.profile import hosts
+
+PORT = int(os.environ.get("GLM_FLASH_SANDBOX_PORT", "2222"))
+STANDIN_URL = f"http://127.0.0.1:{os.environ.get('GLM_FLASH_STANDIN_PORT', PORT + 6000)}"
+STANDIN_INFO = Path(".sandbox/rootfs/srv/glm-flash-standin/standin.json")   # /srv/... inside the sandbox
+if not STANDIN_INFO.exists():
+    raise SystemExit("glm-flash: the sandbox is not built yet (no stand-in NVIDIA repository). "
+                     "Fix: make sandbox-up (or make demo), then run this again")
+standin = json.loads(STANDIN_INFO.read_text())
 
 hosts = hosts(
     ("sandbox", {
         "ssh_hostname": "127.0.0.1",
-        "ssh_port": int(os.environ.get("GLM_FLASH_SANDBOX_PORT", "2222")),
+        "ssh_port": PORT,
         "ssh_user": "root",
         "ssh_key": ".sandbox/keys/id_ed25519",
         "ssh_known_hosts_file": ".sandbox/known_hosts",
         "ssh_strict_host_key_checking": "yes",
         "require_gpu": False,
+        # Simulated NVIDIA sources (see above): same shape and checks as the real ones.
+        "nvidia_repo_url": f"{STANDIN_URL}/{standin['repo_path']}/",
+        "nvidia_repo_key_url": f"file:///srv/glm-flash-standin/{standin['key_file']}",
+        "nvidia_repo_key_fingerprint": standin["fingerprint"],
+        "cuda_runfile_url": f"{STANDIN_URL}/{standin['runfile_path']}",
+        "cuda_runfile_sha256": standin["runfile_sha256"],
         # Small for the sandbox: the real checkpoint is 306 GiB and cannot be fetched here.
         "model_path": "/srv/models/GLM-5.3-Flash",
         "model_download": False,

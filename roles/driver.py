@@ -1,13 +1,17 @@
 """NVIDIA driver: NVIDIA's CUDA apt repository (default), the driver a host ships with
 (`preinstalled`, the GB10 box), or Debian's own packages (refused for CUDA 12.8+).
 
-For `nvidia-repo` (docs/sources.md §7): repository and key from profile values (a local
-mirror works), an apt pin on `driver_branch`, kernel headers for the running kernel and
-DKMS, the compute-only driver set (open kernel modules when `driver_open_modules`),
-nouveau blacklisted with the initramfs rebuilt only when the blacklist changed,
-nvidia-persistenced enabled, apt holds on the driver and kernel packages, and a reboot
-only when a new driver or kernel is installed but not running, never when
-`allow_reboot` is false.
+For `nvidia-repo` (docs/sources.md §7): the repository's key is trusted only when its
+fingerprint is `nvidia_repo_key_fingerprint`, and `driver_branch` only when the repository
+carries it; both are checked before anything is written (glm-flash-nvidia-repo). The branch
+is held the way NVIDIA documents (its `nvidia-driver-pinning-<branch>` package where the
+repository has one, else an apt pin), the compute-only driver set (open kernel modules when
+`driver_open_modules`) is installed with DKMS and `linux-headers-amd64`, so every new kernel
+gets headers and the module is built for it; driver packages are held, kernel packages only
+when `hold_kernel`. Secure Boot without an enrolled DKMS key stops the host with the steps
+to enroll it. With a GPU: nouveau blacklisted (initramfs rebuilt only when the blacklist
+changed), persistence mode on, and a reboot only when a new driver or kernel is installed
+but not running, the module is built for the kernel the box will boot, and `allow_reboot`.
 
 Every decision that depends on the host is made inside an operation from facts read
 when it runs, so a second run yields no command; tests/unit/test_driver_ops.py feeds
@@ -19,10 +23,9 @@ from __future__ import annotations
 import hashlib
 import re
 from io import StringIO
-from urllib.parse import urlparse
 
 from pyinfra import host, logger
-from pyinfra.api import FileUploadCommand, OperationError, OperationValueError, QuoteString, StringCommand, operation
+from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import File, FileContents, Sha256File
@@ -32,7 +35,11 @@ from pyinfra.operations import server, systemd
 from roles import apt_hold
 from roles.report import skipped
 from roles.driver_facts import (
+    AptVersions,
     Kernels,
+    NvidiaModuleFor,
+    NvidiaRepoState,
+    SecureBoot,
     NvidiaLoadedModule,
     NvidiaModuleOnDisk,
     NvidiaPciDevices,
@@ -41,11 +48,14 @@ from roles.driver_facts import (
     version_at_least,
 )
 
-KEYRING_DIR = "/etc/apt/keyrings"
+KEYRING = "/etc/apt/keyrings/glm-flash-nvidia-cuda.gpg"
+REPO_TOOL = "glm-flash-nvidia-repo"
 SOURCES_FILE = "/etc/apt/sources.list.d/glm-flash-nvidia-cuda.sources"
 PIN_FILE = "/etc/apt/preferences.d/glm-flash-nvidia-driver"
 BLACKLIST_FILE = "/etc/modprobe.d/glm-flash-blacklist-nouveau.conf"
 INITRAMFS_MARKER = "/var/lib/glm-flash/initramfs-nouveau.sha256"
+PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/glm-flash.conf"
+DKMS_MOK = "/var/lib/dkms/mok.pub"
 
 # Compute-only (headless) driver set of NVIDIA's Debian repository. The version comes
 # from the pin on `driver_branch`, so that one value moves every package.
@@ -58,6 +68,14 @@ DRIVER_PACKAGE_GLOBS = ("*nvidia*", "libcuda1", "libcudadebugger1", "libnvcuvid1
 DRIVER_PACKAGE_RE = re.compile(r"^(.*nvidia.*|libcuda1|libcudadebugger1|libnvcuvid1|libnvoptix1|cuda-drivers.*)$")
 KERNEL_PACKAGE_RE = re.compile(r"^linux-(image|headers|modules|kbuild)-")
 
+# NVIDIA's Ansible role runs the daemon with persistence mode on (docs/sources.md §7).
+PERSISTENCED_CONTENT = """\
+# Managed by glm-flash (roles/driver.py): keep the GPUs initialised between jobs.
+[Service]
+ExecStart=
+ExecStart=/usr/bin/nvidia-persistenced --persistence-mode --verbose
+"""
+
 BLACKLIST_CONTENT = """\
 # Managed by glm-flash (roles/driver.py): the NVIDIA driver needs the GPUs, not nouveau.
 blacklist nouveau
@@ -67,14 +85,6 @@ options nouveau modeset=0
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _check_url(key: str, url: str) -> None:
-    parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https", "file") or not (parsed.netloc or parsed.scheme == "file") \
-            or any(c in url for c in " \n\t'\"`$\\"):
-        raise OperationValueError(f"{key}: {url!r} is not an http(s):// or file:// URL. "
-                                  "Fix: set it to NVIDIA's repository or a local mirror of it")
 
 
 def _in_branch(debian_version: str, branch: str) -> bool:
@@ -94,20 +104,6 @@ def _ensure_file(path: str, content: str, mode: str = "644"):
     return True
 
 
-def keyring_path(key_url: str) -> str:
-    """The key's file name carries a hash of its URL: a new URL fetches a new key."""
-    return f"{KEYRING_DIR}/glm-flash-nvidia-cuda-{_sha256(key_url)[:12]}.asc"
-
-
-def sources_content(repo_url: str, key_url: str) -> str:
-    # NVIDIA's CUDA repositories are flat (`Suites: /`, no components).
-    return ("# Managed by glm-flash (roles/driver.py): NVIDIA's CUDA repository (nvidia_repo_url).\n"
-            "Types: deb\n"
-            f"URIs: {repo_url}\n"
-            "Suites: /\n"
-            f"Signed-By: {keyring_path(key_url)}\n")
-
-
 def pin_content(branch: str) -> str:
     return ("# Managed by glm-flash (roles/driver.py): the NVIDIA driver stays on branch "
             f"{branch} (driver_branch).\n"
@@ -121,31 +117,49 @@ def pin_content(branch: str) -> str:
 
 
 @operation()
-def nvidia_repository(repo_url: str, key_url: str):
-    """NVIDIA's CUDA apt repository: its ASCII-armored key and a deb822 sources file."""
-    _check_url("nvidia_repo_url", repo_url)
-    _check_url("nvidia_repo_key_url", key_url)
-    keyring = keyring_path(key_url)
-    if not host.get_fact(File, path=keyring):
-        tmp = f"{keyring}.tmp"
-        yield StringCommand("install", "-d", "-m", "0755", KEYRING_DIR)
-        yield StringCommand(
-            "curl", "-fsSL", "--retry", "3", "-o", QuoteString(tmp), QuoteString(key_url), "&&",
-            "grep", "-q", QuoteString("BEGIN PGP PUBLIC KEY BLOCK"), QuoteString(tmp), "&&",
-            "chmod", "0644", QuoteString(tmp), "&&", "mv", QuoteString(tmp), QuoteString(keyring),
-            "||", "{", "rm", "-f", QuoteString(tmp), ";", "echo",
-            QuoteString(f"glm-flash: no ASCII-armored key at {key_url} (nvidia_repo_key_url)"), ">&2;", "false;", "}",
-        )
-    else:
-        host.noop(f"key {keyring} is present")
-    yield from _ensure_file(SOURCES_FILE, sources_content(repo_url, key_url))
+def openpgp_tool():
+    """gpg on the host: it reads the fingerprint of the key before apt ever uses it."""
+    if _installed(host.get_fact(DebPackages), "gpg"):
+        host.noop("gpg is installed")
+        return
+    yield "apt-get update"
+    yield _apt_install(["gpg"])
+
+
+@operation()
+def nvidia_repository(tool: str, repo_url: str, key_url: str, fingerprint: str, branch: str, package: str):
+    """NVIDIA's CUDA apt repository trusted through exactly one key, `fingerprint`.
+
+    Converged when the keyring holds that key alone, the sources file is current and
+    `package` of `branch` is installed. Otherwise glm-flash-nvidia-repo checks the key and
+    the branch on a throwaway apt state and writes nothing when either is wrong.
+    """
+    state = host.get_fact(NvidiaRepoState, tool=tool, repo=repo_url, keyring=KEYRING, sources=SOURCES_FILE)
+    trusted = state is not None and state["fingerprints"] == [fingerprint.upper()] and state["sources_current"]
+    installed = any(_in_branch(v, branch) for v in _installed(host.get_fact(DebPackages), package))
+    if trusted and installed:
+        host.noop(f"{repo_url} trusted through {fingerprint}; {package} {branch} installed")
+        return
+    yield StringCommand(QuoteString(tool), "setup", "--repo", QuoteString(repo_url), "--key-url", QuoteString(key_url),
+                        "--fingerprint", QuoteString(fingerprint), "--branch", QuoteString(branch),
+                        "--package", QuoteString(package), "--keyring", KEYRING, "--sources", SOURCES_FILE)
 
 
 @operation()
 def driver_branch_pinned(branch: str):
-    """apt preferences: versions of `branch` win over every other version of the driver."""
+    """The branch held the way NVIDIA documents: its `nvidia-driver-pinning-<branch>`
+    package where the repository has one, else apt preferences on the branch's versions."""
     if not re.fullmatch(r"\d{3}", str(branch)):
-        raise OperationValueError(f"driver_branch: {branch!r} is not a driver branch. Fix: write it like '580'")
+        raise OperationError(f"driver_branch: {branch!r} is not a driver branch. Fix: write it like '590'")
+    pinning = f"nvidia-driver-pinning-{branch}"
+    if host.get_fact(AptVersions, package=pinning):
+        if not _installed(host.get_fact(DebPackages), pinning):
+            yield _apt_install([pinning])
+        else:
+            host.noop(f"{pinning} is installed")
+        if host.get_fact(Sha256File, path=PIN_FILE):
+            yield StringCommand("rm", "-f", PIN_FILE)
+        return
     yield from _ensure_file(PIN_FILE, pin_content(branch))
 
 
@@ -155,17 +169,19 @@ def _apt_install(packages, extra: str = ""):
 
 
 @operation()
-def driver_installed(packages: list[str], branch: str, kernel_release: str):
-    """Kernel headers for `kernel_release` and DKMS, then `packages` at a `branch` version.
+def driver_installed(packages: list[str], branch: str):
+    """DKMS and kernel headers, then `packages` at a `branch` version.
 
-    A package missing or installed from another branch (an old driver, or a branch
-    change in the profile) is (re)installed; the pin picks the version, so moving
-    between branches may downgrade and may change held packages.
+    `linux-headers-amd64` follows every new kernel, so DKMS builds the module for it at
+    install; the running kernel's own headers too when it is this system's (not a
+    container's host kernel). A package missing or from another branch is (re)installed;
+    the pin picks the version, so moving between branches may downgrade held packages.
     """
-    if not kernel_release:
-        raise OperationError("driver: the running kernel release is unknown (uname -r gave nothing)")
+    kernels = host.get_fact(Kernels)
     installed = host.get_fact(DebPackages)
-    support = [f"linux-headers-{kernel_release}", "dkms"]
+    support = ["linux-headers-amd64", "dkms"]
+    if kernels.running in kernels.installed:
+        support.append(f"linux-headers-{kernels.running}")
     missing_support = [p for p in support if not _installed(installed, p)]
     todo = []
     for name in packages:
@@ -173,11 +189,11 @@ def driver_installed(packages: list[str], branch: str, kernel_release: str):
         if not versions or not any(_in_branch(v, branch) for v in versions):
             todo.append(name)
     if not missing_support and not todo:
-        host.noop(f"driver {branch} packages and headers for {kernel_release} are installed")
+        host.noop(f"driver {branch} packages, DKMS and kernel headers are installed")
         return
     yield "apt-get update"
     if missing_support:
-        # Headers first, so DKMS builds the module for the running kernel when the driver installs.
+        # Headers first, so DKMS builds the module for the kernels when the driver installs.
         yield _apt_install(missing_support)
     if todo:
         yield _apt_install(todo, "--allow-downgrades --allow-change-held-packages")
@@ -192,13 +208,54 @@ def driver_installed(packages: list[str], branch: str, kernel_release: str):
 
 
 @operation()
-def dkms_module_built(kernel_release: str):
-    """The nvidia module exists for the running kernel; `dkms autoinstall` builds it if not."""
-    on_disk = host.get_fact(NvidiaModuleOnDisk)
-    if on_disk:
-        host.noop(f"nvidia {on_disk} is built for {kernel_release}")
+def modules_built():
+    """The nvidia module exists for every installed kernel; `dkms autoinstall` builds it where not."""
+    kernels = host.get_fact(Kernels)
+    if not kernels.installed:
+        skipped("nvidia module for each installed kernel", "no kernel is installed here (a container)")
         return
-    yield StringCommand("dkms", "autoinstall", "-k", QuoteString(kernel_release))
+    missing = [k for k in kernels.installed if not host.get_fact(NvidiaModuleFor, kernel=k)]
+    if not missing:
+        host.noop(f"nvidia module built for {', '.join(kernels.installed)}")
+        return
+    for kernel in missing:
+        yield StringCommand("dkms", "autoinstall", "-k", QuoteString(kernel))
+
+
+@operation()
+def secure_boot_ready():
+    """With Secure Boot on, DKMS signs the module with its key, which the firmware must know:
+    without it enrolled the driver cannot load, so the host stops with the steps to enroll it
+    (Debian's and NVIDIA's documented DKMS flow)."""
+    kernels = host.get_fact(Kernels)
+    if kernels.running not in kernels.installed:
+        host.noop("Secure Boot: not this system's kernel (a container); nothing to check")
+        return
+    state = host.get_fact(SecureBoot, mok=DKMS_MOK)
+    if not state.enabled:
+        host.noop("Secure Boot is off")
+        return
+    if state.enrolled:
+        host.noop(f"Secure Boot is on and DKMS's key {DKMS_MOK} is enrolled")
+        return
+    if not _installed(host.get_fact(DebPackages), "dkms") or not _installed(host.get_fact(DebPackages), "mokutil"):
+        yield "apt-get update"
+        yield _apt_install(["dkms", "mokutil"])
+    if not state.key_exists:
+        yield StringCommand("dkms", "generate_mok")
+    yield StringCommand("echo", QuoteString(
+        f"glm-flash: Secure Boot is on and DKMS's signing key {DKMS_MOK} is not enrolled, so the nvidia "
+        f"module could not load. Fix: run `mokutil --import {DKMS_MOK}` on the host (it asks for a one-time "
+        "password), reboot, choose Enroll MOK on the console with that password, then deploy again"), ">&2;", "exit 1")
+
+
+def boot_kernel_lacks_module() -> str | None:
+    """The kernel a reboot would start (the newest installed), when the nvidia module is
+    not built for it."""
+    newest = host.get_fact(Kernels).newest
+    if newest and not host.get_fact(NvidiaModuleFor, kernel=newest):
+        return newest
+    return None
 
 
 @operation()
@@ -225,27 +282,39 @@ def nouveau_blacklisted():
 
 @operation()
 def persistence_mode():
-    """nvidia-persistenced enabled and running: the driver stays initialised between jobs."""
-    yield from systemd.service._inner(service="nvidia-persistenced.service", running=True, enabled=True)
+    """nvidia-persistenced started with --persistence-mode, enabled and running."""
+    changed = yield from _ensure_file(PERSISTENCED_DROPIN, PERSISTENCED_CONTENT)
+    if changed:
+        yield "systemctl daemon-reload"
+    yield from systemd.service._inner(service="nvidia-persistenced.service", running=True, enabled=True,
+                                      restarted=changed)
 
 
-def hold_candidates(installed: dict, branch: str) -> list[str]:
-    """Installed driver packages of `branch` and every installed kernel package."""
+def hold_candidates(installed: dict, branch: str, hold_kernel: bool) -> list[str]:
+    """Installed driver packages of `branch`, and the installed kernel packages when `hold_kernel`."""
     names = []
     for name, versions in sorted(installed.items()):
         if KERNEL_PACKAGE_RE.match(name):
-            names.append(name)
+            if hold_kernel:
+                names.append(name)
         elif DRIVER_PACKAGE_RE.match(name) and any(_in_branch(v, branch) for v in versions):
             names.append(name)
     return names
 
 
 @operation()
-def driver_and_kernel_held(branch: str):
-    """apt holds on the installed driver (branch) and kernel packages (read when run)."""
-    names = hold_candidates(host.get_fact(DebPackages), branch)
+def driver_held(branch: str, hold_kernel: bool):
+    """apt holds on the installed driver packages (and kernel packages when `hold_kernel`),
+    read when run; kernel holds a profile no longer wants are released."""
+    installed = host.get_fact(DebPackages)
+    names = hold_candidates(installed, branch, hold_kernel)
+    if not hold_kernel:
+        held = set(host.get_fact(apt_hold.AptHeldPackages))
+        stale = sorted(n for n in installed if KERNEL_PACKAGE_RE.match(n) and n in held)
+        if stale:
+            yield StringCommand("apt-mark", "unhold", *[QuoteString(n) for n in stale])
     if not names:
-        host.noop("no driver or kernel packages installed to hold")
+        host.noop("no driver packages installed to hold")
         return
     yield from apt_hold.held._inner(packages=names)
 
@@ -280,6 +349,12 @@ def rebooted_if_needed(allow_reboot: bool):
         host.noop("running kernel and driver are the installed ones")
         return
     why = "; ".join(reasons)
+    lacking = boot_kernel_lacks_module()
+    if lacking:
+        logger.warning(f"{host.name}: reboot pending but not rebooting: the nvidia module is not built for kernel "
+                       f"{lacking}, which the box would boot (see `dkms status`; are its headers installed?): {why}")
+        host.noop(f"reboot pending, refused: no nvidia module for {lacking}")
+        return
     if not allow_reboot:
         logger.warning(f"{host.name}: reboot pending (allow_reboot is false, not rebooting): {why}")
         host.noop(f"reboot pending: {why}")
@@ -334,28 +409,36 @@ def gpu_present(profile) -> bool:
     return bool(devices)
 
 
-def apply(profile) -> None:
+def apply(profile, bin_dir: str) -> None:
     if profile.driver_source == "debian":
         _refuse_debian(profile)
-    if not gpu_present(profile):
-        skipped(f"NVIDIA driver ({profile.driver_source}): repository, pin, headers, DKMS, driver, "
-                "nouveau blacklist, persistence mode, holds, reboot check",
-                "no NVIDIA GPU on this host and require_gpu is false")
-        return
+    gpu = gpu_present(profile)
     if profile.driver_source == "preinstalled":
+        if not gpu:
+            skipped("driver check (preinstalled)", "no NVIDIA GPU on this host and require_gpu is false")
+            return
         driver_at_least(name=f"Driver is {profile.driver_min_version} or newer", minimum=profile.driver_min_version)
         return
 
-    kernel = host.get_fact(Kernels).running
+    # The repository, the branch and the packages need no GPU: they run everywhere, the
+    # sandbox included (against a stand-in repository). What needs the GPU follows below.
     branch = str(profile.driver_branch)
-    nvidia_repository(name="NVIDIA CUDA apt repository", repo_url=profile.nvidia_repo_url,
-                      key_url=profile.nvidia_repo_key_url)
+    packages = list(DRIVER_PACKAGES[bool(profile.driver_open_modules)])
+    openpgp_tool(name="gpg, to check the NVIDIA key's fingerprint")
+    secure_boot_ready(name="Secure Boot: DKMS's signing key enrolled")
+    nvidia_repository(name=f"NVIDIA CUDA apt repository, key {profile.nvidia_repo_key_fingerprint[-16:]}, branch {branch}",
+                      tool=f"{bin_dir}/{REPO_TOOL}", repo_url=profile.nvidia_repo_url,
+                      key_url=profile.nvidia_repo_key_url, fingerprint=profile.nvidia_repo_key_fingerprint,
+                      branch=branch, package=packages[0])
     driver_branch_pinned(name=f"Pin the driver to branch {branch}", branch=branch)
-    driver_installed(name=f"Driver {branch} with headers for {kernel}",
-                     packages=list(DRIVER_PACKAGES[bool(profile.driver_open_modules)]),
-                     branch=branch, kernel_release=kernel)
-    dkms_module_built(name="nvidia module built for the running kernel", kernel_release=kernel)
+    driver_installed(name=f"Driver {branch}, DKMS and kernel headers", packages=packages, branch=branch)
+    driver_held(name="Hold the driver packages" + (" and the kernel" if profile.hold_kernel else ""),
+                branch=branch, hold_kernel=bool(profile.hold_kernel))
+    if not gpu:
+        skipped("nvidia module build per kernel, nouveau blacklist, persistence mode, reboot check",
+                "no NVIDIA GPU on this host and require_gpu is false")
+        return
+    modules_built(name="nvidia module built for every installed kernel")
     nouveau_blacklisted(name="Blacklist nouveau")
-    persistence_mode(name="Persistence mode (nvidia-persistenced)")
-    driver_and_kernel_held(name="Hold driver and kernel packages", branch=branch)
+    persistence_mode(name="Persistence mode (nvidia-persistenced --persistence-mode)")
     rebooted_if_needed(name="Reboot if a new driver or kernel is not running", allow_reboot=profile.allow_reboot)

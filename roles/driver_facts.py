@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pyinfra.api import FactBase
+import json
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
 
 _NUMBERS = re.compile(r"\d+|\D+")
 
@@ -180,6 +182,104 @@ class RebootRequired(FactBase):
         if not lines or lines[0] != "required":
             return RebootFlag(False, ())
         return RebootFlag(True, tuple(dict.fromkeys(lines[1:])))
+
+    def process(self, output):
+        return self.parse(output)
+
+
+class NvidiaRepoState(FactBase):
+    """`glm-flash-nvidia-repo status`: the keyring's primary fingerprints (None when there is
+    no keyring) and whether the sources file is the one the tool writes; None as a whole when
+    the tool is not on the host yet (a first deploy installs it earlier in the same run)."""
+
+    def command(self, tool: str, repo: str, keyring: str, sources: str):
+        q = QuoteString(tool)
+        return StringCommand("if [ -x", q, "]; then", q, "status --repo", QuoteString(repo), "--keyring",
+                             QuoteString(keyring), "--sources", QuoteString(sources), "; else echo missing; fi")
+
+    @staticmethod
+    def parse(lines) -> dict | None:
+        text = "\n".join(lines).strip()
+        if not text or text == "missing":
+            return None
+        return json.loads(text)
+
+    def process(self, output):
+        return self.parse(output)
+
+
+class AptVersions(FactBase):
+    """Versions of a package apt can install (`apt-cache madison`), newest first; [] if none."""
+
+    def command(self, package: str):
+        return StringCommand("apt-cache madison", QuoteString(package), "2>/dev/null || true")
+
+    @staticmethod
+    def default():
+        return []
+
+    @staticmethod
+    def parse(lines) -> list[str]:
+        out = []
+        for line in lines:
+            parts = [p.strip() for p in line.split("|")]
+            if len(parts) >= 3 and parts[1] not in out:
+                out.append(parts[1])
+        return out
+
+    def process(self, output):
+        return self.parse(output)
+
+
+class NvidiaModuleFor(FactBase):
+    """Version of the nvidia module built for kernel release `kernel` (None when there is none)."""
+
+    def command(self, kernel: str):
+        return StringCommand("modinfo -k", QuoteString(kernel), "-F version nvidia 2>/dev/null || true")
+
+    @staticmethod
+    def parse(lines) -> str | None:
+        return NvidiaModuleOnDisk.parse(lines)
+
+    def process(self, output):
+        return self.parse(output)
+
+
+@dataclass(frozen=True)
+class SecureBootState:
+    enabled: bool
+    key_exists: bool     # DKMS's signing certificate
+    enrolled: bool       # known to the firmware (mokutil --test-key)
+
+
+class SecureBoot(FactBase):
+    """Secure Boot from the firmware's SecureBoot variable (its last byte is 1 when on), and
+    whether DKMS's module signing key `mok` exists and is enrolled."""
+
+    def command(self, mok: str):
+        q = QuoteString(mok)
+        return StringCommand(
+            "v=$(ls /sys/firmware/efi/efivars/SecureBoot-* 2>/dev/null | head -n1);",
+            "if [ -n \"$v\" ]; then echo \"sb $(od -An -tu1 \"$v\" | awk '{print $NF}')\"; fi;",
+            "[ -e", q, "] && echo key;",
+            "command -v mokutil >/dev/null && [ -e", q, "] && mokutil --test-key", q, "2>&1 | head -n1; true")
+
+    @staticmethod
+    def default():
+        return SecureBootState(False, False, False)
+
+    @staticmethod
+    def parse(lines) -> SecureBootState:
+        enabled = key = enrolled = False
+        for line in lines:
+            line = line.strip()
+            if line.startswith("sb "):
+                enabled = line.split()[-1] == "1"
+            elif line == "key":
+                key = True
+            elif "is already enrolled" in line:
+                enrolled = True
+        return SecureBootState(enabled, key, enrolled)
 
     def process(self, output):
         return self.parse(output)

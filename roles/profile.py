@@ -127,6 +127,24 @@ def _cross_checks(host: str, v: dict[str, Any]) -> Iterable[Problem]:
         if src and not os.path.isfile(os.path.join(os.path.expanduser(src), "bin", "python" + v["python_version"])):
             yield Problem(host, "python_source", f"{src!r} has no bin/python{v['python_version']} on the control machine",
                           f"name a CPython {v['python_version']} install tree, e.g. ~/.pyenv/versions/{v['python_version']}.x")
+    if v["driver_source"] == "nvidia-repo":
+        re_ = __import__("re")
+        if not re_.fullmatch(r"[0-9A-Fa-f]{40}", v["nvidia_repo_key_fingerprint"]):
+            yield Problem(host, "nvidia_repo_key_fingerprint", f"{v['nvidia_repo_key_fingerprint']!r} is not a 40-hex-digit "
+                          "OpenPGP fingerprint", "write the key's full fingerprint (gpg --show-keys KEYFILE), no spaces")
+        if not v["nvidia_repo_key_url"].startswith(("https://", "file:///")):
+            yield Problem(host, "nvidia_repo_key_url", f"{v['nvidia_repo_key_url']!r} is neither https:// nor file:///",
+                          "fetch the key over https, or stage it on the host and write file:///path")
+        if not re_.fullmatch(r"\d{3}", str(v["driver_branch"])):
+            yield Problem(host, "driver_branch", f"{v['driver_branch']!r} is not a driver branch", "write it like '590'")
+        if not re_.fullmatch(r"[0-9a-f]{64}", v["cuda_runfile_sha256"]):
+            yield Problem(host, "cuda_runfile_sha256", "is not a sha256 (64 lowercase hex digits)",
+                          "copy the runfile's sha256 from NVIDIA's checksums")
+        name = v["cuda_runfile_url"].rsplit("/", 1)[-1]
+        if v["platform"] == "l40s" and not re_.fullmatch(r"cuda_" + re_.escape(v["cuda_version"]) + r"\.\d+_[0-9.]+_linux\.run", name):
+            yield Problem(host, "cuda_runfile_url", f"{name!r} is not NVIDIA's x86_64 runfile of CUDA {v['cuda_version']} "
+                          "(used when the repository has no cuda-toolkit package of that version)",
+                          f"set cuda_runfile_url and cuda_runfile_sha256 to the cuda_{v['cuda_version']}.N runfile")
     if v["platform"] == "gb10":
         if not v["vllm_ref"]:
             yield Problem(host, "vllm_ref", "is empty; the GB10 engine is built from a pinned ref",

@@ -1,8 +1,12 @@
 """CUDA toolkit `cuda_version` side by side under /usr/local/cuda-X.Y, beside the driver.
 
-NVIDIA's `cuda-toolkit-X-Y` package carries the compiler and libraries only (`cuda`
-and `cuda-X-Y` would pull the driver). The install is simulated first and refused if
-apt would touch a driver package, so a toolkit can never move the driver. The engine
+From NVIDIA's repository when it carries `cuda-toolkit-X-Y` (the compiler and libraries
+only: `cuda` and `cuda-X-Y` would pull the driver); the install is simulated first and
+refused if apt would touch a driver package, so a toolkit can never move the driver.
+NVIDIA's debian13 repository has no 12.x toolkit (docs/sources.md §7): then NVIDIA's
+runfile (`cuda_runfile_url`, checked against `cuda_runfile_sha256` before it runs) installs
+the toolkit alone (`--toolkit --toolkitpath`, never the driver). A runfile tree has no dpkg
+hook: the header fix is re-checked by every deploy (roles/cuda_header.py). The engine
 finds the toolkit by path (`toolkit_path`, `toolkit_env`), never through the
 /usr/local/cuda link, which other toolkits' packages move.
 
@@ -18,8 +22,10 @@ from pyinfra import host
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import FileContents
 
 from roles import driver
+from roles.driver_facts import AptVersions
 from roles.report import skipped
 from roles.facts import CudaToolkits
 
@@ -41,12 +47,25 @@ def toolkit_package(cuda_version: str) -> str:
     return "cuda-toolkit-" + cuda_version.replace(".", "-")
 
 
+RUNFILE_MARKER = ".glm-flash-runfile"
+
+
 @operation()
-def toolkit_installed(cuda_version: str):
-    """`cuda-toolkit-X-Y` installed, refusing any plan that would change a driver package."""
+def toolkit_installed(cuda_version: str, tool: str, runfile_url: str, runfile_sha256: str):
+    """`cuda-toolkit-X-Y` from the repository, refusing any plan that would change a driver
+    package; NVIDIA's runfile, toolkit only, where the repository does not carry it."""
     package = toolkit_package(cuda_version)
+    path = f"/usr/local/cuda-{cuda_version}"
     if host.get_fact(DebPackages).get(package):
         host.noop(f"{package} is installed")
+        return
+    marker = host.get_fact(FileContents, path=f"{path}/{RUNFILE_MARKER}")
+    if marker and marker[0].strip() == runfile_sha256:
+        host.noop(f"CUDA {cuda_version} at {path} from {runfile_url.rsplit('/', 1)[-1]}")
+        return
+    if not host.get_fact(AptVersions, package=package):
+        yield StringCommand(QuoteString(tool), "runfile", "--url", QuoteString(runfile_url),
+                            "--sha256", QuoteString(runfile_sha256), "--toolkitpath", QuoteString(path))
         return
     yield "apt-get update"
     # The driver pattern is the one the driver role pins and holds.
@@ -58,7 +77,7 @@ def toolkit_installed(cuda_version: str):
         "would change driver packages:\" $bad >&2; exit 1; fi",
     )
     yield StringCommand(noninteractive_apt("install --no-install-recommends"), QuoteString(package))
-    nvcc = f"/usr/local/cuda-{cuda_version}/bin/nvcc"
+    nvcc = f"{path}/bin/nvcc"
     yield StringCommand("test -x", nvcc, "|| { echo \"glm-flash:", package, "installed no", nvcc, "\" >&2; exit 1; }")
 
 
@@ -75,15 +94,13 @@ def toolkit_present(cuda_version: str):
     yield  # pragma: no cover (a generator)
 
 
-def apply(profile) -> None:
-    if not driver.gpu_present(profile):
-        skipped(f"CUDA {profile.cuda_version} toolkit from NVIDIA's repository",
-                "no NVIDIA GPU on this host and require_gpu is false")
-        return
+def apply(profile, bin_dir: str) -> None:
     if profile.driver_source == "nvidia-repo":
-        # Same operation as the driver role's; it yields nothing once the repository is there.
-        driver.nvidia_repository(name="NVIDIA CUDA apt repository (toolkit)", repo_url=profile.nvidia_repo_url,
-                                 key_url=profile.nvidia_repo_key_url)
-        toolkit_installed(name=f"CUDA {profile.cuda_version} toolkit", cuda_version=profile.cuda_version)
-    else:
+        # After the driver role: the repository is configured and its key checked.
+        toolkit_installed(name=f"CUDA {profile.cuda_version} toolkit at {toolkit_path(profile)}",
+                          cuda_version=profile.cuda_version, tool=f"{bin_dir}/{driver.REPO_TOOL}",
+                          runfile_url=profile.cuda_runfile_url, runfile_sha256=profile.cuda_runfile_sha256)
+    elif driver.gpu_present(profile):
         toolkit_present(name=f"CUDA {profile.cuda_version} at {toolkit_path(profile)}", cuda_version=profile.cuda_version)
+    else:
+        skipped(f"CUDA {profile.cuda_version} toolkit check", "no NVIDIA GPU on this host and require_gpu is false")

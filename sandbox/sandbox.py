@@ -33,6 +33,11 @@ ROOTFS = STATE / "rootfs"
 KEYS = STATE / "keys"
 PIDFILE = STATE / "nspawn.pid"
 PORT = int(os.environ.get("GLM_FLASH_SANDBOX_PORT", "2222"))
+# The stand-in for NVIDIA's repository is served to the sandbox over loopback (shared with it).
+STANDIN_PORT = int(os.environ.get("GLM_FLASH_STANDIN_PORT", str(PORT + 6000)))
+# Inside the machine (its key is also read there, as file:///srv/glm-flash-standin/...).
+STANDIN_WWW = ROOTFS / "srv" / "glm-flash-standin"
+STANDIN_PIDFILE = STATE / "standin.pid"
 MACHINE = f"glm-flash-sandbox-{PORT}"
 CACHE = Path(os.environ.get("GLM_FLASH_CACHE", Path.home() / ".cache" / "glm-flash"))
 MIRROR = os.environ.get("GLM_FLASH_SANDBOX_MIRROR", "http://deb.debian.org/debian")
@@ -69,9 +74,9 @@ def build_image() -> Path:
 
 
 def control_dir() -> Path:
-    """Where ssh keeps its master sockets. ssh refuses a ControlPath of 104 bytes or more (the
-    size of a Unix socket's address), so they cannot live under a checkout of any length: a short
-    private directory per checkout instead."""
+    """Where ssh keeps its master sockets and gpg its agent's. A Unix socket's path must be
+    shorter than 108 bytes (ssh refuses a ControlPath of 104 or more), so they cannot live under
+    a checkout of any length: a short private directory per checkout instead."""
     tag = hashlib.sha256(str(STATE).encode()).hexdigest()[:10]
     path = Path(tempfile.gettempdir()) / f"glm-flash-ssh-{os.getuid()}-{tag}"
     try:
@@ -122,6 +127,7 @@ def create_rootfs() -> None:
         f"Port {PORT}\nListenAddress 127.0.0.1\nHostKey /etc/ssh/ssh_host_ed25519_key\n")
     stage_model(root)
     tmp.rename(ROOTFS)
+    stage_nvidia()
 
 
 def stage_model(root: Path) -> None:
@@ -131,6 +137,46 @@ def stage_model(root: Path) -> None:
     from fake_model import write_model
 
     write_model(root / "srv/models/GLM-5.3-Flash")
+
+
+def stage_nvidia() -> None:
+    """Simulated: NVIDIA's debian13 repository and CUDA runfile cannot be reached here, so a
+    stand-in shaped like them (sandbox/nvidia_standin.py) is built for this machine and
+    served on loopback while it runs; inventory/sandbox.py points the deploy at it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from nvidia_standin import build
+
+    shutil.rmtree(STANDIN_WWW, ignore_errors=True)
+    build(STANDIN_WWW, control_dir() / "gnupg")
+
+
+def standin_up() -> None:
+    stop_pidfile(STANDIN_PIDFILE)
+    if not (STANDIN_WWW / "standin.json").exists():
+        stage_nvidia()
+    log = open(STATE / "standin.log", "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory",
+                             str(STANDIN_WWW), str(STANDIN_PORT)], stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=log, start_new_session=True)
+    STANDIN_PIDFILE.write_text(str(proc.pid))
+    for _ in range(40):
+        try:
+            with socket.create_connection(("127.0.0.1", STANDIN_PORT), timeout=1):
+                return
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.25)
+    sys.exit(f"sandbox: the stand-in NVIDIA repository did not start on 127.0.0.1:{STANDIN_PORT} "
+             f"(is the port taken? GLM_FLASH_STANDIN_PORT moves it); see {STATE / 'standin.log'}")
+
+
+def stop_pidfile(pidfile: Path) -> None:
+    try:
+        os.killpg(int(pidfile.read_text()), signal.SIGTERM)
+    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+        pass
+    pidfile.unlink(missing_ok=True)
 
 
 def pid() -> int | None:
@@ -192,6 +238,7 @@ SSH_FAIL_GRACE = 5
 def up() -> None:
     ensure_keys()
     if pid() and ssh_ready():
+        standin_up()
         say(f"already running (ssh -F {STATE / 'ssh_config'} sandbox)")
         return
     if pid():
@@ -224,6 +271,7 @@ def up() -> None:
         if ssh_ready():
             r = ssh("systemctl is-system-running --wait >/dev/null 2>&1; true")
             if r.returncode == 0:
+                standin_up()
                 say(f"up: ssh -F {STATE / 'ssh_config'} sandbox")
                 return
             last_error = first_line(r.stderr)
@@ -240,6 +288,7 @@ def up() -> None:
 
 
 def down() -> None:
+    stop_pidfile(STANDIN_PIDFILE)
     value = pid()
     if value is None:
         PIDFILE.unlink(missing_ok=True)

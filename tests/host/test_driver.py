@@ -1,7 +1,8 @@
 """NVIDIA driver and CUDA toolkit on a deployed node (roles/driver.py, roles/toolkit.py).
 
 GPU checks are marked `gpu`: on a host without an NVIDIA GPU (the sandbox) they are
-reported not applicable, not passed.
+reported not applicable, not passed. The repository, key, branch and toolkit checks run on
+the sandbox too (against its stand-in repository).
 """
 
 import re
@@ -44,6 +45,7 @@ def test_persistence_mode_on(host, profile):
     if profile.driver_source == "nvidia-repo":
         service = host.service("nvidia-persistenced")
         assert service.is_enabled and service.is_running
+        assert "--persistence-mode" in host.run("ps -o args= -C nvidia-persistenced").stdout
 
 
 @pytest.mark.gpu
@@ -51,17 +53,51 @@ def test_nouveau_not_loaded(host):
     assert "nouveau" not in host.file("/proc/modules").content_string.split()
 
 
-@pytest.mark.gpu
-def test_driver_and_kernel_packages_held(host, profile):
+def _nvidia_repo(profile):
     if profile.driver_source != "nvidia-repo":
         pytest.skip(f"not applicable: driver_source is {profile.driver_source}")
+
+
+def test_only_the_pinned_key_is_trusted_for_the_repository(host, profile):
+    _nvidia_repo(profile)
+    keys = _lines(host, f"gpg --batch --no-default-keyring --with-colons --show-keys {driver.KEYRING}")
+    primaries = [line.split(":")[9] for i, line in enumerate(keys) if line.startswith("fpr:") and keys[i - 1].startswith("pub:")]
+    assert primaries == [profile.nvidia_repo_key_fingerprint.upper()]
+    sources = host.file(driver.SOURCES_FILE).content_string
+    assert f"URIs: {profile.nvidia_repo_url}\n" in sources and f"Signed-By: {driver.KEYRING}\n" in sources
+    assert not host.run("grep -rl 3bf863cc /etc/apt/sources.list.d /etc/apt/keyrings /etc/apt/trusted.gpg.d").stdout
+
+
+def test_pinned_branch_installed_and_held(host, profile):
+    _nvidia_repo(profile)
+    branch = str(profile.driver_branch)
     held = set(_lines(host, "apt-mark showhold"))
-    running = host.run("uname -r").stdout.strip()
-    for package in ("nvidia-driver-cuda", driver.DRIVER_PACKAGES[bool(profile.driver_open_modules)][1],
-                    f"linux-image-{running}", f"linux-headers-{running}"):
+    for package in driver.DRIVER_PACKAGES[bool(profile.driver_open_modules)]:
+        version = host.package(package).version
+        assert version.split(".")[0].split(":")[-1] == branch, f"{package} {version} is not of branch {branch}"
         assert package in held, f"{package} is not held"
+    pinning = host.package(f"nvidia-driver-pinning-{branch}")
     pin = host.file(driver.PIN_FILE)
-    assert pin.exists and pin.content_string == driver.pin_content(str(profile.driver_branch))
+    assert pinning.is_installed or (pin.exists and pin.content_string == driver.pin_content(branch))
+    candidate = host.run("apt-cache policy nvidia-driver-cuda | awk '/Candidate:/{print $2}'").stdout.strip()
+    assert candidate.split(".")[0].split(":")[-1] == branch, f"apt would move to {candidate}"
+
+
+def test_kernels_stay_patchable(host, profile):
+    _nvidia_repo(profile)
+    assert host.package("linux-headers-amd64").is_installed, "new kernels would get no headers, so no module"
+    if not profile.hold_kernel:
+        held = set(_lines(host, "apt-mark showhold"))
+        assert not [p for p in held if p.startswith("linux-")], f"kernel packages held: {held}"
+
+
+@pytest.mark.gpu
+def test_module_built_for_every_installed_kernel(host):
+    kernels = [p.removeprefix("/boot/vmlinuz-") for p in host.run("ls /boot/vmlinuz-*").stdout.split()]
+    assert kernels
+    for kernel in kernels:
+        out = host.run(f"modinfo -k {kernel} -F version nvidia")
+        assert out.rc == 0 and out.stdout.strip(), f"no nvidia module for kernel {kernel}: a reboot into it loses the GPUs"
 
 
 @pytest.mark.gpu
@@ -74,13 +110,18 @@ def test_no_reboot_pending(host):
     assert loaded and module == loaded.version, f"driver {module} installed, {loaded} loaded"
 
 
-@pytest.mark.gpu
 def test_toolkit_at_its_own_path_with_nvcc(host, profile):
+    """The repository's package or NVIDIA's runfile (the sandbox: its stand-in), at its own path."""
     path = toolkit.toolkit_path(profile)
+    if profile.driver_source != "nvidia-repo" and not host.file(path).exists:
+        pytest.skip(f"not applicable: driver_source {profile.driver_source} and no toolkit here")
     assert host.file(path).is_directory
     out = host.run(f"{path}/bin/nvcc --version")
     assert out.rc == 0, out.stderr
     assert f"release {profile.cuda_version}," in out.stdout, out.stdout
+    package = host.package(toolkit.toolkit_package(profile.cuda_version))
+    marker = host.file(f"{path}/{toolkit.RUNFILE_MARKER}")
+    assert package.is_installed or (marker.exists and marker.content_string.strip() == profile.cuda_runfile_sha256)
 
 
 @pytest.mark.gpu

@@ -33,9 +33,10 @@ def checkout(tmp_path):
     base = tmp_path / "home" / "alice" / "src" / "github.com" / "acme-infrastructure" / "gpu-provisioning"
     root = base / ("glm-flash-node-" + "x" * max(0, 120 - len(str(base)) - 15))
     assert len(str(root)) >= 120
-    shutil.copytree(REPO / "sandbox", root / "sandbox", ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("sandbox", "roles"):    # roles: the stand-in NVIDIA repository fetches through roles/pypi_cache
+        shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
     port = free_port()
-    env = dict(os.environ, GLM_FLASH_SANDBOX_PORT=str(port))
+    env = dict(os.environ, GLM_FLASH_SANDBOX_PORT=str(port), GLM_FLASH_STANDIN_PORT=str(free_port()))
     yield root, port, env
     subprocess.run([sys.executable, str(root / "sandbox/sandbox.py"), "destroy"], env=env, capture_output=True)
 
@@ -59,6 +60,12 @@ def test_boots_and_answers_ssh_from_a_long_path(checkout):
     # a second `up` sees the running machine instead of booting another
     again = tool(root, env, "up")
     assert again.returncode == 0 and "already running" in again.stdout
+    # the stand-in NVIDIA repository is served on loopback for the machine
+    url = f"http://127.0.0.1:{env['GLM_FLASH_STANDIN_PORT']}/compute/cuda/repos/debian13/x86_64/InRelease"
+    r = subprocess.run(["ssh", "-F", str(config), "sandbox", f"bash -c 'exec 3<>/dev/tcp/127.0.0.1/"
+                        f"{env['GLM_FLASH_STANDIN_PORT']}; printf \"GET {url[url.index('/compute'):]} HTTP/1.0\\r\\n\\r\\n\" >&3; "
+                        f"head -c 1000 <&3'"], capture_output=True, text=True, timeout=60)
+    assert "200 OK" in r.stdout and "BEGIN PGP SIGNED MESSAGE" in r.stdout, r.stdout + r.stderr
 
 
 def test_ssh_failure_is_reported_with_ssh_own_message(checkout):

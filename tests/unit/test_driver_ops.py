@@ -1,36 +1,42 @@
 """Driver role, command level: given the facts of a host in each situation, the exact
 commands the operations yield (their `_inner` generators on a fake host).
 
-Simulated: NVIDIA's apt repository and a GPU are not available here, so the facts a
-GPU host would report (PCI devices, loaded module, installed packages, kernels) are
-given by each test. What can run for real does so elsewhere: apt holds and the apt pin
-in tests/sandbox/test_apt_hold_rootfs.py, the whole deploy in tests/sandbox.
+Simulated: a GPU and NVIDIA's servers are not available here, so the facts a GPU host
+would report (PCI devices, loaded module, installed packages, kernels, Secure Boot) are
+given by each test. What can run for real does so elsewhere: the repository, key and
+branch checks, the pinning package and the runfile against a stand-in repository in
+tests/sandbox/test_nvidia_sources.py; apt holds and the pin in tests/sandbox/test_apt_hold_rootfs.py.
 """
 
 import pytest
 from pyinfra.api import OperationError
 from pyinfra.facts.deb import DebPackages
-from pyinfra.facts.files import File, FileContents, Sha256File
+from pyinfra.facts.files import FileContents, Sha256File
 from pyinfra.facts.server import KernelModules, Which
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from fakehost import F, FakeHost, Recorder, commands, on
 from roles import apt_hold, driver
 from roles.apt_hold import AptHeldPackages
-from roles.driver_facts import KernelState, LoadedModule, Kernels, NvidiaLoadedModule, NvidiaModuleOnDisk, \
-    NvidiaPciDevices, PciDevice, RebootFlag, RebootRequired
+from roles.driver_facts import AptVersions, KernelState, LoadedModule, Kernels, NvidiaLoadedModule, \
+    NvidiaModuleFor, NvidiaModuleOnDisk, NvidiaPciDevices, NvidiaRepoState, PciDevice, RebootFlag, RebootRequired, \
+    SecureBoot, SecureBootState
 from roles.profile import Profile, build
 
 RUNNING = "6.12.38+deb13-amd64"
 NEWER = "6.12.41+deb13-amd64"
 REPO = "https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/"
-KEY = REPO + "3bf863cc.pub"
+KEY = REPO + "8793F200.pub"
+FPR = "02182E60104FCDC26EAE1B8597A5D4CB8793F200"
 MIRROR = "http://mirror.lan/nvidia/debian13/x86_64/"
-KEYRING = driver.keyring_path(KEY)
+TOOL = "/opt/glm-flash/bin/glm-flash-nvidia-repo"
 INSTALL = ('DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" '
            '-o Dpkg::Options::="--force-confold" install --no-install-recommends')
 OPEN = ["nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-persistenced"]
 L40S = [PciDevice("0000:01:00.0", "0x26b9", "0x030200"), PciDevice("0000:41:00.0", "0x26b9", "0x030200")]
+SETUP = (f"{TOOL} setup --repo {REPO} --key-url {KEY} --fingerprint {FPR} --branch 590 --package nvidia-driver-cuda "
+         f"--keyring {driver.KEYRING} --sources {driver.SOURCES_FILE}")
+PINNING = "nvidia-driver-pinning-590"
 
 
 def sha(text):
@@ -38,7 +44,7 @@ def sha(text):
 
 
 def kernel_packages(*releases):
-    pkgs = {"linux-image-amd64": {"6.12.38-1"}, "linux-headers-amd64": {"6.12.38-1"}}
+    pkgs = {"linux-image-amd64": {"6.12.38-1"}}   # a bare install: no headers yet
     for r in releases:
         pkgs[f"linux-image-{r}"] = {"6.12.38-1"}
     return pkgs
@@ -49,15 +55,25 @@ def driver_packages(version):
             "libcuda1": {version}, "nvidia-container-toolkit": {"1.17.8-1"}}
 
 
+def repo_state(fingerprints=(FPR,), sources_current=True):
+    return {"fingerprints": list(fingerprints), "sources_current": sources_current}
+
+
 def fresh_host(over=None):
-    """Debian 13 after install: kernel only, nothing of ours."""
+    """Debian 13 after install: kernel only, nothing of ours. The repository carries
+    NVIDIA's pinning package for 590 (seen by apt once the repository is configured)."""
     facts = {
         NvidiaPciDevices: L40S,
         Kernels: KernelState(RUNNING, (RUNNING,)),
         DebPackages: kernel_packages(RUNNING),
-        F(File, path=KEYRING): None,
+        NvidiaRepoState: None,
+        AptVersions: [],
+        F(AptVersions, package=PINNING): ["590.48.01-1"],
+        SecureBoot: SecureBootState(False, False, False),
+        NvidiaModuleFor: None,
         F(Sha256File, path=driver.SOURCES_FILE): None,
         F(Sha256File, path=driver.PIN_FILE): None,
+        F(Sha256File, path=driver.PERSISTENCED_DROPIN): None,
         F(Sha256File, path=driver.BLACKLIST_FILE): None,
         F(FileContents, path=driver.INITRAMFS_MARKER): None,
         F(Which, command="update-initramfs"): "/usr/sbin/update-initramfs",
@@ -74,22 +90,23 @@ def fresh_host(over=None):
 
 
 def current_host(over=None):
-    """Everything this role does is done and running: driver 580.95.05 loaded."""
+    """Everything this role does is done and running: driver 590.48.01 loaded."""
     pkgs = {**kernel_packages(RUNNING), f"linux-headers-{RUNNING}": {"6.12.38-1"}, "dkms": {"3.2.2-1"},
-            **driver_packages("580.95.05-1")}
+            "linux-headers-amd64": {"6.12.38-1"}, "gpg": {"2.4.7-21"}, PINNING: {"590.48.01-1"},
+            **driver_packages("590.48.01-1")}
     facts = fresh_host()
     facts.update({
         DebPackages: pkgs,
-        F(File, path=KEYRING): {"mode": 644},
-        F(Sha256File, path=driver.SOURCES_FILE): sha(driver.sources_content(REPO, KEY)),
-        F(Sha256File, path=driver.PIN_FILE): sha(driver.pin_content("580")),
+        NvidiaRepoState: repo_state(),
+        NvidiaModuleFor: "590.48.01",
         F(Sha256File, path=driver.BLACKLIST_FILE): sha(driver.BLACKLIST_CONTENT),
+        F(Sha256File, path=driver.PERSISTENCED_DROPIN): sha(driver.PERSISTENCED_CONTENT),
         F(FileContents, path=driver.INITRAMFS_MARKER): [sha(driver.BLACKLIST_CONTENT)],
         SystemdStatus: {"nvidia-persistenced.service": True},
         SystemdEnabled: {"nvidia-persistenced.service": True},
-        AptHeldPackages: sorted(driver.hold_candidates(pkgs, "580")),
-        NvidiaLoadedModule: LoadedModule("580.95.05", True),
-        NvidiaModuleOnDisk: "580.95.05",
+        AptHeldPackages: sorted(driver.hold_candidates(pkgs, "590", False)),
+        NvidiaLoadedModule: LoadedModule("590.48.01", True),
+        NvidiaModuleOnDisk: "590.48.01",
         KernelModules: {"nvidia": {}, "nvidia_uvm": {}},
     })
     facts.update(over or {})
@@ -106,24 +123,20 @@ def simulate(monkeypatch, facts, prof):
     rec = Recorder(fake)
     rec.patch(monkeypatch, driver, apt_hold)
     with on(fake):
-        driver.apply(prof)
+        driver.apply(prof, "/opt/glm-flash/bin")
     return rec
 
 
 FRESH_COMMANDS = [
-    "install -d -m 0755 /etc/apt/keyrings",
-    f"curl -fsSL --retry 3 -o {KEYRING}.tmp {KEY} && grep -q 'BEGIN PGP PUBLIC KEY BLOCK' {KEYRING}.tmp && "
-    f"chmod 0644 {KEYRING}.tmp && mv {KEYRING}.tmp {KEYRING} || {{ rm -f {KEYRING}.tmp ; echo "
-    f"'glm-flash: no ASCII-armored key at {KEY} (nvidia_repo_key_url)' >&2; false; }}",
-    f"upload {driver.SOURCES_FILE}\n{driver.sources_content(REPO, KEY)}",
-    f"chmod 644 {driver.SOURCES_FILE}",
-    f"upload {driver.PIN_FILE}\n{driver.pin_content('580')}",
-    f"chmod 644 {driver.PIN_FILE}",
     "apt-get update",
-    f"{INSTALL} linux-headers-{RUNNING} dkms",
+    f"{INSTALL} gpg",
+    SETUP,
+    f"{INSTALL} {PINNING}",
+    "apt-get update",
+    f"{INSTALL} linux-headers-amd64 dkms linux-headers-{RUNNING}",
     f"{INSTALL} --allow-downgrades --allow-change-held-packages nvidia-driver-cuda nvidia-kernel-open-dkms nvidia-persistenced",
     "for p in nvidia-driver-cuda nvidia-kernel-open-dkms nvidia-persistenced ; do dpkg-query -W -f='${Version}' \"$p\" "
-    "| grep -Eq '^([0-9]+:)?580\\.' || { echo \"glm-flash: $p is not from driver branch 580 after install; "
+    "| grep -Eq '^([0-9]+:)?590\\.' || { echo \"glm-flash: $p is not from driver branch 590 after install; "
     "does nvidia_repo_url carry it?\" >&2; exit 1; }; done",
     f"dkms autoinstall -k {RUNNING}",
     f"upload {driver.BLACKLIST_FILE}\n{driver.BLACKLIST_CONTENT}",
@@ -131,79 +144,100 @@ FRESH_COMMANDS = [
     "update-initramfs -u -k all",
     "install -d -m 0755 /var/lib/glm-flash",
     f"echo {sha(driver.BLACKLIST_CONTENT)} > {driver.INITRAMFS_MARKER}",
+    f"upload {driver.PERSISTENCED_DROPIN}\n{driver.PERSISTENCED_CONTENT}",
+    f"chmod 644 {driver.PERSISTENCED_DROPIN}",
+    "systemctl daemon-reload",
     "systemctl start nvidia-persistenced.service",
     "systemctl enable nvidia-persistenced.service",
-    f"apt-mark hold linux-headers-amd64 linux-image-{RUNNING} linux-image-amd64",
 ]
+OPS = ["openpgp_tool", "secure_boot_ready", "nvidia_repository", "driver_branch_pinned", "driver_installed",
+       "driver_held", "modules_built", "nouveau_blacklisted", "persistence_mode", "rebooted_if_needed"]
 
 
 def test_fresh_host(monkeypatch):
-    """Fresh host: repository, pin, headers, driver, blacklist + initramfs, persistence,
-    holds. The reboot check sees the facts from before the install (the real run re-reads
-    them when the operation executes; test_reboot_after_fresh_install covers that)."""
+    """Fresh host: gpg, the repository (key and branch checked by the host tool), NVIDIA's
+    pinning package, headers for every kernel, driver, module, blacklist, persistence.
+    Holds and the reboot check see the facts from before the install (the real run re-reads
+    them when each operation executes)."""
     rec = simulate(monkeypatch, fresh_host(), profile())
     assert rec.all_commands == FRESH_COMMANDS
-    assert [name for name, _ in rec.calls] == [
-        "nvidia_repository", "driver_branch_pinned", "driver_installed", "dkms_module_built",
-        "nouveau_blacklisted", "persistence_mode", "driver_and_kernel_held", "rebooted_if_needed"]
+    assert [name for name, _ in rec.calls] == OPS
 
 
 def test_driver_current_changes_nothing(monkeypatch):
     rec = simulate(monkeypatch, current_host(), profile())
     assert rec.all_commands == []
-    assert len(rec.calls) == 8
+    assert [name for name, _ in rec.calls] == OPS
+
+
+def test_wrong_key_on_host_is_checked_again():
+    """A keyring holding another key (or one more key) is not trusted: the tool runs again."""
+    for state in (repo_state(fingerprints=("EB693B3035CD5710E231E123A4B469963BF863CC",)),
+                  repo_state(fingerprints=(FPR, "EB693B3035CD5710E231E123A4B469963BF863CC")),
+                  repo_state(sources_current=False)):
+        assert commands(driver.nvidia_repository, current_host({NvidiaRepoState: state}), tool=TOOL, repo_url=REPO,
+                        key_url=KEY, fingerprint=FPR, branch="590", package="nvidia-driver-cuda") == [SETUP]
+
+
+def test_pin_file_where_the_repository_has_no_pinning_package():
+    facts = fresh_host({F(AptVersions, package=PINNING): []})
+    assert commands(driver.driver_branch_pinned, facts, branch="590") == [
+        f"upload {driver.PIN_FILE}\n{driver.pin_content('590')}", f"chmod 644 {driver.PIN_FILE}"]
+    # the pinning package replaces our pin file once the repository carries it
+    facts = current_host({F(Sha256File, path=driver.PIN_FILE): sha(driver.pin_content("590"))})
+    assert commands(driver.driver_branch_pinned, facts, branch="590") == [f"rm -f {driver.PIN_FILE}"]
 
 
 def test_reboot_after_fresh_install():
-    """Right after the install: DKMS built 580 for the running kernel, nouveau still loaded."""
+    """Right after the install: DKMS built 590 for the running kernel, nouveau still loaded."""
     facts = current_host({NvidiaLoadedModule: None, KernelModules: {"nouveau": {}}})
     assert commands(driver.rebooted_if_needed, facts, allow_reboot=True) == [
         "function remove_any_askpass_file", "function capture_uptime",
         "( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &", "function wait_and_reconnect",
         "function clean_sudo_info"]
     with on(FakeHost(facts)):
-        assert driver.reboot_reasons() == ["driver 580.95.05 is installed but not loaded",
+        assert driver.reboot_reasons() == ["driver 590.48.01 is installed but not loaded",
                                            "nouveau is loaded and holds the GPUs"]
 
 
+def test_no_reboot_into_a_kernel_without_the_module(caplog):
+    """A new kernel is installed but DKMS did not build the module for it: rebooting would
+    leave the box without its GPUs, so it does not reboot and says why."""
+    facts = current_host({Kernels: KernelState(RUNNING, (RUNNING, NEWER)), F(NvidiaModuleFor, kernel=NEWER): None})
+    fake = FakeHost(facts)
+    with on(fake), caplog.at_level("WARNING", logger="pyinfra"):
+        assert list(driver.rebooted_if_needed._inner(allow_reboot=True)) == []
+    assert f"not rebooting: the nvidia module is not built for kernel {NEWER}" in caplog.text
+    assert commands(driver.modules_built, facts) == [f"dkms autoinstall -k {NEWER}"]
+
+
 def test_driver_present_but_old(monkeypatch):
-    """570 installed and loaded, profile on 580: reinstall at 580 (downgrade/held allowed),
-    hold only what is of branch 580 (none yet at this point) and the kernel."""
+    """570 installed and loaded, profile on 590: reinstall at 590 (downgrade/held allowed)."""
     pkgs = {**kernel_packages(RUNNING), f"linux-headers-{RUNNING}": {"6.12.38-1"}, "dkms": {"3.2.2-1"},
+            "linux-headers-amd64": {"6.12.38-1"}, "gpg": {"2.4.7-21"}, PINNING: {"590.48.01-1"},
             **driver_packages("570.172.08-1")}
-    held_before = ["linux-headers-amd64", f"linux-headers-{RUNNING}", f"linux-image-{RUNNING}", "linux-image-amd64",
-                   "nvidia-driver-cuda", "nvidia-kernel-open-dkms"]
-    facts = current_host({DebPackages: pkgs, AptHeldPackages: held_before,
-                            NvidiaLoadedModule: LoadedModule("570.172.08", True), NvidiaModuleOnDisk: "570.172.08"})
+    facts = current_host({DebPackages: pkgs, AptHeldPackages: ["nvidia-driver-cuda", "nvidia-kernel-open-dkms"],
+                          NvidiaLoadedModule: LoadedModule("570.172.08", True), NvidiaModuleOnDisk: "570.172.08"})
     rec = simulate(monkeypatch, facts, profile())
-    assert rec.all_commands == [
-        "apt-get update",
-        f"{INSTALL} --allow-downgrades --allow-change-held-packages nvidia-driver-cuda nvidia-kernel-open-dkms nvidia-persistenced",
-        FRESH_COMMANDS[9],
-    ]
-    # when the reboot check runs, 580 is on disk and 570 still loaded
+    # the 570 packages are not of the branch: not held; the pinning package is
+    assert rec.all_commands == [SETUP, "apt-get update", FRESH_COMMANDS[6], FRESH_COMMANDS[7],
+                                f"apt-mark hold {PINNING}"]
     after = current_host({NvidiaLoadedModule: LoadedModule("570.172.08", True)})
     with on(FakeHost(after)):
-        assert driver.reboot_reasons() == ["driver 580.95.05 is installed, 570.172.08 is loaded"]
-    assert commands(driver.rebooted_if_needed, after, allow_reboot=True)[2] == \
-        "( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &"
+        assert driver.reboot_reasons() == ["driver 590.48.01 is installed, 570.172.08 is loaded"]
 
 
 def test_branch_flip_is_one_value(monkeypatch):
-    """driver_branch 590 on a current 580 host: new pin, packages reinstalled, holds of 590."""
-    rec = simulate(monkeypatch, current_host(), profile(driver_branch="590"))
+    """driver_branch 595 on a current 590 host: the tool checks 595 is there, its pinning
+    package, packages reinstalled."""
+    facts = current_host({F(AptVersions, package="nvidia-driver-pinning-595"): ["595.58.03-1"]})
+    rec = simulate(monkeypatch, facts, profile(driver_branch="595"))
     cmds = rec.all_commands
-    assert cmds[0] == f"upload {driver.PIN_FILE}\n{driver.pin_content('590')}"
-    assert "Pin: version /^([0-9]+:)?590\\./" in cmds[0]
+    assert cmds[0] == SETUP.replace("--branch 590", "--branch 595")
+    assert cmds[1] == f"{INSTALL} nvidia-driver-pinning-595"
     assert cmds[3].endswith("install --no-install-recommends --allow-downgrades --allow-change-held-packages "
                             "nvidia-driver-cuda nvidia-kernel-open-dkms nvidia-persistenced")
-    assert "580" not in driver.pin_content("590")
-
-
-def test_proprietary_modules_when_open_modules_off(monkeypatch):
-    rec = simulate(monkeypatch, fresh_host(), profile(driver_open_modules=False))
-    assert f"{INSTALL} --allow-downgrades --allow-change-held-packages nvidia-driver-cuda nvidia-kernel-dkms " \
-           "nvidia-persistenced" in rec.all_commands
+    assert "Pin: version /^([0-9]+:)?595\\./" in driver.pin_content("595")
 
 
 def test_kernel_upgraded_reboot_pending():
@@ -230,17 +264,36 @@ def test_reboot_disallowed_says_why_and_does_not_reboot(caplog):
     assert fake.noops[0].startswith("reboot pending: kernel")
 
 
-def test_held_packages_already_held():
-    pkgs = {**kernel_packages(RUNNING), **driver_packages("580.95.05-1")}
-    all_held = driver.hold_candidates(pkgs, "580")
-    assert all_held == ["libcuda1", "linux-headers-amd64", f"linux-image-{RUNNING}", "linux-image-amd64",
-                        "nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-persistenced"]
-    assert "nvidia-container-toolkit" not in all_held     # not a driver package of branch 580
-    facts = {DebPackages: pkgs, AptHeldPackages: all_held}
-    assert commands(driver.driver_and_kernel_held, facts, branch="580") == []
-    facts[AptHeldPackages] = ["linux-image-amd64", "nvidia-driver-cuda"]
-    assert commands(driver.driver_and_kernel_held, facts, branch="580") == [
-        f"apt-mark hold libcuda1 linux-headers-amd64 linux-image-{RUNNING} nvidia-kernel-open-dkms nvidia-persistenced"]
+def test_kernels_stay_patchable_unless_hold_kernel():
+    pkgs = {**kernel_packages(RUNNING), **driver_packages("590.48.01-1")}
+    driver_only = driver.hold_candidates(pkgs, "590", False)
+    assert driver_only == ["libcuda1", "nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-persistenced"]
+    assert "nvidia-container-toolkit" not in driver_only     # not a driver package of branch 590
+    with_kernel = driver.hold_candidates(pkgs, "590", True)
+    assert set(with_kernel) - set(driver_only) == {f"linux-image-{RUNNING}", "linux-image-amd64"}
+    facts = {DebPackages: pkgs, AptHeldPackages: driver_only}
+    assert commands(driver.driver_held, facts, branch="590", hold_kernel=False) == []
+    facts[AptHeldPackages] = ["nvidia-driver-cuda"]
+    assert commands(driver.driver_held, facts, branch="590", hold_kernel=False) == [
+        "apt-mark hold libcuda1 nvidia-kernel-open-dkms nvidia-persistenced"]
+    # kernel holds from an earlier profile (or by hand, as the forum posts advised) are released
+    facts[AptHeldPackages] = driver_only + ["linux-image-amd64"]
+    assert commands(driver.driver_held, facts, branch="590", hold_kernel=False) == ["apt-mark unhold linux-image-amd64"]
+    assert commands(driver.driver_held, facts, branch="590", hold_kernel=True) == [
+        f"apt-mark hold linux-image-{RUNNING}"]
+
+
+def test_secure_boot_without_enrolled_key_stops_with_the_steps():
+    off = fresh_host()
+    assert commands(driver.secure_boot_ready, off) == []
+    enrolled = fresh_host({SecureBoot: SecureBootState(True, True, True)})
+    assert commands(driver.secure_boot_ready, enrolled) == []
+    cmds = commands(driver.secure_boot_ready, fresh_host({SecureBoot: SecureBootState(True, False, False)}))
+    assert cmds[:3] == ["apt-get update", f"{INSTALL} dkms mokutil", "dkms generate_mok"]
+    assert "mokutil --import /var/lib/dkms/mok.pub" in cmds[3] and cmds[3].endswith("exit 1")
+    # a container sees its host's firmware, not its own: nothing to decide there
+    container = fresh_host({Kernels: KernelState(RUNNING, ()), SecureBoot: SecureBootState(True, False, False)})
+    assert commands(driver.secure_boot_ready, container) == []
 
 
 def test_debian_source_refused(monkeypatch, capsys):
@@ -250,7 +303,7 @@ def test_debian_source_refused(monkeypatch, capsys):
     rec = Recorder(fake)
     rec.patch(monkeypatch, driver, apt_hold)
     with on(fake), pytest.raises(SystemExit) as exit_info:
-        driver.apply(Profile("node1", values))
+        driver.apply(Profile("node1", values), "/opt/glm-flash/bin")
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "node1: driver_source: Debian 13 ships driver 550, CUDA 12.8 needs 570.26 or newer" in err
@@ -277,11 +330,16 @@ def test_preinstalled_without_driver():
         commands(driver.driver_at_least, {NvidiaLoadedModule: None, NvidiaModuleOnDisk: None}, minimum="580.0")
 
 
-def test_no_gpu_on_test_box_skips_with_reason(monkeypatch, caplog):
+def test_no_gpu_test_box_installs_from_the_repository_and_skips_gpu_steps(monkeypatch, caplog):
+    """The sandbox's case: no GPU, require_gpu false. Repository, branch, packages and holds
+    need no GPU and run (against the stand-in there); module builds, nouveau, persistence
+    and reboot are skipped with the reason."""
+    facts = fresh_host({NvidiaPciDevices: [], Kernels: KernelState(RUNNING, ())})
     with caplog.at_level("WARNING", logger="pyinfra"):
-        rec = simulate(monkeypatch, {NvidiaPciDevices: []}, profile(require_gpu=False))
-    assert rec.calls == []
-    assert "[node1] skipped: NVIDIA driver (nvidia-repo)" in caplog.text
+        rec = simulate(monkeypatch, facts, profile(require_gpu=False))
+    assert [name for name, _ in rec.calls] == OPS[:6]
+    assert f"linux-headers-{RUNNING}" not in " ".join(rec.all_commands)   # a container's kernel is not its own
+    assert "skipped: nvidia module build per kernel, nouveau blacklist, persistence mode, reboot check" in caplog.text
     assert "no NVIDIA GPU on this host and require_gpu is false" in caplog.text
 
 
@@ -290,19 +348,28 @@ def test_missing_gpu_on_real_node_fails(monkeypatch):
         simulate(monkeypatch, fresh_host({NvidiaPciDevices: L40S[:1]}), profile())
 
 
-def test_local_mirror_from_profile(monkeypatch):
-    rec = simulate(monkeypatch, fresh_host({F(File, path=driver.keyring_path(MIRROR + "key.asc")): None}),
-                   profile(nvidia_repo_url=MIRROR, nvidia_repo_key_url=MIRROR + "key.asc"))
-    repo_cmds = rec.calls[0][1]
-    assert f"URIs: {MIRROR}\n" in repo_cmds[2]
-    assert MIRROR + "key.asc" in repo_cmds[1]
-    assert "nvidia.com" not in "".join(repo_cmds)
+def test_local_mirror_with_its_own_key(monkeypatch):
+    other = "0123456789ABCDEF0123456789ABCDEF01234567"
+    rec = simulate(monkeypatch, fresh_host(), profile(nvidia_repo_url=MIRROR, nvidia_repo_key_url="file:///srv/mirror/key.asc",
+                                                      nvidia_repo_key_fingerprint=other))
+    setup = rec.calls[2][1][0]
+    assert f"--repo {MIRROR} --key-url file:///srv/mirror/key.asc --fingerprint {other}" in setup
+    assert "nvidia.com" not in setup
 
 
-@pytest.mark.parametrize("url", ["ftp://x/y", "developer.download.nvidia.com/repo", "https://x/y'; reboot"])
-def test_bad_repository_url(url):
-    with pytest.raises(Exception, match="nvidia_repo_url"):
-        commands(driver.nvidia_repository, {}, repo_url=url, key_url=KEY)
+@pytest.mark.parametrize("data, key", [
+    ({"nvidia_repo_key_url": "http://mirror.lan/key.asc"}, "nvidia_repo_key_url"),
+    ({"nvidia_repo_key_fingerprint": "8793F200"}, "nvidia_repo_key_fingerprint"),
+    ({"nvidia_repo_key_fingerprint": "02182E60 104FCDC2 6EAE1B85 97A5D4CB 8793F200"}, "nvidia_repo_key_fingerprint"),
+    ({"driver_branch": "latest"}, "driver_branch"),
+    ({"cuda_runfile_sha256": "abc"}, "cuda_runfile_sha256"),
+    ({"cuda_version": "12.9"}, "cuda_runfile_url"),
+])
+def test_nvidia_values_have_a_shape(data, key):
+    from roles.profile import ProfileError
+    with pytest.raises(ProfileError) as e:
+        profile(**data)
+    assert [p.key for p in e.value.problems] == [key]
 
 
 def test_initramfs_rebuilt_only_when_blacklist_changed():
@@ -310,7 +377,7 @@ def test_initramfs_rebuilt_only_when_blacklist_changed():
     assert commands(driver.nouveau_blacklisted, done) == []
     # blacklist in place but the last rebuild did not finish: rebuild without rewriting the file
     half = current_host({F(FileContents, path=driver.INITRAMFS_MARKER): None})
-    assert commands(driver.nouveau_blacklisted, half) == FRESH_COMMANDS[13:16]
+    assert commands(driver.nouveau_blacklisted, half) == FRESH_COMMANDS[11:14]
 
 
 def test_no_update_initramfs_is_reported_not_pretended(caplog):
@@ -321,7 +388,7 @@ def test_no_update_initramfs_is_reported_not_pretended(caplog):
     assert "skipped: initramfs rebuild" in caplog.text
 
 
-def test_dkms_build_missing_for_running_kernel():
-    assert commands(driver.dkms_module_built, {NvidiaModuleOnDisk: None}, kernel_release=RUNNING) == [
-        f"dkms autoinstall -k {RUNNING}"]
-    assert commands(driver.dkms_module_built, {NvidiaModuleOnDisk: "580.95.05"}, kernel_release=RUNNING) == []
+def test_module_built_for_every_installed_kernel():
+    facts = current_host({Kernels: KernelState(RUNNING, (RUNNING, NEWER)), F(NvidiaModuleFor, kernel=NEWER): None})
+    assert commands(driver.modules_built, facts) == [f"dkms autoinstall -k {NEWER}"]
+    assert commands(driver.modules_built, current_host()) == []

@@ -1,23 +1,25 @@
 """Toolkit role, command level: the commands for given facts.
 
-Simulated: NVIDIA's apt repository (cuda-toolkit-12-8) and a GPU are not available
-here; the driver-package guard's shell runs for real in tests/sandbox/test_apt_hold_rootfs.py.
+Simulated: NVIDIA's apt repository and a GPU are not available here; the runfile path runs
+for real against a stand-in in tests/sandbox/test_nvidia_sources.py, the driver-package
+guard's shell in tests/sandbox/test_apt_hold_rootfs.py.
 """
 
 import pytest
 from pyinfra.api import OperationError
 from pyinfra.facts.deb import DebPackages
-from pyinfra.facts.files import File, Sha256File
+from pyinfra.facts.files import FileContents
 
 from fakehost import F, FakeHost, Recorder, commands, on
 from roles import apt_hold, driver, toolkit
-from roles.driver_facts import NvidiaPciDevices, PciDevice
+from roles.driver_facts import AptVersions, NvidiaPciDevices, PciDevice
 from roles.facts import CudaToolkits
 from roles.profile import build
 
 L40S = [PciDevice("0000:01:00.0", "0x26b9", "0x030200"), PciDevice("0000:41:00.0", "0x26b9", "0x030200")]
-KEY = build("n", {}, api_key_present=False).nvidia_repo_key_url
-REPO = build("n", {}, api_key_present=False).nvidia_repo_url
+DEFAULTS = build("n", {}, api_key_present=False)
+TOOL = "/opt/glm-flash/bin/glm-flash-nvidia-repo"
+MARKER = F(FileContents, path="/usr/local/cuda-12.8/.glm-flash-runfile")
 
 
 def profile(**data):
@@ -29,7 +31,7 @@ def simulate(monkeypatch, facts, prof):
     rec = Recorder(fake)
     rec.patch(monkeypatch, driver, apt_hold, toolkit)
     with on(fake):
-        toolkit.apply(prof)
+        toolkit.apply(prof, "/opt/glm-flash/bin")
     return rec
 
 
@@ -47,14 +49,12 @@ def test_package_is_the_toolkit_not_the_driver_pulling_meta():
     assert toolkit.toolkit_package("13.0") == "cuda-toolkit-13-0"
 
 
-def test_fresh_host_installs_cuda_toolkit_12_8(monkeypatch):
-    facts = {NvidiaPciDevices: L40S, F(File, path=driver.keyring_path(KEY)): {"mode": 644},
-             F(Sha256File, path=driver.SOURCES_FILE): driver._sha256(driver.sources_content(REPO, KEY)),
-             DebPackages: {"nvidia-driver-cuda": {"580.95.05-1"}}}
+def test_toolkit_from_the_repository_when_it_carries_it(monkeypatch):
+    facts = {DebPackages: {"nvidia-driver-cuda": {"590.48.01-1"}}, MARKER: None,
+             F(AptVersions, package="cuda-toolkit-12-8"): ["12.8.1-1"]}
     rec = simulate(monkeypatch, facts, profile())
-    assert rec.calls[0] == ("nvidia_repository", [])          # the driver role already set it up
-    assert rec.calls[1][0] == "toolkit_installed"
-    assert rec.calls[1][1] == [
+    assert rec.calls[0][0] == "toolkit_installed"
+    assert rec.calls[0][1] == [
         "apt-get update",
         "plan=$(apt-get -s install --no-install-recommends cuda-toolkit-12-8 | awk '/^(Inst|Remv) /{print $2}') && "
         "bad=$(printf '%s\\n' \"$plan\" | grep -E '" + driver.DRIVER_PACKAGE_RE.pattern + "' || true) && "
@@ -67,18 +67,24 @@ def test_fresh_host_installs_cuda_toolkit_12_8(monkeypatch):
     assert not any(c.split()[-1] in ("cuda", "cuda-12-8") for c in rec.all_commands)
 
 
+def test_runfile_where_the_repository_has_no_such_toolkit(monkeypatch):
+    """NVIDIA's debian13 repository carries no 12.x toolkit: the runfile, toolkit only."""
+    facts = {DebPackages: {}, MARKER: None, F(AptVersions, package="cuda-toolkit-12-8"): []}
+    rec = simulate(monkeypatch, facts, profile(require_gpu=False))
+    assert rec.all_commands == [
+        f"{TOOL} runfile --url {DEFAULTS.cuda_runfile_url} --sha256 {DEFAULTS.cuda_runfile_sha256} "
+        "--toolkitpath /usr/local/cuda-12.8"]
+    args = dict(cuda_version="12.8", tool=TOOL, runfile_url=DEFAULTS.cuda_runfile_url,
+                runfile_sha256=DEFAULTS.cuda_runfile_sha256)
+    # converged: the marker holds the runfile's sha256
+    assert commands(toolkit.toolkit_installed, {**facts, MARKER: [DEFAULTS.cuda_runfile_sha256]}, **args) == []
+    # a different runfile pinned in the profile installs again
+    assert len(commands(toolkit.toolkit_installed, {**facts, MARKER: ["0" * 64]}, **args)) == 1
+
+
 def test_installed_toolkit_changes_nothing(monkeypatch):
-    facts = {NvidiaPciDevices: L40S, F(File, path=driver.keyring_path(KEY)): {"mode": 644},
-             F(Sha256File, path=driver.SOURCES_FILE): driver._sha256(driver.sources_content(REPO, KEY)),
-             DebPackages: {"cuda-toolkit-12-8": {"12.8.1-1"}}}
+    facts = {DebPackages: {"cuda-toolkit-12-8": {"12.8.1-1"}}}
     assert simulate(monkeypatch, facts, profile()).all_commands == []
-
-
-def test_no_gpu_test_box_skips_with_reason(monkeypatch, caplog):
-    with caplog.at_level("WARNING", logger="pyinfra"):
-        rec = simulate(monkeypatch, {NvidiaPciDevices: []}, profile(require_gpu=False))
-    assert rec.calls == []
-    assert "skipped: CUDA 12.8 toolkit from NVIDIA's repository: no NVIDIA GPU" in caplog.text
 
 
 def test_preinstalled_toolkit_is_checked_not_installed(monkeypatch):
