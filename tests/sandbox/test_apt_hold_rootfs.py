@@ -31,10 +31,12 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "unit"))
 
 from pyinfra.facts.deb import DebPackages  # noqa: E402
+from pyinfra.facts.files import FileContents  # noqa: E402
 
 from fakehost import commands  # noqa: E402
 from roles import driver, toolkit  # noqa: E402
 from roles.apt_hold import AptHeldPackages  # noqa: E402
+from roles.driver_facts import AptVersions, Kernels, KernelState  # noqa: E402
 
 SOURCES = "deb http://deb.debian.org/debian trixie main contrib non-free"
 CACHE = Path(os.environ.get("GLM_FLASH_CACHE", Path.home() / ".cache" / "glm-flash")) / "rootfs"
@@ -135,8 +137,8 @@ def test_driver_pin_read_by_apt(rootfs, branch, priority):
 
 
 def _branch_check_command(package: str, branch: str) -> str:
-    cmds = commands(driver.driver_installed, {DebPackages: {}}, packages=[package], branch=branch,
-                    kernel_release="6.12.38+deb13-amd64")
+    cmds = commands(driver.driver_installed, {DebPackages: {}, Kernels: KernelState("6.12.38+deb13-amd64", ())},
+                    packages=[package], branch=branch)
     assert cmds[-1].startswith("for p in")
     return cmds[-1]
 
@@ -151,7 +153,8 @@ def test_branch_check_after_install_runs(rootfs):
 
 
 def _guard(package: str) -> str:
-    cmds = commands(toolkit.toolkit_installed, {DebPackages: {}}, cuda_version="12.8")
+    cmds = commands(toolkit.toolkit_installed, {DebPackages: {}, FileContents: None, AptVersions: ["12.8.1-1"]},
+                    cuda_version="12.8", tool="/x", runfile_url="https://x/cuda_12.8.1_1_linux.run", runfile_sha256="0" * 64)
     return cmds[1].replace("cuda-toolkit-12-8", package)
 
 

@@ -1,8 +1,9 @@
 """The CUDA header fix and its dpkg hook, for real, in the booted Debian 13 sandbox.
 
-A toolkit tree laid out like /usr/local/cuda-12.8 comes from a small .deb built here with
+A toolkit tree laid out like NVIDIA's packaged ones comes from a small .deb built here with
 dpkg-deb; it carries the real CUDA 12.8 crt/math_functions.h (nvidia-cuda-nvcc-cu12
-12.8.93). Simulated: only the package itself (NVIDIA's apt repository is unreachable here),
+12.8.93), under /usr/local/cuda-12.9 so it stays apart from the deploy's own 12.8 tree (the
+runfile's, which has no dpkg hook: tests/sandbox/test_nvidia_sources.py). Simulated: only the package itself (NVIDIA's apt repository is unreachable here),
 so its name is ours. glibc 2.41, apt, dpkg, the hook and the deploy are real.
 """
 
@@ -23,7 +24,7 @@ import cuda_assets  # noqa: E402
 pytestmark = pytest.mark.sandbox
 
 PKG, DUMMY = "glm-flash-test-cuda-crt-12-8", "glm-flash-test-dummy"
-HEADER = "/usr/local/cuda-12.8/targets/x86_64-linux/include/crt/math_functions.h"
+HEADER = "/usr/local/cuda-12.9/targets/x86_64-linux/include/crt/math_functions.h"
 OP = "CUDA 12.x math_functions.h fixed for glibc >= 2.41"
 LOG = "/var/log/glm-flash/cuda-header.log"
 APT = "DEBIAN_FRONTEND=noninteractive apt-get install -y --reinstall"
@@ -72,7 +73,7 @@ def debs(sandbox, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("debs")
     header = cuda_assets.header_12_8().encode()
     cuda = build_deb(tmp, PKG, {HEADER: header},
-                     {"/usr/local/cuda-12.8/include": "targets/x86_64-linux/include"})
+                     {"/usr/local/cuda-12.9/include": "targets/x86_64-linux/include"})
     dummy = build_deb(tmp, DUMMY, {f"/usr/share/doc/{DUMMY}/README": b"unrelated package\n"})
     for deb in (cuda, dummy):
         sh(f"cat > /tmp/{deb.name}", stdin=deb.read_bytes())
