@@ -243,10 +243,12 @@ def secure_boot_ready():
         yield _apt_install(["dkms", "mokutil"])
     if not state.key_exists:
         yield StringCommand("dkms", "generate_mok")
-    yield StringCommand("echo", QuoteString(
+    # The fact may have run before mokutil was there: ask it again, then stop only if still not enrolled.
+    yield StringCommand("mokutil", "--test-key", DKMS_MOK, "2>&1", "|", "grep", "-q", QuoteString("is already enrolled"),
+                        "||", "{", "echo", QuoteString(
         f"glm-flash: Secure Boot is on and DKMS's signing key {DKMS_MOK} is not enrolled, so the nvidia "
         f"module could not load. Fix: run `mokutil --import {DKMS_MOK}` on the host (it asks for a one-time "
-        "password), reboot, choose Enroll MOK on the console with that password, then deploy again"), ">&2;", "exit 1")
+        "password), reboot, choose Enroll MOK on the console with that password, then deploy again"), ">&2;", "exit 1;", "}")
 
 
 def boot_kernel_lacks_module() -> str | None:
