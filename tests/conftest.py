@@ -53,7 +53,7 @@ def inventory_hosts(path: str) -> list[tuple[str, dict]]:
 
 
 def pyinfra(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess:
-    return subprocess.run([str(REPO / ".venv/bin/pyinfra"), "-y", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "pyinfra", "-y", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout, env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 

@@ -98,14 +98,18 @@ def env(tmp_path, monkeypatch, standin):
     server.close()
 
 
-def test_uv_installs_the_release_and_it_packs_into_a_working_interpreter(env, tmp_path):
+def test_uv_installs_the_release_and_it_packs_into_a_working_interpreter(env, tmp_path, capfd):
     release, server, _ = env
+    capfd.readouterr()
     tree = python.managed_tree(release)
     assert tree == cache_root() / "python" / "uv" / f"cpython-{release}-linux-x86_64-gnu"
     assert version_of(tree) == release and len(server.requests) == 1
     assert python.managed_tree(release) == tree and len(server.requests) == 1   # cached: no second download
 
     art = python.pack(tree, "3.11")
+    out, err = capfd.readouterr()
+    # on a cold cache too, stdout stays pyinfra's (`--json`): progress goes to stderr
+    assert out == "" and f"downloading CPython {release}" in err and "packing" in err
     dest = tmp_path / "host" / art.name
     dest.mkdir(parents=True)
     subprocess.run(["tar", "-xzf", str(art.path), "-C", str(dest)], check=True)

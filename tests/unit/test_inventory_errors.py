@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -32,7 +33,7 @@ def write_inventory(tmp_path, data: str):
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_inventory_stops_before_connecting(tmp_path, case):
     data, expected = CASES[case]
-    run = subprocess.run([str(REPO / ".venv/bin/pyinfra"), "-y", str(write_inventory(tmp_path, data)), "deploy.py"],
+    run = subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(write_inventory(tmp_path, data)), "deploy.py"],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     out = run.stdout + run.stderr
     assert run.returncode == 2
