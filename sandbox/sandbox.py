@@ -150,8 +150,31 @@ def stage_nvidia() -> None:
     build(STANDIN_WWW, control_dir() / "gnupg")
 
 
+def alive(pidfile: Path) -> int | None:
+    try:
+        value = int(pidfile.read_text())
+        os.kill(value, 0)
+        return value
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return None
+
+
+def standin_answers() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", STANDIN_PORT), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 def standin_up() -> None:
+    if alive(STANDIN_PIDFILE) and standin_answers():
+        return
     stop_pidfile(STANDIN_PIDFILE)
+    if standin_answers():
+        sys.exit(f"sandbox: 127.0.0.1:{STANDIN_PORT} (the stand-in NVIDIA repository's port) is already in use"
+                 f"{' by ' + listener(STANDIN_PORT) if listener(STANDIN_PORT) else ''}; stop that program or set "
+                 "GLM_FLASH_STANDIN_PORT")
     if not (STANDIN_WWW / "standin.json").exists():
         stage_nvidia()
     log = open(STATE / "standin.log", "ab")
@@ -160,32 +183,28 @@ def standin_up() -> None:
                             stderr=log, start_new_session=True)
     STANDIN_PIDFILE.write_text(str(proc.pid))
     for _ in range(40):
-        try:
-            with socket.create_connection(("127.0.0.1", STANDIN_PORT), timeout=1):
-                return
-        except OSError:
-            if proc.poll() is not None:
-                break
-            time.sleep(0.25)
+        if proc.poll() is not None:
+            break
+        if standin_answers():
+            return
+        time.sleep(0.25)
     sys.exit(f"sandbox: the stand-in NVIDIA repository did not start on 127.0.0.1:{STANDIN_PORT} "
-             f"(is the port taken? GLM_FLASH_STANDIN_PORT moves it); see {STATE / 'standin.log'}")
+             f"(exit {proc.poll()}); see {STATE / 'standin.log'}")
 
 
 def stop_pidfile(pidfile: Path) -> None:
-    try:
-        os.killpg(int(pidfile.read_text()), signal.SIGTERM)
-    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
-        pass
+    value = alive(pidfile)
+    if value:
+        os.killpg(value, signal.SIGTERM)
+        for _ in range(40):
+            if not alive(pidfile):
+                break
+            time.sleep(0.1)
     pidfile.unlink(missing_ok=True)
 
 
 def pid() -> int | None:
-    try:
-        value = int(PIDFILE.read_text())
-        os.kill(value, 0)
-        return value
-    except (FileNotFoundError, ValueError, ProcessLookupError):
-        return None
+    return alive(PIDFILE)
 
 
 def port_open() -> bool:
@@ -210,9 +229,9 @@ def ssh(command: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
-def listener() -> str:
-    """Who listens on the sandbox's port, as `ss` tells it (empty when it cannot)."""
-    r = subprocess.run(["ss", "-Hltnp", f"sport = :{PORT}"], capture_output=True, text=True)
+def listener(port: int = PORT) -> str:
+    """Who listens on a port, as `ss` tells it (empty when it cannot)."""
+    r = subprocess.run(["ss", "-Hltnp", f"sport = :{port}"], capture_output=True, text=True)
     return " ".join(r.stdout.split()) if r.returncode == 0 else ""
 
 
