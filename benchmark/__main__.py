@@ -65,7 +65,7 @@ def main(argv: list[str]) -> int:
     meta = {"url": target.url, "host": target.host, "model": model, "suite": suite, "platform": platform,
             "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"), "calibration": calibration}
     report.write_json(out, meta, results)
-    title = f"{target.host}, {Path(suite).stem} suite"
+    title = f"{target.host}, suite {Path(suite).stem}"
     pngs = [str(plots.decode(results, out / "decode.png", title)), str(plots.prefill(results, out / "prefill.png", title))]
     report.write_markdown(out, meta, results, pngs)
     failed = sum(r["requests_failed"] for r in results)

@@ -41,18 +41,20 @@ def decode(results: list[dict], path: Path, title: str) -> Path:
     else:
         names = [r["name"] for r in rows]
         meds = [r["decode_tok_s_per_stream"]["median"] for r in rows]
-        ax.bar(names, meds, yerr=_err([r["decode_tok_s_per_stream"] for r in rows]), capsize=6, color="tab:blue",
-               label="ours (median, min-max)")
+        bars = ax.bar(names, meds, yerr=_err([r["decode_tok_s_per_stream"] for r in rows]), capsize=6,
+                      color="tab:blue", label="ours (median, min-max)")
+        ax.bar_label(bars, labels=[f"{m:.1f}" for m in meds], label_type="center", color="white")
         labelled = False
         for i, r in enumerate(rows):
             ref = _field(r, "decode_tok_s_per_stream")
             if ref:
                 ax.hlines(ref, i - 0.4, i + 0.4, colors="tab:red", linestyles="--",
                           label=None if labelled else "field report")
+                ax.annotate(f"{ref:g}", (i + 0.4, ref), textcoords="offset points", xytext=(2, -4), color="tab:red")
                 labelled = True
     ax.set_ylabel("decode tokens per second")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"Decode — {title}")
+    ax.set_title(f"Decode rate — {title}")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -80,7 +82,7 @@ def prefill(results: list[dict], path: Path, title: str) -> Path:
     ax.set_ylabel("seconds to first token")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
-    ax.set_title(f"Prefill — {title}")
+    ax.set_title(f"Time to first token — {title}")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
