@@ -1,6 +1,7 @@
 """An OpenAI-compatible server on 127.0.0.1 whose speed the test sets.
 
-Streams `/v1/chat/completions` and `/v1/completions` as SSE, like vLLM and SGLang do:
+Streams `/v1/chat/completions` and `/v1/completions` as SSE, chunked like vLLM and SGLang
+(or, `chunked=False`, until the connection closes):
 a role-only first chunk (chat), the first token after `ttft_s + prompt_tokens / prefill_tok_s`,
 then `chunk` tokens per event at `tok_s` tokens per second, each request on its own
 schedule (so concurrent streams each get the set rate). Usage is sent at the end when the
@@ -27,10 +28,11 @@ class FakeOpenAI:
     def __init__(self, tok_s: float = 200.0, ttft_s: float = 0.05, prefill_tok_s: float | None = None,
                  chunk: int = 1, usage: bool = True, api_key: str | None = None, fail_every: int = 0,
                  accept_len: float | None = None, draft_k: int = 7, chars_per_token: float = 3.5,
-                 model: str = "glm-5.3-flash", lifetime_s: float = 300.0):
+                 model: str = "glm-5.3-flash", chunked: bool = True, lifetime_s: float = 300.0):
         self.tok_s, self.ttft_s, self.prefill_tok_s, self.chunk = tok_s, ttft_s, prefill_tok_s, chunk
         self.usage, self.api_key, self.fail_every, self.model = usage, api_key, fail_every, model
         self.accept_len, self.draft_k, self.chars_per_token = accept_len, draft_k, chars_per_token
+        self.chunked = chunked
         self.lock = threading.Lock()
         self.generations = 0
         self.failed = 0
@@ -134,9 +136,13 @@ class FakeOpenAI:
             def _event(self, obj) -> None:
                 data = obj if isinstance(obj, str) else json.dumps(obj)
                 event = f"data: {data}\n\n".encode()
-                # Chunked, as uvicorn sends a streaming response (vLLM, SGLang).
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                # Chunked, as uvicorn sends a streaming response (vLLM, SGLang); else until close.
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event) if fake.chunked else event)
                 self.wfile.flush()
+
+            def _end(self) -> None:
+                if fake.chunked:
+                    self.wfile.write(b"0\r\n\r\n")
 
             def _piece(self, chat, text, finish=None):
                 choice = {"index": 0, "finish_reason": finish}
@@ -148,7 +154,11 @@ class FakeOpenAI:
                 start = time.monotonic()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
+                if fake.chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                else:
+                    self.send_header("Connection", "close")
+                    self.close_connection = True
                 self.end_headers()
                 if chat:
                     self._event({"id": "cmpl-1", "model": fake.model,
@@ -164,7 +174,7 @@ class FakeOpenAI:
                         with fake.lock:
                             fake.failed += 1
                         self._event({"error": {"message": "engine died", "code": 500}})
-                        self.wfile.write(b"0\r\n\r\n")
+                        self._end()
                         return
                     self._event(self._piece(chat, " tok" * n, "length" if sent + n >= out else None))
                     sent += n
@@ -176,6 +186,6 @@ class FakeOpenAI:
                     self._event({"id": "cmpl-1", "model": fake.model, "choices": [], "usage": {
                         "prompt_tokens": prompt_tokens, "completion_tokens": out, "total_tokens": prompt_tokens + out}})
                 self._event("[DONE]")
-                self.wfile.write(b"0\r\n\r\n")
+                self._end()
 
         return Handler

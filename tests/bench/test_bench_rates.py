@@ -68,3 +68,13 @@ def test_without_usage_in_the_stream_events_are_counted(bench):
         assert near(r["decode_tok_s_per_stream"]["median"], TOK_S), r
         assert near(r["ttft_s"]["median"], TTFT_S), r
     assert "calibration" in (run.out / "report.md").read_text()
+
+
+def test_a_stream_without_chunked_encoding_is_timed_as_it_arrives(bench):
+    # Events of ~150 bytes at 20 a second: a reader that waits for 512 bytes (requests'
+    # iter_lines) would see the first token about 0.15 s late.
+    with FakeOpenAI(tok_s=20, ttft_s=TTFT_S, chunked=False, api_key=KEY) as fake:
+        run = bench("--url", fake.url, scenarios=[dict(SCENARIOS[0], runs=1, max_tokens=12)])
+    assert run.returncode == 0, run.stderr
+    r = run.scenario("decode-1")
+    assert near(r["ttft_s"]["median"], TTFT_S) and near(r["decode_tok_s_per_stream"]["median"], 20), r
