@@ -53,6 +53,8 @@ def main(argv: list[str]) -> int:
     except BenchError as e:
         raise BenchError(str(e) + (target.hint if "cannot reach" in str(e) else "")) from None
     model = a.model or listed or target.model
+    if not model:
+        raise BenchError(f"{target.url}/v1/models lists no model: pass MODEL=<name>")
     started = datetime.datetime.now(datetime.timezone.utc)
     out = Path(a.out) if a.out else REPO / "bench" / f"{target.host}-{started:%Y%m%dT%H%M%SZ}"
     out.mkdir(parents=True, exist_ok=True)

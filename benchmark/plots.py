@@ -71,7 +71,7 @@ def prefill(results: list[dict], path: Path, title: str) -> Path:
     ax.errorbar(xs, [r["ttft_s"]["median"] for r in rows], yerr=_err([r["ttft_s"] for r in rows]),
                 capsize=4, marker="o", color="tab:blue", label="ours (median, min-max)")
     for r, x in zip(rows, xs):
-        ax.annotate(r["name"], (x, r["ttft_s"]["median"]), textcoords="offset points", xytext=(6, -12), fontsize=8)
+        ax.annotate(r["name"], (x, r["ttft_s"]["median"]), textcoords="offset points", xytext=(6, 6), fontsize=8)
     refs = [(x, _field(r, "ttft_s")) for r, x in zip(rows, xs) if _field(r, "ttft_s")]
     rate_refs = [(x, x * 1000 / _field(r, "prefill_tok_s")) for r, x in zip(rows, xs)
                  if _field(r, "prefill_tok_s") and not _field(r, "ttft_s")]

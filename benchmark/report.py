@@ -55,6 +55,8 @@ def rows(r: dict) -> list[list[str]]:
     if not r["field"]:
         for metric in (MAIN[r["kind"]],) + (("decode_tok_s_total",) if r["streams"] > 1 else ()):
             out.append(base + [UNITS[metric], _fmt(r.get(metric), metric), "—", "—", failed])
+    if r.get("accept_len") and not any(f["metric"] == "accept_len" for f in r["field"]):
+        out.append(base + [UNITS["accept_len"], _fmt(r["accept_len"], "accept_len"), "—", "—", failed])
     if "accept_len_skipped" in r:
         out.append(base + [UNITS["accept_len"], "skipped", r["accept_len_skipped"], "—", failed])
     return out

@@ -24,6 +24,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 TEMPLATE_TOKENS = 9   # what a chat template adds around the user's text
 
 
+class _Server(ThreadingHTTPServer):
+    # A backlog like uvicorn's: with socketserver's 5, the 6th simultaneous stream waits for a SYN retry.
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class FakeOpenAI:
     def __init__(self, tok_s: float = 200.0, ttft_s: float = 0.05, prefill_tok_s: float | None = None,
                  chunk: int = 1, usage: bool = True, api_key: str | None = None, fail_every: int = 0,
@@ -39,8 +45,7 @@ class FakeOpenAI:
         self.prompts: list[str] = []
         self.bodies: list[dict] = []
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.httpd.daemon_threads = True
+        self.httpd = _Server(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._timer = threading.Timer(lifetime_s, self.stop)

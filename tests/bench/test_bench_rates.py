@@ -9,8 +9,8 @@ TOK_S, TTFT_S, PREFILL_TOK_S = 120.0, 0.25, 12000.0
 SCENARIOS = [
     {"name": "decode-1", "kind": "decode", "streams": 1, "max_tokens": 60, "runs": 2,
      "refs": [{"metric": "decode_tok_s_per_stream", "value": 100.0, "text": "100 tok/s (test)"}]},
-    {"name": "decode-4", "kind": "decode", "streams": 4, "max_tokens": 60, "runs": 2,
-     "refs": [{"metric": "decode_tok_s_total", "value": 400.0, "text": "400 tok/s total (test)"}]},
+    {"name": "decode-8", "kind": "decode", "streams": 8, "max_tokens": 60, "runs": 2,
+     "refs": [{"metric": "decode_tok_s_total", "value": 800.0, "text": "800 tok/s total (test)"}]},
     {"name": "decode-long", "kind": "decode", "streams": 1, "prompt_tokens": 2500, "max_tokens": 40, "runs": 1},
     {"name": "prefill-3k", "kind": "prefill", "prompt_tokens": 3000, "max_tokens": 4, "runs": 2,
      "refs": [{"metric": "ttft_s", "value": 0.5, "text": "0.5 s (test)"},
@@ -23,7 +23,7 @@ def test_decode_prefill_and_ttft_match_the_set_rates(bench):
     with FakeOpenAI(tok_s=TOK_S, ttft_s=TTFT_S, prefill_tok_s=PREFILL_TOK_S, chunk=3, api_key=KEY) as fake:
         run = bench("--url", fake.url, scenarios=SCENARIOS)
     assert run.returncode == 0, run.stderr
-    for name, streams in (("decode-1", 1), ("decode-4", 4), ("decode-long", 1)):
+    for name, streams in (("decode-1", 1), ("decode-8", 8), ("decode-long", 1)):
         r = run.scenario(name)
         assert r["requests_ok"] == streams * (2 if name != "decode-long" else 1) and r["requests_failed"] == 0
         assert near(r["decode_tok_s_per_stream"]["median"], TOK_S), r
@@ -61,7 +61,7 @@ def test_without_usage_in_the_stream_events_are_counted(bench):
     with FakeOpenAI(tok_s=TOK_S, ttft_s=TTFT_S, usage=False, api_key=KEY) as fake:
         run = bench("--url", fake.url, scenarios=SCENARIOS[:2])
     assert run.returncode == 0, run.stderr
-    for name in ("decode-1", "decode-4"):
+    for name in ("decode-1", "decode-8"):
         r = run.scenario(name)
         assert r["usage_in_stream"] is False and r["prompt_tokens_estimated"] is True
         assert r["output_tokens"]["median"] == 60
