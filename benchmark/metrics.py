@@ -1,4 +1,4 @@
-"""Speculative-decoding acceptance length from the server's Prometheus `/metrics`.
+"""Speculative-decoding acceptance length from the server's Prometheus `/metrics` (docs/sources.md §11).
 
 vLLM publishes counters (`vllm:spec_decode_num_drafts`, `..._num_accepted_tokens`); the
 mean acceptance length over a run is 1 + accepted / drafts between two scrapes (each
