@@ -92,7 +92,8 @@ class Runner:
 
     def scenario(self, sc: Scenario, index: int, count: int) -> dict:
         tag = f"[{index}/{count}] {sc.name}"
-        log(f"{tag}: warm-up")
+        log(f"{tag}: {sc.streams} stream(s), prompt ~{sc.prompt_tokens} tokens, {sc.max_tokens} out, "
+            f"1 warm-up + {sc.runs} run(s), up to {sc.timeout_s:.0f} s per request")
         w = self._one(sc, warm=True)
         if not w.ok:
             log(f"{tag}: warm-up failed ({w.error}); measuring anyway")

@@ -78,3 +78,15 @@ def test_a_stream_without_chunked_encoding_is_timed_as_it_arrives(bench):
     assert run.returncode == 0, run.stderr
     r = run.scenario("decode-1")
     assert near(r["ttft_s"]["median"], TTFT_S) and near(r["decode_tok_s_per_stream"]["median"], 20), r
+
+
+def test_the_quick_suite_as_the_host_check_runs_it(bench):
+    with FakeOpenAI(tok_s=400, ttft_s=0.02, prefill_tok_s=100000, chunk=4, accept_len=5.0, api_key=KEY) as fake:
+        run = bench("--url", fake.url, "--suite", "quick", "--platform", "gb10", "--model", "glm-5.3-flash",
+                    "--api-key-env", "GLM_FLASH_API_KEY")
+    assert run.returncode == 0, run.stderr
+    one = run.scenario("decode-1")
+    assert [f["value"] for f in one["field"]] == [29.0] and near(one["accept_len"]["median"], 5.0, 0.05)
+    assert near(one["decode_tok_s_per_stream"]["median"], 400)
+    assert near(run.scenario("prefill-4k")["prompt_tokens"]["median"], 4096, 0.03)
+    assert {b["model"] for b in fake.bodies} == {"glm-5.3-flash"}
