@@ -44,6 +44,28 @@ deploy: venv
 check: venv  ## host checks; for a real host: make check INVENTORY=inventory/l40s.py HOSTS=ssh://root@gpu1
 	$(BIN)/python -m pytest tests/host -v --no-deploy --inventory $(INVENTORY) $(if $(HOSTS),--hosts $(HOSTS))
 
+# The bench runs from its own environment (matplotlib and numpy stay out of .venv).
+BENCH_VENV := .venv-bench
+.PHONY: bench bench-venv bench-lock
+bench-venv: $(BENCH_VENV)/.installed
+$(BENCH_VENV)/.installed: locks/bench.txt
+	@$(PY) -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || \
+	  { echo "make bench: needs Python 3.11 or newer with its venv module as $(PY)" >&2; exit 1; }
+	$(PY) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install --quiet --disable-pip-version-check --require-hashes -r locks/bench.txt
+	touch $@
+
+# make bench URL=http://gpu1.lan:30000 [SUITE=l40s|gb10|quick] [MODEL=] [OUT=]; or INVENTORY=inventory/l40s.py
+# instead of URL. The API key comes from GLM_FLASH_API_KEY in the environment only.
+bench: bench-venv
+	@$(BENCH_VENV)/bin/python -m benchmark $(if $(URL),--url '$(URL)') \
+	  $(if $(filter-out file,$(origin INVENTORY)),--inventory '$(INVENTORY)') \
+	  $(if $(SUITE),--suite '$(SUITE)') $(if $(MODEL),--model '$(MODEL)') $(if $(OUT),--out '$(OUT)')
+
+bench-lock: venv  ## regenerate locks/bench.txt from locks/bench.in (uv pinned in locks/tools.txt)
+	$$($(BIN)/python -c 'from roles.engine_lock import tools_bin; print(tools_bin())')/uv pip compile \
+	  --generate-hashes --no-config --python-version 3.11 --no-header --quiet locks/bench.in -o locks/bench.txt
+
 .PHONY: engine-locks
 engine-locks: venv  ## regenerate locks/engine/*.txt (uv pinned in locks/tools.txt; needs PyPI)
 	$(BIN)/python scripts/engine_locks.py
