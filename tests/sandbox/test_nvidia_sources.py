@@ -12,11 +12,13 @@ are real. The same checks run on a real host in tests/host/test_driver.py.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, pyinfra
+from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, inventory_hosts, pyinfra
 
 pytestmark = pytest.mark.sandbox
 
@@ -66,6 +68,34 @@ def test_a_key_with_another_fingerprint_is_refused_and_nothing_changes(deployed)
         run.stderr[-3000:]
     assert "Nothing was changed" in run.stderr
     assert apt_state() == before
+
+
+def test_a_repository_signed_by_another_key_is_refused(deployed):
+    """The published key is the pinned one, but InRelease is signed by another (a tampered
+    mirror): apt's own signature check in the throwaway state refuses it, nothing is written."""
+    from sandbox.nvidia_standin import gpg, signing_key
+
+    (_, data), = inventory_hosts(SANDBOX_INVENTORY)
+    repo = STANDIN / deployed["repo_path"]
+    saved = {name: (repo / name).read_bytes() for name in ("InRelease", "Release.gpg")}
+    home = Path(subprocess.run(["mktemp", "-d", "/tmp/gk.XXXXXX"], capture_output=True, text=True).stdout.strip())
+    signing_key(home)
+    release = (repo / "Release").read_bytes()
+    try:
+        (repo / "InRelease").write_bytes(gpg(home, "--clearsign", data=release))
+        (repo / "Release.gpg").write_bytes(gpg(home, "--armor", "--detach-sign", data=release))
+        sh("rm -rf /tmp/glm-flash-test-repo")
+        r = sh(f"/opt/glm-flash/bin/glm-flash-nvidia-repo setup --repo {data['nvidia_repo_url']} "
+               f"--key-url {data['nvidia_repo_key_url']} --fingerprint {deployed['fingerprint']} --branch 590 "
+               "--package nvidia-driver-cuda --keyring /tmp/glm-flash-test-repo/key.gpg "
+               "--sources /tmp/glm-flash-test-repo/nvidia.sources", check=False)
+        assert r.returncode == 2 and "apt cannot use" in r.stderr, r.stdout + r.stderr
+        assert "NO_PUBKEY" in r.stderr or "not signed" in r.stderr or "signature" in r.stderr.lower(), r.stderr
+        assert sh("test -e /tmp/glm-flash-test-repo", check=False).returncode != 0
+    finally:
+        for name, content in saved.items():
+            (repo / name).write_bytes(content)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_a_branch_the_repository_lacks_is_refused_listing_those_it_has(deployed):
