@@ -53,14 +53,7 @@ def decode(results: list[dict], path: Path, title: str) -> Path:
                 ax.annotate(f"{ref:g}", (i + 0.4, ref), textcoords="offset points", xytext=(2, -4), color="tab:red")
                 labelled = True
     ax.set_ylabel("decode tokens per second")
-    ax.set_ylim(bottom=0)
-    ax.set_title(f"Decode rate — {title}")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, path, f"Decode rate — {title}")
 
 
 def prefill(results: list[dict], path: Path, title: str) -> Path:
@@ -81,8 +74,12 @@ def prefill(results: list[dict], path: Path, title: str) -> Path:
     ax.set_xlabel("prompt length (thousand tokens, the server's count)")
     ax.set_ylabel("seconds to first token")
     ax.set_xlim(left=0)
+    return _finish(fig, ax, path, f"Time to first token — {title}")
+
+
+def _finish(fig, ax, path: Path, title: str) -> Path:
     ax.set_ylim(bottom=0)
-    ax.set_title(f"Time to first token — {title}")
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -60,20 +60,26 @@ def signing_key(home: Path) -> str:
     return next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
 
 
-def deb(out: Path, name: str, version: str, files: dict[str, bytes], description: str) -> None:
+def deb(out: Path, name: str, version: str, files: dict[str, bytes], description: str,
+        links: dict[str, str] | None = None, source: str = "nvidia-standin") -> Path:
+    """A .deb (built with dpkg-deb) that installs `files` and `links`, in `out`."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / name
         (root / "DEBIAN").mkdir(parents=True)
         (root / "DEBIAN/control").write_text(
-            f"Package: {name}\nVersion: {version}\nArchitecture: amd64\nSource: nvidia-standin\n"
+            f"Package: {name}\nVersion: {version}\nArchitecture: amd64\nSource: {source}\n"
             f"Maintainer: glm-flash sandbox <root@localhost>\nSection: non-free/libs\nPriority: optional\n"
-            f"Description: stand-in for NVIDIA's {name} (TEST ONLY)\n {description}\n")
+            f"Description: stand-in for {name} (TEST ONLY)\n {description}\n")
         for path, data in files.items():
             f = root / path.lstrip("/")
             f.parent.mkdir(parents=True, exist_ok=True)
             f.write_bytes(data)
-        subprocess.run(["dpkg-deb", "--root-owner-group", "-Zxz", "--build", str(root),
-                        str(out / f"{name}_{version}_amd64.deb")], check=True, capture_output=True)
+        for path, target in (links or {}).items():
+            (root / path.lstrip("/")).symlink_to(target)
+        built = out / f"{name}_{version}_amd64.deb"
+        subprocess.run(["dpkg-deb", "--root-owner-group", "-Zxz", "--build", str(root), str(built)], check=True,
+                       capture_output=True)
+    return built
 
 
 def pin(branch: str) -> bytes:

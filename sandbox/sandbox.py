@@ -159,19 +159,11 @@ def alive(pidfile: Path) -> int | None:
         return None
 
 
-def standin_answers() -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", STANDIN_PORT), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
 def standin_up() -> None:
-    if alive(STANDIN_PIDFILE) and standin_answers():
+    if alive(STANDIN_PIDFILE) and port_open(STANDIN_PORT):
         return
     stop_pidfile(STANDIN_PIDFILE)
-    if standin_answers():
+    if port_open(STANDIN_PORT):
         sys.exit(f"sandbox: 127.0.0.1:{STANDIN_PORT} (the stand-in NVIDIA repository's port) is already in use"
                  f"{' by ' + listener(STANDIN_PORT) if listener(STANDIN_PORT) else ''}; stop that program or set "
                  "GLM_FLASH_STANDIN_PORT")
@@ -185,7 +177,7 @@ def standin_up() -> None:
     for _ in range(40):
         if proc.poll() is not None:
             break
-        if standin_answers():
+        if port_open(STANDIN_PORT):
             return
         time.sleep(0.25)
     sys.exit(f"sandbox: the stand-in NVIDIA repository did not start on 127.0.0.1:{STANDIN_PORT} "
@@ -207,10 +199,10 @@ def pid() -> int | None:
     return alive(PIDFILE)
 
 
-def port_open() -> bool:
-    """Something accepts connections on the sandbox's port."""
+def port_open(port: int = PORT) -> bool:
+    """Something accepts connections on a loopback port (the sandbox's by default)."""
     try:
-        with socket.create_connection(("127.0.0.1", PORT), timeout=1):
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
             return True
     except OSError:
         return False

@@ -20,6 +20,7 @@ from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, pyinfra
 
 sys.path.insert(0, str(REPO / "tests" / "cuda"))
 import cuda_assets  # noqa: E402
+from sandbox.nvidia_standin import deb  # noqa: E402
 
 pytestmark = pytest.mark.sandbox
 
@@ -46,22 +47,8 @@ def deploy() -> list[str]:
 
 
 def build_deb(tmp: Path, name: str, files: dict[str, bytes], links: dict[str, str] = {}) -> Path:
-    root = tmp / name
-    (root / "DEBIAN").mkdir(parents=True)
-    (root / "DEBIAN/control").write_text(
-        f"Package: {name}\nVersion: 12.8.93-1\nArchitecture: all\nMaintainer: glm-flash tests <root@localhost>\n"
-        f"Section: devel\nPriority: optional\nDescription: test package for the glm-flash CUDA header hook\n"
-        f" Laid out like NVIDIA's cuda-crt-12-8; built by tests/sandbox/test_cuda_header_hook.py.\n")
-    for path, data in files.items():
-        f = root / path.lstrip("/")
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_bytes(data)
-    for path, target in links.items():
-        (root / path.lstrip("/")).symlink_to(target)
-    out = tmp / f"{name}.deb"
-    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zxz", "--build", str(root), str(out)], check=True,
-                   capture_output=True)
-    return out
+    return deb(tmp, name, "12.8.93-1", files, "Laid out like NVIDIA's cuda-crt packages; built by "
+               "tests/sandbox/test_cuda_header_hook.py.", links, source="glm-flash-tests")
 
 
 def sha_on_sandbox(path: str) -> str:
@@ -75,8 +62,8 @@ def debs(sandbox, tmp_path_factory):
     cuda = build_deb(tmp, PKG, {HEADER: header},
                      {"/usr/local/cuda-12.9/include": "targets/x86_64-linux/include"})
     dummy = build_deb(tmp, DUMMY, {f"/usr/share/doc/{DUMMY}/README": b"unrelated package\n"})
-    for deb in (cuda, dummy):
-        sh(f"cat > /tmp/{deb.name}", stdin=deb.read_bytes())
+    for name, built in ((PKG, cuda), (DUMMY, dummy)):
+        sh(f"cat > /tmp/{name}.deb", stdin=built.read_bytes())
     sh(f"dpkg --purge {PKG} {DUMMY} >/dev/null")
     deploy()   # converge first, so the counts below are this test's alone
     yield hashlib.sha256(header).hexdigest()
