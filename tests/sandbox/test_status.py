@@ -13,6 +13,7 @@ import subprocess
 
 import pytest
 
+from roles.defaults import KNOBS
 from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, pyinfra
 
 pytestmark = pytest.mark.sandbox
@@ -49,7 +50,7 @@ def test_sandbox_is_ok_and_gpu_items_not_applicable(sandbox):
     for name in ("driver", "nvidia repository", "cuda header fix", "cuda toolkit", "engine", "engine environment",
                  "patch sets", "model", "disk"):
         assert items[name]["state"] == "ok", items[name]
-    assert "cuDNN 9.16.0.29" in items["engine"]["detail"]
+    assert f"cuDNN {KNOBS['cudnn_version'].default}" in items["engine"]["detail"]
 
 
 def patched_engine_file() -> tuple[str, str]:

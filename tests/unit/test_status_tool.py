@@ -149,6 +149,8 @@ def test_engine_environment_verify():
     drift = st.decide_engine_env(1, st.last_json(data("status/engine-verify-full-drift.json")), current)
     assert drift["state"] == "problem" and "files differ from RECORD" in drift["detail"]
     assert f"glm-flash-engine assert-pin {current} sglang-kt --force" in drift["fix"]
+    gb10 = st.decide_engine_env(None, None, "vllm-moet-0123456789ab-01234567", "gb10")
+    assert gb10["state"] == "n/a" and "L40S only" in gb10["detail"]
 
 
 def test_patch_sets():
