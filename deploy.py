@@ -6,7 +6,7 @@ Roles run in this order; each reads facts and changes only what differs.
 """
 
 from roles import (base, cuda_header, driver, engine_kt, engine_vllm, hardware, headless, model, profile, python,
-                   service, toolkit, tools, users)
+                   service, status, toolkit, tools, users)
 
 p = profile.for_current_host()
 hardware.apply(p)         # the GPUs are the ones the profile was written for
@@ -21,3 +21,4 @@ headless.apply(p, tools.bin_dir(p))
 model.apply(p)            # the checkpoint, before the engine patches its config.json
 engine = engine_kt.apply(p, python.apply(p)) or engine_vllm.apply(p)  # built beside, patched, switched
 service.apply(p, engine_switch=engine.switch_op if engine else None)
+status.apply(p)           # the profile values `glm-flash status` compares the host with

@@ -5,7 +5,7 @@ from pyinfra.operations import files
 from roles.ops import host_tool
 from roles.profile import Profile
 
-TOOLS = ["glm-flash-patch", "glm-flash-launch", "glm-flash-preflight", "glm-flash-ready", "glm-flash-nvidia-repo"]
+TOOLS = ["glm-flash-patch", "glm-flash-launch", "glm-flash-preflight", "glm-flash-ready", "glm-flash-nvidia-repo", "glm-flash"]
 
 
 def bin_dir(profile: Profile) -> str:

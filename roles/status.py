@@ -1,0 +1,34 @@
+"""/etc/glm-flash/status.json: the few profile values `glm-flash status` compares the host with.
+
+Nothing else on the host holds them (the driver branch, the key fingerprint, cuDNN, ...).
+Root's own 0644 file without secrets: the API key and the hub token never go in it.
+"""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+from pyinfra.operations import files
+
+from roles import driver
+from roles.profile import Profile
+
+PATH = "/etc/glm-flash/status.json"
+KEYS = ("platform", "gpu_count", "gpu_compute_capability", "require_gpu", "driver_source", "driver_branch",
+        "driver_min_version", "nvidia_repo_url", "nvidia_repo_key_fingerprint", "cuda_version", "fix_cuda_header",
+        "engine_set", "cudnn_version", "install_root", "model_id", "model_revision", "model_path",
+        "model_download", "service_user", "listen_host", "port", "served_model_name")
+
+
+def values(profile: Profile) -> dict:
+    data = {k: getattr(profile, k) for k in KEYS}
+    data.update(nvidia_keyring=driver.KEYRING, nvidia_sources=driver.SOURCES_FILE)
+    return data
+
+
+def apply(profile: Profile) -> None:
+    # /etc/glm-flash itself is the service role's (root:service user 0750); this file stays root's.
+    files.put(name=f"Profile values for glm-flash status ({PATH})",
+              src=StringIO(json.dumps(values(profile), indent=1, sort_keys=True) + "\n"),
+              dest=PATH, user="root", group="root", mode="644")

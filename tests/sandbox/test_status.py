@@ -1,0 +1,100 @@
+"""`glm-flash status` on the deployed sandbox: what it can check is ok, the GPU items are not
+applicable with the reason, and a broken item makes it exit non-zero with the fix.
+
+Simulated: nothing for the baseline (the sandbox has no GPU: that is reported, not faked).
+The breakages are real changes on the sandbox, undone before each test ends.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+
+import pytest
+
+from roles.defaults import KNOBS
+from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, pyinfra
+
+pytestmark = pytest.mark.sandbox
+GPU_ITEMS = ("gpus", "persistence mode", "nvidia module per kernel", "readiness")
+MANIFESTS = "/var/lib/glm-flash/patches/manifests"
+
+
+def sh(command: str, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", command],
+                       capture_output=True, text=True, timeout=1800)
+    if check:
+        assert r.returncode == 0, f"{command}: {r.stdout}{r.stderr}"
+    return r
+
+
+def status() -> tuple[int, dict[str, dict]]:
+    r = sh("glm-flash status --json", check=False)
+    return r.returncode, {it["item"]: it for it in json.loads(r.stdout)["items"]}
+
+
+def problem_line(text: str, name: str) -> str:
+    lines = [line for line in text.splitlines() if line.startswith("PROBLEM") and f" {name}: " in line]
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+def test_sandbox_is_ok_and_gpu_items_not_applicable(sandbox):
+    rc, items = status()
+    assert rc == 0, json.dumps(items, indent=1)
+    for name in GPU_ITEMS:
+        assert items[name]["state"] == "n/a" and "no NVIDIA GPU" in items[name]["detail"], items[name]
+    # The unit is enabled but its preflight refuses to start it here: not applicable, never ok.
+    assert items["service"]["state"] == "n/a" and items["service"]["detail"].startswith("enabled")
+    for name in ("driver", "nvidia repository", "cuda header fix", "cuda toolkit", "engine", "engine environment",
+                 "patch sets", "model", "disk"):
+        assert items[name]["state"] == "ok", items[name]
+    assert f"cuDNN {KNOBS['cudnn_version'].default}" in items["engine"]["detail"]
+
+
+def patched_engine_file() -> tuple[str, str]:
+    """(path, patched sha256) of an engine file the deploy's patch manifests record."""
+    code = ("import glob, json; [print(p, e['patched_sha256']) for m in sorted(glob.glob(%r)) "
+            "for p, e in json.load(open(m))['files'].items()]" % f"{MANIFESTS}/*.json")
+    for line in sh(f"python3 -c {shlex.quote(code)}").stdout.splitlines():
+        path, digest = line.split()
+        if "/engine/envs/" in path:
+            return path, digest
+    pytest.fail(f"no engine file in {MANIFESTS}")
+
+
+def flip_last_byte(path: str) -> None:
+    # Whitespace for newline and back: the file's own bytes otherwise, so only its hash tells.
+    code = ("import sys; f = open(sys.argv[1], 'r+b'); f.seek(-1, 2); b = f.read(1); f.seek(-1, 2); "
+            "f.write(b' ' if b == b'\\n' else b'\\n'); f.close()")
+    sh(f"python3 -c {shlex.quote(code)} {shlex.quote(path)}")
+
+
+def test_a_changed_byte_in_a_patched_engine_file_is_a_problem_with_its_fix(sandbox):
+    """Simulated: someone edits one byte of a file our patch set changed (outside the edit)."""
+    path, digest = patched_engine_file()
+    assert sh(f"sha256sum {shlex.quote(path)}").stdout.split()[0] == digest
+    flip_last_byte(path)
+    try:
+        r = sh("glm-flash status", check=False)
+        assert r.returncode == 1, r.stdout + r.stderr
+        line = problem_line(r.stdout, "engine environment")
+        assert "files differ from RECORD" in line and "Fix: glm-flash-engine assert-pin" in line and "--force" in line
+    finally:
+        flip_last_byte(path)
+    assert sh(f"sha256sum {shlex.quote(path)}").stdout.split()[0] == digest
+
+
+def test_a_disabled_service_is_a_problem_and_the_deploy_converges_back(sandbox):
+    """Simulated: an operator stops and disables glm-flash.service (on the sandbox it is never
+    running, no GPU; what status sees is that it is no longer enabled)."""
+    sh("systemctl disable --now glm-flash.service")
+    r = sh("glm-flash status", check=False)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Fix: systemctl enable --now glm-flash.service" in problem_line(r.stdout, "service")
+    run = pyinfra("--json", SANDBOX_INVENTORY, "deploy.py")
+    assert run.returncode == 0, run.stderr[-6000:]
+    assert changed_operations(run.stdout) == ["Enable glm-flash.service"]
+    rc, items = status()
+    assert rc == 0 and items["service"]["state"] == "n/a", items["service"]

@@ -1,0 +1,213 @@
+"""files/glm-flash (status): its parsers and ok / problem / n-a decisions, fed with output the
+host tools really printed (tests/unit/data/status/, captured on the deployed sandbox and, for
+nvidia-smi, on the field boxes) and with that output changed where a host would differ."""
+
+from __future__ import annotations
+
+import copy
+import importlib.machinery
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from roles.defaults import KNOBS, PLATFORMS
+
+REPO = Path(__file__).resolve().parent.parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _load():
+    loader = importlib.machinery.SourceFileLoader("glm_flash_status", str(REPO / "files" / "glm-flash"))
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("glm_flash_status", loader))
+    loader.exec_module(mod)
+    return mod
+
+
+st = _load()
+
+
+def data(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def cfg(platform: str = "l40s", **over) -> dict:
+    """The status.json values of a profile (roles/status.py writes the same keys)."""
+    from roles.status import KEYS
+    values = {k: PLATFORMS[platform].get(k, KNOBS[k].default) for k in KEYS}
+    values.update(platform=platform, nvidia_keyring="/etc/apt/keyrings/glm-flash-nvidia-cuda.gpg",
+                  nvidia_sources="/etc/apt/sources.list.d/glm-flash-nvidia-cuda.sources", **over)
+    return values
+
+
+SANDBOX = dict(require_gpu=False, model_download=False,
+               nvidia_repo_key_fingerprint=json.loads(data("status/nvidia-repo-status.json"))["fingerprints"][0])
+
+
+# --- GPUs, driver, persistence, modules ---------------------------------------------------------
+
+def test_gpus_of_the_l40s_box_are_ok_and_a_missing_one_is_a_problem():
+    gpus = st.parse_gpus(data("nvidia-smi-query-gpu-l40s.csv"))
+    assert st.decide_gpus(cfg(), 2, gpus)["state"] == "ok"
+    one = st.decide_gpus(cfg(), 2, gpus[:1])
+    assert one["state"] == "problem" and "expects 2" in one["detail"] and one["fix"]
+    assert st.decide_gpus(cfg(), 2, [])["state"] == "problem"   # on the bus, but the driver answers none
+
+
+def test_no_gpu_is_not_applicable_only_where_the_profile_allows_it():
+    na = st.decide_gpus(cfg(require_gpu=False), 0, [])
+    assert na["state"] == "n/a" and "no NVIDIA GPU" in na["detail"] and not na["fix"]
+    assert st.decide_gpus(cfg(), 0, [])["state"] == "problem"
+    assert st.decide_persistence(cfg(require_gpu=False), [], [])["state"] == "n/a"
+    assert st.decide_modules(cfg(), False, {"6.12.48+deb13-amd64": None})["state"] == "n/a"
+    assert st.decide_service(False, "enabled", "failed")["state"] == "n/a"
+    assert st.decide_ready(False, "failed", None, "")["state"] == "n/a"
+
+
+def test_gb10_driver_is_checked_against_its_minimum():
+    gpus = st.parse_gpus(data("gb10-nvidia-smi-query-gpu.csv"))
+    assert gpus == [{"index": 0, "name": "NVIDIA GB10", "cap": "12.1", "driver": "580.95.05"}]
+    assert st.decide_gpus(cfg("gb10"), 1, gpus)["state"] == "ok"
+    assert st.decide_driver(cfg("gb10"), gpus, {})["state"] == "ok"
+    old = st.decide_driver(cfg("gb10", driver_min_version="590.0"), gpus, {})
+    assert old["state"] == "problem" and "older" in old["detail"]
+
+
+def test_driver_branch_from_the_installed_packages_and_the_loaded_module():
+    packages = st.parse_driver_packages(data("status/dpkg-query-driver.txt"))
+    assert packages and all(v.startswith("590.") for v in packages.values())
+    assert st.decide_driver(cfg(), [], packages)["state"] == "ok"
+    assert st.decide_driver(cfg(driver_branch="595"), [], packages)["state"] == "problem"
+    field = st.parse_gpus(data("nvidia-smi-query-gpu-l40s.csv"))   # the field box ran 580
+    running = st.decide_driver(cfg(driver_branch="580"), field, {p: "580.95.05-1" for p in packages})
+    assert running["state"] == "ok"
+    reboot = st.decide_driver(cfg(), field, packages)
+    assert reboot["state"] == "problem" and "reboot" in reboot["fix"]
+
+
+def test_persistence_mode():
+    gpus = st.parse_gpus(data("nvidia-smi-query-gpu-l40s.csv"))
+    assert st.decide_persistence(cfg(), gpus, ["Enabled", "Enabled"])["state"] == "ok"
+    off = st.decide_persistence(cfg(), gpus, ["Enabled", "Disabled"])
+    assert off["state"] == "problem" and "nvidia-persistenced" in off["fix"]
+
+
+def test_a_kernel_without_the_module_is_a_problem_with_its_dkms_command():
+    missing = st.module_version(data("status/modinfo-missing.txt"))
+    assert missing is None
+    kernels = {"6.12.48+deb13-amd64": "590.48.01", "6.12.57+deb13-amd64": missing}
+    it = st.decide_modules(cfg(), True, kernels)
+    assert it["state"] == "problem" and it["fix"].startswith("dkms autoinstall -k 6.12.57+deb13-amd64")
+    assert st.module_version("590.48.01\n") == "590.48.01"
+
+
+# --- repository, CUDA ------------------------------------------------------------------------------
+
+def test_nvidia_repository_key():
+    state = json.loads(data("status/nvidia-repo-status.json"))
+    assert st.decide_repo(cfg(**SANDBOX), 0, state)["state"] == "ok"
+    other = st.decide_repo(cfg(), 0, state)   # NVIDIA's real fingerprint: the stand-in key is not it
+    assert other["state"] == "problem" and "want only" in other["detail"]
+    assert st.decide_repo(cfg(**SANDBOX), 0, dict(state, sources_current=False))["state"] == "problem"
+    assert st.decide_repo(cfg("gb10"), None, None)["state"] == "n/a"
+
+
+def test_cuda_header_fix_exit_codes():
+    out = data("status/fix-cuda-header-check.txt")
+    assert st.decide_header(cfg(), 0, out)["state"] == "ok"
+    needs = st.decide_header(cfg(), 1, out.replace("fixed    ", "needs fix"))
+    assert needs["state"] == "problem" and needs["fix"] == "glm-flash-fix-cuda-header"
+    refused = st.decide_header(cfg(), 2, "glm-flash-fix-cuda-header: refused")
+    assert refused["state"] == "problem" and "restore the original header" in refused["fix"]
+    assert st.decide_header(cfg("gb10"), None, "")["state"] == "n/a"
+
+
+def test_toolkit_version_from_nvcc():
+    out = data("status/nvcc-version.txt")
+    assert st.decide_toolkit(cfg(), out)["state"] == "ok"
+    assert st.decide_toolkit(cfg(cuda_version="12.9"), out)["state"] == "problem"
+    assert st.decide_toolkit(cfg(), None)["fix"].startswith("run the deploy")
+
+
+# --- engine, patches, model ----------------------------------------------------------------------
+
+def test_engine_set_and_cudnn():
+    state = st.last_json(data("status/engine-status.json"))
+    assert st.decide_engine(cfg(), 0, state)["state"] == "ok"
+    other = st.decide_engine(cfg(engine_set="0.7.2"), 0, state)
+    assert other["state"] == "problem" and "not engine_set 0.7.2" in other["detail"]
+    cudnn = st.decide_engine(cfg(), 0, dict(state, cudnn="9.10.2.21"))
+    assert cudnn["state"] == "problem" and "assert-pin" in cudnn["fix"] and "nvidia-cudnn-cu12" in cudnn["fix"]
+    broken = dict(state, envs={k: "incomplete" for k in state["envs"]})
+    assert st.decide_engine(cfg(), 0, broken)["state"] == "problem"
+
+
+def test_engine_environment_verify():
+    current = st.last_json(data("status/engine-status.json"))["current"]
+    assert st.decide_engine_env(0, st.last_json(data("status/engine-verify-full.json")), current)["state"] == "ok"
+    drift = st.decide_engine_env(1, st.last_json(data("status/engine-verify-full-drift.json")), current)
+    assert drift["state"] == "problem" and "files differ from RECORD" in drift["detail"]
+    assert f"glm-flash-engine assert-pin {current} sglang-kt --force" in drift["fix"]
+    gb10 = st.decide_engine_env(None, None, "vllm-moet-0123456789ab-01234567", "gb10")
+    assert gb10["state"] == "n/a" and "L40S only" in gb10["detail"]
+
+
+def test_patch_sets():
+    out = data("status/patch-check.json")
+    files = st.last_json(out)
+    it = st.decide_patches(0, files, out)
+    assert it["state"] == "ok" and "sglang-kt" in it["detail"]
+    drift = copy.deepcopy(files)
+    path = sorted(drift)[0]
+    drift[path].update(state="drift", reason="anchor not found")
+    bad = st.decide_patches(2, drift, out)
+    assert bad["state"] == "problem" and path in bad["detail"] and "restore the original" in bad["fix"]
+    assert st.decide_patches(1, {path: dict(files[path], state="pending")}, "")["fix"].startswith("run the deploy")
+    assert st.decide_patches(None, None, "")["state"] == "problem"
+
+
+def test_model():
+    state = st.last_json(data("status/model-check.json"))
+    assert st.decide_model(cfg(**SANDBOX), 0, state)["state"] == "ok"
+    gone = st.last_json(data("status/model-check-missing.json"))
+    it = st.decide_model(cfg(**SANDBOX), 1, gone)
+    assert it["state"] == "problem" and "does not exist" in it["detail"] and "stage the checkpoint" in it["fix"]
+    assert st.decide_model(cfg(), 1, gone)["fix"].startswith("run the deploy")
+
+
+# --- service, readiness, disk, output --------------------------------------------------------------
+
+def test_service_and_readiness():
+    assert st.decide_service(True, "enabled", "active")["state"] == "ok"
+    off = st.decide_service(False, "disabled", "inactive")
+    assert off["state"] == "problem" and off["fix"] == "systemctl enable --now glm-flash.service"
+    assert st.decide_service(True, "enabled", "failed")["state"] == "problem"
+    assert st.decide_ready(True, "active", 0, "glm-flash: ready, glm-5.3-flash answered: {}")["state"] == "ok"
+    no = st.decide_ready(True, "active", 1, "glm-flash: no completion from http://127.0.0.1:30000 (timed out)")
+    assert no["state"] == "problem" and "journalctl" in no["fix"]
+
+
+def test_disk():
+    assert st.decide_disk({"/": 400 << 30})["state"] == "ok"
+    low = st.decide_disk({"/": 400 << 30, "/srv": 3 << 30})
+    assert low["state"] == "problem" and "/srv" in low["fix"]
+
+
+def test_text_output_one_line_per_item_with_the_fix():
+    items = [st.item("a", "ok", "fine"), st.item("b", "problem", "broken", "do x"), st.item("c", "n/a", "why")]
+    assert st.render(items).splitlines() == ["ok       a: fine", "PROBLEM  b: broken Fix: do x", "n/a      c: why"]
+    assert st.item("a", "ok", "fine", "ignored")["fix"] == ""
+
+
+def test_profile_values_are_those_the_tool_reads(tmp_path):
+    from roles.profile import build
+    from roles.status import values
+    v = values(build("node1", {}))
+    assert {"driver_branch", "cudnn_version", "nvidia_keyring", "model_path"} <= set(v)
+    assert not [k for k in v if "token" in k or "api_key" in k]
+    link = tmp_path / "status.json"
+    link.symlink_to(tmp_path / "elsewhere.json")
+    (tmp_path / "elsewhere.json").write_text(json.dumps(v))
+    with pytest.raises(OSError):
+        st.load_config(str(link))      # a planted symlink is never followed
