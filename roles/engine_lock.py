@@ -18,13 +18,12 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
-from roles.pypi_cache import HashMismatch, cache_root, download, sha256_file
+from roles.pypi_cache import HashMismatch, cache_root, download, progress, sha256_file
 
 REPO = Path(__file__).resolve().parent.parent
 LOCK_DIR = REPO / "locks" / "engine"
@@ -234,11 +233,7 @@ def _project_files(session, name: str) -> list[dict]:
     return r.json()["files"]
 
 
-def _stderr(msg: str) -> None:
-    print(f"glm-flash: {msg}", file=sys.stderr, flush=True)   # stdout belongs to pyinfra (--json)
-
-
-def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=_stderr) -> list[Path]:
+def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progress) -> list[Path]:
     """Make sure the cache holds the chosen file of every pin; return their paths in pin order.
     Only pins whose file is not cached yet cost a request; a file is kept only if its sha256
     is one the lock allows."""

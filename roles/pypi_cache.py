@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import urllib.parse
 from pathlib import Path
 
@@ -31,6 +32,11 @@ class HashMismatch(RuntimeError):
     def __init__(self, filename: str, got: str, want: str):
         super().__init__(f"{filename}: sha256 {got} does not match PyPI's {want}")
         self.filename, self.got, self.want = filename, got, want
+
+
+def progress(msg: str) -> None:
+    """Progress of control-machine work: stderr, since stdout belongs to pyinfra (--json)."""
+    print(f"glm-flash: {msg}", file=sys.stderr, flush=True)
 
 
 def cache_root() -> Path:

@@ -22,13 +22,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from roles.pypi_cache import cache_root, sha256_file
+from roles.pypi_cache import cache_root, progress, sha256_file
 from roles.profile import Profile
 
 MARKER = ".glm-flash-complete"
@@ -132,16 +131,11 @@ def _elf_runpath(path: Path) -> str | None:
     return r.stdout.strip() if r.returncode == 0 else None
 
 
-def _stderr(msg: str) -> None:
-    # stdout belongs to pyinfra (--json)
-    print(f"glm-flash: {msg}", file=sys.stderr, flush=True)
-
-
 # The engine hosts are x86_64 Debian: ask uv for that build whatever the control machine is.
 UV_PLATFORM = "linux-x86_64-gnu"
 
 
-def managed_tree(release: str, log=_stderr) -> Path:
+def managed_tree(release: str, log=progress) -> Path:
     """CPython `release` installed by the pinned uv into the cache (downloaded once, hash-checked
     by uv). UV_PYTHON_INSTALL_MIRROR / UV_PYTHON_DOWNLOADS_JSON_URL in the environment point uv at
     a mirror, as uv documents."""
@@ -164,7 +158,7 @@ def managed_tree(release: str, log=_stderr) -> Path:
     return tree
 
 
-def pack(source: str | Path, python_version: str, log=_stderr) -> Artifact:
+def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
     """The cached, relocatable tarball of `source` (built only when the tree changed)."""
     source = Path(source).expanduser()
     info = _describe(source)

@@ -57,6 +57,15 @@ def pyinfra(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout, env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
+def sandbox_sh(command: str, check: bool = True, timeout: int = 1800) -> subprocess.CompletedProcess:
+    """Run a shell command on the built-in sandbox (its ssh_config); check=True fails the test on a non-zero exit."""
+    r = subprocess.run(["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", command],
+                       capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert r.returncode == 0, f"{command}: {r.stdout}{r.stderr}"
+    return r
+
+
 def changed_operations(result_json: str) -> list[str]:
     """Names of operations that changed or failed anything, from `pyinfra --json` output."""
     results = json.loads(result_json)["results"]["operations"]

@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, inventory_hosts, pyinfra
+from tests.conftest import REPO, SANDBOX_INVENTORY, sandbox_sh, changed_operations, inventory_hosts, pyinfra
 
 pytestmark = pytest.mark.sandbox
 
@@ -28,12 +29,7 @@ HEADER = f"{TOOLKIT}/targets/x86_64-linux/include/crt/math_functions.h"
 OTHER_FPR = "EB693B3035CD5710E231E123A4B469963BF863CC"   # debian12's key: right shape, wrong key
 
 
-def sh(command: str, check: bool = True) -> subprocess.CompletedProcess:
-    r = subprocess.run(["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", command],
-                       capture_output=True, text=True, timeout=600)
-    if check:
-        assert r.returncode == 0, f"{command}: {r.stdout}{r.stderr}"
-    return r
+sh = sandbox_sh
 
 
 def deploy(*data: str) -> subprocess.CompletedProcess:
@@ -78,7 +74,7 @@ def test_a_repository_signed_by_another_key_is_refused(deployed):
     (_, data), = inventory_hosts(SANDBOX_INVENTORY)
     repo = STANDIN / deployed["repo_path"]
     saved = {name: (repo / name).read_bytes() for name in ("InRelease", "Release.gpg")}
-    home = Path(subprocess.run(["mktemp", "-d", "/tmp/gk.XXXXXX"], capture_output=True, text=True).stdout.strip())
+    home = Path(tempfile.mkdtemp(prefix="gk", dir="/tmp"))   # gpg's agent socket needs a short path
     signing_key(home)
     release = (repo / "Release").read_bytes()
     try:

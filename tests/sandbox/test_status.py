@@ -9,24 +9,18 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 
 import pytest
 
 from roles.defaults import KNOBS
-from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, pyinfra
+from tests.conftest import REPO, SANDBOX_INVENTORY, sandbox_sh, changed_operations, pyinfra
 
 pytestmark = pytest.mark.sandbox
 GPU_ITEMS = ("gpus", "persistence mode", "nvidia module per kernel", "readiness")
 MANIFESTS = "/var/lib/glm-flash/patches/manifests"
 
 
-def sh(command: str, check: bool = True) -> subprocess.CompletedProcess:
-    r = subprocess.run(["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", command],
-                       capture_output=True, text=True, timeout=1800)
-    if check:
-        assert r.returncode == 0, f"{command}: {r.stdout}{r.stderr}"
-    return r
+sh = sandbox_sh
 
 
 def status() -> tuple[int, dict[str, dict]]:

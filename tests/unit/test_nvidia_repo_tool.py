@@ -8,6 +8,7 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,7 @@ def keys(tmp_path_factory):
     """Two real OpenPGP keys, armored, and their fingerprints (gpg's homedir must be short)."""
     out = []
     for _ in range(2):
-        home = Path(subprocess.run(["mktemp", "-d", "/tmp/gk.XXXXXX"], capture_output=True, text=True).stdout.strip())
+        home = Path(tempfile.mkdtemp(prefix="gk", dir="/tmp"))   # gpg's agent socket needs a short path
         fpr = signing_key(home)
         armored = subprocess.run(["gpg", "--batch", "--homedir", str(home), "--armor", "--export", fpr],
                                  capture_output=True, check=True).stdout
