@@ -63,7 +63,7 @@ bench: bench-venv
 	  $(if $(SUITE),--suite '$(SUITE)') $(if $(MODEL),--model '$(MODEL)') $(if $(OUT),--out '$(OUT)')
 
 bench-lock: venv  ## regenerate locks/bench.txt from locks/bench.in (uv pinned in locks/tools.txt)
-	$$($(BIN)/python -c 'from roles.engine_lock import tools_bin; print(tools_bin())')/uv pip compile \
+	$$($(BIN)/python -c 'from control.engine_lock import tools_bin; print(tools_bin())')/uv pip compile \
 	  --generate-hashes --no-config --python-version 3.11 --no-header --quiet locks/bench.in -o locks/bench.txt
 
 .PHONY: engine-locks

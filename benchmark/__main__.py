@@ -22,7 +22,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--url", help="OpenAI-compatible base URL, http://HOST:PORT")
     ap.add_argument("--inventory", help="take the endpoint from this inventory's host and profile")
     ap.add_argument("--host", default=os.environ.get("BENCH_HOST"), help="which host of the inventory")
@@ -55,7 +57,7 @@ def main(argv: list[str]) -> int:
     model = a.model or listed or target.model
     if not model:
         raise BenchError(f"{target.url}/v1/models lists no model: pass MODEL=<name>")
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started = datetime.datetime.now(datetime.UTC)
     out = Path(a.out) if a.out else REPO / "bench" / f"{target.host}-{started:%Y%m%dT%H%M%SZ}"
     out.mkdir(parents=True, exist_ok=True)
     log(f"{target.url}, model {model}, suite {suite}: {len(scenarios)} scenarios, output in {out}")
@@ -64,11 +66,21 @@ def main(argv: list[str]) -> int:
     calibration = runner.prepare()
     results = [runner.scenario(sc, i, len(scenarios)) for i, sc in enumerate(scenarios, 1)]
     report.attach_refs(results, scenarios)
-    meta = {"url": target.url, "host": target.host, "model": model, "suite": suite, "platform": platform,
-            "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"), "calibration": calibration}
+    meta = {
+        "url": target.url,
+        "host": target.host,
+        "model": model,
+        "suite": suite,
+        "platform": platform,
+        "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "calibration": calibration,
+    }
     report.write_json(out, meta, results)
     title = f"{target.host}, suite {Path(suite).stem}"
-    pngs = [str(plots.decode(results, out / "decode.png", title)), str(plots.prefill(results, out / "prefill.png", title))]
+    pngs = [
+        str(plots.decode(results, out / "decode.png", title)),
+        str(plots.prefill(results, out / "prefill.png", title)),
+    ]
     report.write_markdown(out, meta, results, pngs)
     failed = sum(r["requests_failed"] for r in results)
     log(f"done: {out / 'report.md'}" + (f" ({failed} requests failed, counted in the report)" if failed else ""))

@@ -23,12 +23,12 @@ class BenchError(Exception):
 class Sample:
     ok: bool = False
     error: str = ""
-    ttft_s: float | None = None          # request sent -> first generated token
-    decode_s: float | None = None        # first token -> last token
+    ttft_s: float | None = None  # request sent -> first generated token
+    decode_s: float | None = None  # first token -> last token
     completion_tokens: int = 0
-    prompt_tokens: int | None = None     # from usage; None when the server sent none
+    prompt_tokens: int | None = None  # from usage; None when the server sent none
     usage_seen: bool = False
-    t_first: float | None = None         # monotonic clock, to line up concurrent streams
+    t_first: float | None = None  # monotonic clock, to line up concurrent streams
     t_last: float | None = None
 
     @property
@@ -58,7 +58,7 @@ class Endpoint:
         if stream:
             b["stream_options"] = {"include_usage": True}
         if ignore_eos:
-            b["ignore_eos"] = True   # vLLM and SGLang take it; it makes every run emit max_tokens
+            b["ignore_eos"] = True  # vLLM and SGLang take it; it makes every run emit max_tokens
         return b
 
 
@@ -69,8 +69,7 @@ def _path(chat: bool) -> str:
 def _text_of(choice: dict) -> str:
     delta = choice.get("delta") or {}
     # Reasoning models stream thinking in reasoning_content (vLLM, SGLang); it is decode all the same.
-    return (delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-            or choice.get("text") or "")
+    return delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or choice.get("text") or ""
 
 
 def _lines(r: requests.Response):
@@ -87,16 +86,21 @@ def _lines(r: requests.Response):
         yield buf
 
 
-def stream(ep: Endpoint, prompt: str, max_tokens: int, timeout_s: float, chat: bool = True,
-           ignore_eos: bool = True) -> Sample:
+def stream(
+    ep: Endpoint, prompt: str, max_tokens: int, timeout_s: float, chat: bool = True, ignore_eos: bool = True
+) -> Sample:
     s = Sample()
     chunks = 0
     start = time.monotonic()
     deadline = start + timeout_s
     try:
-        with requests.post(ep.url + _path(chat), headers=ep.headers(), stream=True,
-                           json=ep.body(prompt, max_tokens, chat, True, ignore_eos),
-                           timeout=(10, timeout_s)) as r:
+        with requests.post(
+            ep.url + _path(chat),
+            headers=ep.headers(),
+            stream=True,
+            json=ep.body(prompt, max_tokens, chat, True, ignore_eos),
+            timeout=(10, timeout_s),
+        ) as r:
             if r.status_code != 200:
                 s.error = f"HTTP {r.status_code}: {r.text[:200]}"
                 return s
@@ -150,8 +154,13 @@ def stream(ep: Endpoint, prompt: str, max_tokens: int, timeout_s: float, chat: b
 def explain(e: requests.RequestException, url: str) -> str:
     if isinstance(e, requests.ConnectionError):
         reason = str(e)
-        for known in ("Connection refused", "Name or service not known", "No route to host",
-                      "Temporary failure in name resolution", "timed out"):
+        for known in (
+            "Connection refused",
+            "Name or service not known",
+            "No route to host",
+            "Temporary failure in name resolution",
+            "timed out",
+        ):
             if known in reason:
                 return f"cannot reach {url}: {known.lower()}"
         return f"cannot reach {url}: connection failed"
@@ -163,8 +172,12 @@ def explain(e: requests.RequestException, url: str) -> str:
 def whole(ep: Endpoint, prompt: str, max_tokens: int, timeout_s: float, chat: bool = True) -> dict:
     """A non-streaming request whose usage the calibration reads; raises BenchError."""
     try:
-        r = requests.post(ep.url + _path(chat), headers=ep.headers(), timeout=(10, timeout_s),
-                          json=ep.body(prompt, max_tokens, chat, False, False))
+        r = requests.post(
+            ep.url + _path(chat),
+            headers=ep.headers(),
+            timeout=(10, timeout_s),
+            json=ep.body(prompt, max_tokens, chat, False, False),
+        )
     except requests.RequestException as e:
         raise BenchError(explain(e, ep.url)) from None
     check_status(r, ep.url)
@@ -176,8 +189,10 @@ def whole(ep: Endpoint, prompt: str, max_tokens: int, timeout_s: float, chat: bo
 
 def check_status(r: requests.Response, url: str) -> None:
     if r.status_code == 401 or r.status_code == 403:
-        raise BenchError(f"{url} refused the API key (HTTP {r.status_code}): set GLM_FLASH_API_KEY "
-                         "to the key the node was deployed with")
+        raise BenchError(
+            f"{url} refused the API key (HTTP {r.status_code}): set GLM_FLASH_API_KEY "
+            "to the key the node was deployed with"
+        )
     if r.status_code == 404:
         raise BenchError(f"{url} has no {r.request.path_url} (HTTP 404): is it an OpenAI-compatible server?")
     if r.status_code != 200:

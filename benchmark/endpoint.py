@@ -1,7 +1,7 @@
 """Where the bench connects: the URL given, or the node an inventory names.
 
 From an inventory the address is the host's `ssh_hostname` (or its name) and the port is
-the profile's `port` (roles/profile.py build(), roles/defaults.py); nothing else is tried.
+the profile's `port` (control/profile.py build(), control/defaults.py); nothing else is tried.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 @dataclass
 class Target:
     url: str
-    host: str                 # for the output folder's name
-    platform: str | None      # l40s or gb10 when an inventory says so
-    model: str | None         # the profile's served_model_name
-    hint: str = ""            # added to a "cannot reach" line
+    host: str  # for the output folder's name
+    platform: str | None  # l40s or gb10 when an inventory says so
+    model: str | None  # the profile's served_model_name
+    hint: str = ""  # added to a "cannot reach" line
 
 
 def from_url(url: str) -> Target:
@@ -36,9 +36,9 @@ def from_url(url: str) -> Target:
 
 
 def from_inventory(path: str, wanted: str | None, repo: Path) -> Target:
-    # Inventories import roles.profile and check themselves while loading: mistakes end here,
+    # Inventories import control.profile and check themselves while loading: mistakes end here,
     # printed by the profile, before anything is contacted.
-    from roles.profile import ProfileError, build
+    from control.profile import ProfileError, build
 
     if not os.path.isfile(repo / path):
         raise BenchError(f"inventory {path} does not exist")
@@ -61,7 +61,9 @@ def from_inventory(path: str, wanted: str | None, repo: Path) -> Target:
     address = data.get("ssh_hostname") or name
     hint = ""
     if profile.listen_host in LOOPBACK and address not in LOOPBACK:
-        hint = (f" (the node listens on {profile.listen_host} only: run the bench through "
-                f"`ssh -L {profile.port}:127.0.0.1:{profile.port} {address}` with URL=http://127.0.0.1:{profile.port})")
+        hint = (
+            f" (the node listens on {profile.listen_host} only: run the bench through "
+            f"`ssh -L {profile.port}:127.0.0.1:{profile.port} {address}` with URL=http://127.0.0.1:{profile.port})"
+        )
     host = f"[{address}]" if ":" in address else address
     return Target(f"http://{host}:{profile.port}", address, profile.platform, profile.served_model_name, hint)

@@ -16,8 +16,10 @@ SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfaIN
 VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 SGLANG_GAUGE = "sglang:spec_accept_length"
-ABSENT = ("the server publishes no speculative-decoding metrics at /metrics "
-          "(vLLM: spec_decode counters, SGLang: spec_accept_length with --enable-metrics)")
+ABSENT = (
+    "the server publishes no speculative-decoding metrics at /metrics "
+    "(vLLM: spec_decode counters, SGLang: spec_accept_length with --enable-metrics)"
+)
 
 
 def parse(text: str) -> dict[str, float]:

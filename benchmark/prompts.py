@@ -13,11 +13,13 @@ import random
 import uuid
 from dataclasses import dataclass
 
-WORDS = ("the river market north engine quiet careful window stone village morning letter garden "
-         "winter summer people harbor signal paper silver bridge mountain teacher story answer "
-         "measure forest station journey kitchen lantern orchard meadow weather history number "
-         "season captain doctor farmer island machine travel bright simple heavy narrow gentle "
-         "ancient patient sudden steady follow gather wonder listen remember carry arrive").split()
+WORDS = (
+    "the river market north engine quiet careful window stone village morning letter garden "
+    "winter summer people harbor signal paper silver bridge mountain teacher story answer "
+    "measure forest station journey kitchen lantern orchard meadow weather history number "
+    "season captain doctor farmer island machine travel bright simple heavy narrow gentle "
+    "ancient patient sudden steady follow gather wonder listen remember carry arrive"
+).split()
 
 CODE_LINES = (
     "def {a}_{b}(items, limit={n}):",
@@ -35,8 +37,10 @@ CODE_LINES = (
 
 ASK = {
     "prose": "Write a long, detailed story about a lighthouse keeper and a storm. Keep writing.",
-    "code": ("Write a complete Python module implementing an LRU cache with type hints, docstrings "
-             "and a full pytest test suite. Output only code."),
+    "code": (
+        "Write a complete Python module implementing an LRU cache with type hints, docstrings "
+        "and a full pytest test suite. Output only code."
+    ),
 }
 SUMMARY_ASK = "\n\nIn one sentence, what is the text above about?"
 
@@ -64,8 +68,8 @@ def nonce() -> str:
 
 @dataclass
 class Calibration:
-    overhead: float      # tokens the server adds (template, nonce) beyond the text
-    per_char: float      # tokens per character of filler
+    overhead: float  # tokens the server adds (template, nonce) beyond the text
+    per_char: float  # tokens per character of filler
 
     def chars_for(self, tokens: int) -> int:
         return max(0, round((tokens - self.overhead) / self.per_char))
@@ -74,7 +78,7 @@ class Calibration:
         return round(self.overhead + chars * self.per_char)
 
     @classmethod
-    def fit(cls, small: tuple[int, int], large: tuple[int, int]) -> "Calibration":
+    def fit(cls, small: tuple[int, int], large: tuple[int, int]) -> Calibration:
         """From two (chars, prompt_tokens) probes."""
         (c1, t1), (c2, t2) = small, large
         if c2 <= c1 or t2 <= t1:

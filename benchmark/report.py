@@ -11,8 +11,13 @@ from pathlib import Path
 
 from benchmark.suites import Scenario
 
-UNITS = {"decode_tok_s_per_stream": "tok/s per stream", "decode_tok_s_total": "tok/s total",
-         "prefill_tok_s": "prefill tok/s", "ttft_s": "s to first token", "accept_len": "acceptance length"}
+UNITS = {
+    "decode_tok_s_per_stream": "tok/s per stream",
+    "decode_tok_s_total": "tok/s total",
+    "prefill_tok_s": "prefill tok/s",
+    "ttft_s": "s to first token",
+    "accept_len": "acceptance length",
+}
 MAIN = {"decode": "decode_tok_s_per_stream", "prefill": "prefill_tok_s"}
 
 
@@ -25,9 +30,15 @@ def ratio(metric: str, ours: float | None, field: float) -> float | None:
 def attach_refs(results: list[dict], scenarios: list[Scenario]) -> None:
     by_name = {sc.name: sc for sc in scenarios}
     for r in results:
-        r["field"] = [{"metric": ref.metric, "value": ref.value, "text": ref.text,
-                       "ratio": ratio(ref.metric, (r.get(ref.metric) or {}).get("median"), ref.value)}
-                      for ref in by_name[r["name"]].refs]
+        r["field"] = [
+            {
+                "metric": ref.metric,
+                "value": ref.value,
+                "text": ref.text,
+                "ratio": ratio(ref.metric, (r.get(ref.metric) or {}).get("median"), ref.value),
+            }
+            for ref in by_name[r["name"]].refs
+        ]
 
 
 def write_json(out: Path, meta: dict, results: list[dict]) -> Path:
@@ -50,8 +61,16 @@ def rows(r: dict) -> list[list[str]]:
     out = []
     for f in r["field"]:
         ours = r.get(f["metric"])
-        out.append(base + [UNITS[f["metric"]], _fmt(ours, f["metric"]), f["text"],
-                           f"{f['ratio']:.2f}" if f["ratio"] is not None else "—", failed])
+        out.append(
+            base
+            + [
+                UNITS[f["metric"]],
+                _fmt(ours, f["metric"]),
+                f["text"],
+                f"{f['ratio']:.2f}" if f["ratio"] is not None else "—",
+                failed,
+            ]
+        )
     if not r["field"]:
         for metric in (MAIN[r["kind"]],) + (("decode_tok_s_total",) if r["streams"] > 1 else ()):
             out.append(base + [UNITS[metric], _fmt(r.get(metric), metric), "—", "—", failed])
@@ -63,16 +82,22 @@ def rows(r: dict) -> list[list[str]]:
 
 
 def write_markdown(out: Path, meta: dict, results: list[dict], plots: list[str]) -> Path:
-    lines = [f"# Bench: {meta['host']} ({meta['suite']} suite)", "",
-             f"{meta['started']} · `{meta['url']}` · model `{meta['model']}` · "
-             f"field numbers from docs/sources.md §1", "",
-             "| scenario | streams | prompt tokens | metric | ours: median (min–max) | field report | ratio | failed |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Bench: {meta['host']} ({meta['suite']} suite)",
+        "",
+        f"{meta['started']} · `{meta['url']}` · model `{meta['model']}` · field numbers from docs/sources.md §1",
+        "",
+        "| scenario | streams | prompt tokens | metric | ours: median (min–max) | field report | ratio | failed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         for row in rows(r):
             lines.append("| " + " | ".join(row) + " |")
-    lines += ["", "Ratio: ours relative to the field report, above 1 is better "
-              "(ours / field; field / ours for time to first token)."]
+    lines += [
+        "",
+        "Ratio: ours relative to the field report, above 1 is better "
+        "(ours / field; field / ours for time to first token).",
+    ]
     if any(r.get("prompt_tokens_estimated") for r in results):
         lines.append("Prompt tokens marked from calibration: the server sent no usage in the stream.")
     errors = [(r["name"], e) for r in results for e in r["errors"]]

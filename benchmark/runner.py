@@ -40,7 +40,9 @@ def calibrate(ep: Endpoint, chat: bool) -> prompts.Calibration:
         try:
             seen.append((len(text), int(reply["usage"]["prompt_tokens"])))
         except (KeyError, TypeError, ValueError):
-            raise BenchError(f"{ep.url} sends no usage.prompt_tokens, so prompt lengths cannot be set in its tokens") from None
+            raise BenchError(
+                f"{ep.url} sends no usage.prompt_tokens, so prompt lengths cannot be set in its tokens"
+            ) from None
     try:
         return prompts.Calibration.fit(*seen)
     except ValueError as e:
@@ -73,12 +75,23 @@ class Runner:
 
     def _one(self, sc: Scenario, warm: bool = False) -> Sample:
         if sc.kind == "prefill":
-            return stream(self.ep, prompts.prefill_prompt(sc.style, sc.prompt_tokens, self.text_cal),
-                          sc.max_tokens, sc.timeout_s, chat=False, ignore_eos=self.ignore_eos)
+            return stream(
+                self.ep,
+                prompts.prefill_prompt(sc.style, sc.prompt_tokens, self.text_cal),
+                sc.max_tokens,
+                sc.timeout_s,
+                chat=False,
+                ignore_eos=self.ignore_eos,
+            )
         # A decode warm-up needs no long context: it is there for the decode path, not prefill.
         tokens = 0 if warm else sc.prompt_tokens
-        return stream(self.ep, prompts.decode_prompt(sc.style, tokens, self.chat_cal),
-                      sc.max_tokens, sc.timeout_s, ignore_eos=self.ignore_eos)
+        return stream(
+            self.ep,
+            prompts.decode_prompt(sc.style, tokens, self.chat_cal),
+            sc.max_tokens,
+            sc.timeout_s,
+            ignore_eos=self.ignore_eos,
+        )
 
     def _run(self, sc: Scenario) -> list[Sample]:
         barrier = threading.Barrier(sc.streams)
@@ -92,8 +105,10 @@ class Runner:
 
     def scenario(self, sc: Scenario, index: int, count: int) -> dict:
         tag = f"[{index}/{count}] {sc.name}"
-        log(f"{tag}: {sc.streams} stream(s), prompt ~{sc.prompt_tokens} tokens, {sc.max_tokens} out, "
-            f"1 warm-up + {sc.runs} run(s), up to {sc.timeout_s:.0f} s per request")
+        log(
+            f"{tag}: {sc.streams} stream(s), prompt ~{sc.prompt_tokens} tokens, {sc.max_tokens} out, "
+            f"1 warm-up + {sc.runs} run(s), up to {sc.timeout_s:.0f} s per request"
+        )
         w = self._one(sc, warm=True)
         if not w.ok:
             log(f"{tag}: warm-up failed ({w.error}); measuring anyway")
@@ -113,10 +128,12 @@ class Runner:
             totals.append(total)
             rates = [s.decode_tok_s for s in ok if s.decode_tok_s] if sc.kind == "decode" else []
             ttfts = [s.ttft_s for s in ok]
-            log(f"{tag}: run {run}/{sc.runs}: {len(ok)} ok, {len(got) - len(ok)} failed"
+            log(
+                f"{tag}: run {run}/{sc.runs}: {len(ok)} ok, {len(got) - len(ok)} failed"
                 + (f", {statistics.median(rates):.1f} tok/s per stream" if rates else "")
                 + (f", {total:.1f} total" if total and sc.streams > 1 else "")
-                + (f", first token after {statistics.median(ttfts):.2f} s" if ttfts else ""))
+                + (f", first token after {statistics.median(ttfts):.2f} s" if ttfts else "")
+            )
         return summarize(sc, samples, totals, accepts, skipped, self.chat_cal if sc.kind == "decode" else self.text_cal)
 
 
@@ -128,8 +145,9 @@ def window_rate(ok: list[Sample]) -> float | None:
     return sum(s.completion_tokens - 1 for s in timed) / window if window > 0 else None
 
 
-def summarize(sc: Scenario, samples: list[Sample], totals: list, accepts: list, skipped: str,
-              cal: prompts.Calibration | None) -> dict:
+def summarize(
+    sc: Scenario, samples: list[Sample], totals: list, accepts: list, skipped: str, cal: prompts.Calibration | None
+) -> dict:
     ok = [s for s in samples if s.ok]
     prompt_tokens = [s.prompt_tokens for s in ok if s.prompt_tokens is not None]
     estimated = not prompt_tokens and bool(ok)
@@ -145,8 +163,9 @@ def summarize(sc: Scenario, samples: list[Sample], totals: list, accepts: list, 
         "ttft_s": stats([s.ttft_s for s in ok]),
         "decode_tok_s_per_stream": stats([s.decode_tok_s for s in ok]),
         "decode_tok_s_total": stats(totals),
-        "prefill_tok_s": stats([(s.prompt_tokens or prompt_tokens[0]) / s.ttft_s for s in ok if s.ttft_s]
-                               if prompt_tokens else []),
+        "prefill_tok_s": stats(
+            [(s.prompt_tokens or prompt_tokens[0]) / s.ttft_s for s in ok if s.ttft_s] if prompt_tokens else []
+        ),
         "requests_ok": len(ok),
         "requests_failed": len(samples) - len(ok),
         "errors": sorted({s.error for s in samples if not s.ok})[:5],

@@ -25,13 +25,13 @@ class Ref:
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    kind: str                 # "decode": short prompt, fixed output; "prefill": long prompt, time to first token
+    kind: str  # "decode": short prompt, fixed output; "prefill": long prompt, time to first token
     streams: int = 1
     prompt_tokens: int = 64
     max_tokens: int = 256
-    runs: int = 3             # after one warm-up
-    style: str = "prose"      # "prose" or "code": what the prompt asks for
-    spec: bool = False        # read the speculative-decoding acceptance length from /metrics
+    runs: int = 3  # after one warm-up
+    style: str = "prose"  # "prose" or "code": what the prompt asks for
+    spec: bool = False  # read the speculative-decoding acceptance length from /metrics
     timeout_s: float = 600.0  # per request, from sending it to its last byte
     refs: tuple[Ref, ...] = field(default_factory=tuple)
 
@@ -44,36 +44,95 @@ def l40s() -> list[Scenario]:
     return [
         Scenario("decode-1", "decode", 1, refs=(Ref("decode_tok_s_per_stream", 18.3, f"18.3 tok/s ({L40S})"),)),
         Scenario("decode-8", "decode", 8, refs=(Ref("decode_tok_s_total", 47.0, f"~47 tok/s total ({L40S})"),)),
-        Scenario("decode-16", "decode", 16, refs=(Ref("decode_tok_s_total", 64.0, f"~64 tok/s total, saturated ({L40S})"),)),
-        Scenario("decode-24", "decode", 24, refs=(Ref("decode_tok_s_total", 64.0, f"~64 tok/s total, saturated ({L40S})"),)),
+        Scenario(
+            "decode-16", "decode", 16, refs=(Ref("decode_tok_s_total", 64.0, f"~64 tok/s total, saturated ({L40S})"),)
+        ),
+        Scenario(
+            "decode-24", "decode", 24, refs=(Ref("decode_tok_s_total", 64.0, f"~64 tok/s total, saturated ({L40S})"),)
+        ),
         # 68k in 85 s warm at 16k chunks: 800 tok/s over the whole prompt (936 in steady chunks).
-        Scenario("prefill-68k", "prefill", 1, 68000, 8, runs=2, timeout_s=900,
-                 refs=(Ref("ttft_s", 85.0, f"85 s ({L40S}, 16k chunks)"),
-                       Ref("prefill_tok_s", 800.0, f"800 tok/s: 68k in 85 s, 936 steady ({L40S})"))),
-        Scenario("decode-200k-context", "decode", 1, 200000, 256, runs=1, timeout_s=1800,
-                 refs=(Ref("decode_tok_s_per_stream", 18.3, f"18.3 tok/s, no loss at 200k ({L40S})"),)),
+        Scenario(
+            "prefill-68k",
+            "prefill",
+            1,
+            68000,
+            8,
+            runs=2,
+            timeout_s=900,
+            refs=(
+                Ref("ttft_s", 85.0, f"85 s ({L40S}, 16k chunks)"),
+                Ref("prefill_tok_s", 800.0, f"800 tok/s: 68k in 85 s, 936 steady ({L40S})"),
+            ),
+        ),
+        Scenario(
+            "decode-200k-context",
+            "decode",
+            1,
+            200000,
+            256,
+            runs=1,
+            timeout_s=1800,
+            refs=(Ref("decode_tok_s_per_stream", 18.3, f"18.3 tok/s, no loss at 200k ({L40S})"),),
+        ),
     ]
 
 
 def gb10() -> list[Scenario]:
     return [
-        Scenario("decode-code", "decode", 1, max_tokens=512, style="code", spec=True,
-                 refs=(Ref("decode_tok_s_per_stream", 29.0, f"~29 tok/s on code ({GB10})"),
-                       Ref("accept_len", 5.5, f"5.5 with DFlash2 k=7 ({GB10})"))),
-        Scenario("decode-prose", "decode", 1, max_tokens=512, style="prose", spec=True,
-                 refs=(Ref("decode_tok_s_per_stream", 12.95, f"12.4-13.5 tok/s on prose ({GB10})"),)),
-        Scenario("prefill-70k", "prefill", 1, 70000, 8, runs=2, timeout_s=900,
-                 refs=(Ref("prefill_tok_s", 643.0, f"643 tok/s on 70K ({GB10})"),)),
-        Scenario("prefill-198k", "prefill", 1, 198000, 8, runs=1, timeout_s=1800,
-                 refs=(Ref("prefill_tok_s", 632.0, f"632 tok/s on 198K ({GB10})"),
-                       Ref("ttft_s", 313.0, f"313 s to first token on 198K ({GB10})"))),
+        Scenario(
+            "decode-code",
+            "decode",
+            1,
+            max_tokens=512,
+            style="code",
+            spec=True,
+            refs=(
+                Ref("decode_tok_s_per_stream", 29.0, f"~29 tok/s on code ({GB10})"),
+                Ref("accept_len", 5.5, f"5.5 with DFlash2 k=7 ({GB10})"),
+            ),
+        ),
+        Scenario(
+            "decode-prose",
+            "decode",
+            1,
+            max_tokens=512,
+            style="prose",
+            spec=True,
+            refs=(Ref("decode_tok_s_per_stream", 12.95, f"12.4-13.5 tok/s on prose ({GB10})"),),
+        ),
+        Scenario(
+            "prefill-70k",
+            "prefill",
+            1,
+            70000,
+            8,
+            runs=2,
+            timeout_s=900,
+            refs=(Ref("prefill_tok_s", 643.0, f"643 tok/s on 70K ({GB10})"),),
+        ),
+        Scenario(
+            "prefill-198k",
+            "prefill",
+            1,
+            198000,
+            8,
+            runs=1,
+            timeout_s=1800,
+            refs=(
+                Ref("prefill_tok_s", 632.0, f"632 tok/s on 198K ({GB10})"),
+                Ref("ttft_s", 313.0, f"313 s to first token on 198K ({GB10})"),
+            ),
+        ),
     ]
 
 
 def quick(platform: str) -> list[Scenario]:
     """About a minute: the same measurements with small prompts and few streams."""
-    one = (Ref("decode_tok_s_per_stream", 29.0, f"~29 tok/s on code ({GB10})") if platform == "gb10"
-           else Ref("decode_tok_s_per_stream", 18.3, f"18.3 tok/s ({L40S})"))
+    one = (
+        Ref("decode_tok_s_per_stream", 29.0, f"~29 tok/s on code ({GB10})")
+        if platform == "gb10"
+        else Ref("decode_tok_s_per_stream", 18.3, f"18.3 tok/s ({L40S})")
+    )
     style = "code" if platform == "gb10" else "prose"
     return [
         Scenario("decode-1", "decode", 1, max_tokens=128, runs=2, style=style, spec=True, refs=(one,)),

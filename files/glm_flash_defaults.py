@@ -20,7 +20,7 @@ import os
 ENV = "GLM_FLASH_DEFAULT_THINKING_TOKEN_BUDGET"
 PATHS = ("/v1/chat/completions", "/v1/completions")
 FIELD = "thinking_token_budget"
-MAX_BODY = 64 << 20          # larger bodies pass through unparsed
+MAX_BODY = 64 << 20  # larger bodies pass through unparsed
 
 
 def _budget_from_env():
@@ -51,14 +51,18 @@ class ThinkingBudgetDefault:
         self.budget = _budget_from_env() if budget is None else budget
 
     async def __call__(self, scope, receive, send):
-        if (self.budget is None or scope.get("type") != "http" or scope.get("method") != "POST"
-                or scope.get("path", "").removeprefix(scope.get("root_path", "")).rstrip("/") not in PATHS):
+        if (
+            self.budget is None
+            or scope.get("type") != "http"
+            or scope.get("method") != "POST"
+            or scope.get("path", "").removeprefix(scope.get("root_path", "")).rstrip("/") not in PATHS
+        ):
             return await self.app(scope, receive, send)
         chunks, size, tail = [], 0, None
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                tail = message            # the client went away: hand that on as is
+                tail = message  # the client went away: hand that on as is
                 break
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])

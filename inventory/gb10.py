@@ -1,6 +1,6 @@
 """One ASUS Ascent GX10 / DGX Spark (GB10, aarch64, DGX OS) serving GLM-5.3-Flash with the
 vLLM-Moet fork and the DFlash2 drafter. `platform: gb10` brings the GB10 defaults
-(roles/defaults.py PLATFORMS); set only what differs here.
+(control/defaults.py PLATFORMS); set only what differs here.
 
 Before the first deploy (README, "GB10 box"): your host's name, your SSH key, its verified key
 in inventory/known_hosts, the fork's commit, and your own decision on the drafter's licence.
@@ -9,23 +9,26 @@ Until then this inventory is refused before any host is contacted.
     .venv/bin/pyinfra inventory/gb10.py deploy.py
 """
 
-from roles.profile import hosts
+from control.profile import hosts
 
 hosts = hosts(
-    ("gx10.example.lan", {
-        "platform": "gb10",
-        "ssh_user": "root",
-        "ssh_key": "~/.ssh/id_ed25519",
-        "ssh_known_hosts_file": "inventory/known_hosts",
-        "ssh_strict_host_key_checking": "yes",
-        # The fork, pinned to a commit (a tag or branch is refused: it moves).
-        "vllm_repo_url": "https://github.com/lrozewicz/vLLM-Moet-GB10",
-        "vllm_ref": "0000000000000000000000000000000000000000",   # replace: git ls-remote <repo> v0.3.0
-        # incoai/GLM-5.3-Flash-DFlash2 is CC-BY-NC-ND-4.0 (non-commercial, no derivatives).
-        # Set True yourself, only after reading https://creativecommons.org/licenses/by-nc-nd/4.0/
-        "accept_drafter_license": False,
-        # The 2-bit-expert checkpoint the fork's tools make from the FP8 one, staged here:
-        # "model_path": "/srv/models/GLM-5.3-Flash-Moet",
-        # "listen_host": "0.0.0.0",   # needs GLM_FLASH_API_KEY exported on this machine
-    }),
+    (
+        "gx10.example.lan",
+        {
+            "platform": "gb10",
+            "ssh_user": "root",
+            "ssh_key": "~/.ssh/id_ed25519",
+            "ssh_known_hosts_file": "inventory/known_hosts",
+            "ssh_strict_host_key_checking": "yes",
+            # The fork, pinned to a commit (a tag or branch is refused: it moves).
+            "vllm_repo_url": "https://github.com/lrozewicz/vLLM-Moet-GB10",
+            "vllm_ref": "0000000000000000000000000000000000000000",  # replace: git ls-remote <repo> v0.3.0
+            # incoai/GLM-5.3-Flash-DFlash2 is CC-BY-NC-ND-4.0 (non-commercial, no derivatives).
+            # Set True yourself, only after reading https://creativecommons.org/licenses/by-nc-nd/4.0/
+            "accept_drafter_license": False,
+            # The 2-bit-expert checkpoint the fork's tools make from the FP8 one, staged here:
+            # "model_path": "/srv/models/GLM-5.3-Flash-Moet",
+            # "listen_host": "0.0.0.0",   # needs GLM_FLASH_API_KEY exported on this machine
+        },
+    ),
 )

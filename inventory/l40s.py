@@ -1,4 +1,4 @@
-"""2x L40S + EPYC node. Set only what differs from roles/defaults.py.
+"""2x L40S + EPYC node. Set only what differs from control/defaults.py.
 
 Before the first deploy (README, "First real host"): write your host's name or address in
 place of gpu1.example.lan, point ssh_key at your key, and put the host's verified SSH key in
@@ -7,20 +7,23 @@ inventory/known_hosts. Until then this inventory is refused before any host is c
     .venv/bin/pyinfra inventory/l40s.py deploy.py
 """
 
-from roles.profile import hosts
+from control.profile import hosts
 
 hosts = hosts(
-    ("gpu1.example.lan", {
-        "ssh_user": "root",
-        "ssh_key": "~/.ssh/id_ed25519",
-        # Connect only to the host whose key you verified: a first deploy ships secrets.
-        "ssh_known_hosts_file": "inventory/known_hosts",
-        "ssh_strict_host_key_checking": "yes",
-        # "kt_cpuinfer": 152,          # cores for CPU experts (EPYC 9845: 160)
-        # "model_path": "/srv/models/GLM-5.3-Flash",
-        # "listen_host": "0.0.0.0",   # needs GLM_FLASH_API_KEY exported on this machine
-        # The engine's CPython 3.11 (python_release) is downloaded once by the pinned uv on this
-        # machine; without internet here, name a CPython 3.11 install tree instead:
-        # "python_source": "~/.pyenv/versions/3.11.7",
-    }),
+    (
+        "gpu1.example.lan",
+        {
+            "ssh_user": "root",
+            "ssh_key": "~/.ssh/id_ed25519",
+            # Connect only to the host whose key you verified: a first deploy ships secrets.
+            "ssh_known_hosts_file": "inventory/known_hosts",
+            "ssh_strict_host_key_checking": "yes",
+            # "kt_cpuinfer": 152,          # cores for CPU experts (EPYC 9845: 160)
+            # "model_path": "/srv/models/GLM-5.3-Flash",
+            # "listen_host": "0.0.0.0",   # needs GLM_FLASH_API_KEY exported on this machine
+            # The engine's CPython 3.11 (python_release) is downloaded once by the pinned uv on this
+            # machine; without internet here, name a CPython 3.11 install tree instead:
+            # "python_source": "~/.pyenv/versions/3.11.7",
+        },
+    ),
 )

@@ -9,36 +9,41 @@ import json
 import os
 from pathlib import Path
 
-from roles.profile import hosts
+from control.profile import hosts
 
 PORT = int(os.environ.get("GLM_FLASH_SANDBOX_PORT", "2222"))
 STANDIN_URL = f"http://127.0.0.1:{os.environ.get('GLM_FLASH_STANDIN_PORT', PORT + 6000)}"
-STANDIN_INFO = Path(".sandbox/rootfs/srv/glm-flash-standin/standin.json")   # /srv/... inside the sandbox
+STANDIN_INFO = Path(".sandbox/rootfs/srv/glm-flash-standin/standin.json")  # /srv/... inside the sandbox
 if not STANDIN_INFO.exists():
-    raise SystemExit("glm-flash: the sandbox is not built yet (no stand-in NVIDIA repository). "
-                     "Fix: make sandbox-up (or make demo), then run this again")
+    raise SystemExit(
+        "glm-flash: the sandbox is not built yet (no stand-in NVIDIA repository). "
+        "Fix: make sandbox-up (or make demo), then run this again"
+    )
 standin = json.loads(STANDIN_INFO.read_text())
 
 hosts = hosts(
-    ("sandbox", {
-        "ssh_hostname": "127.0.0.1",
-        "ssh_port": PORT,
-        "ssh_user": "root",
-        "ssh_key": ".sandbox/keys/id_ed25519",
-        "ssh_known_hosts_file": ".sandbox/known_hosts",
-        "ssh_strict_host_key_checking": "yes",
-        "require_gpu": False,
-        # Simulated NVIDIA sources (see above): same shape and checks as the real ones.
-        "nvidia_repo_url": f"{STANDIN_URL}/{standin['repo_path']}/",
-        "nvidia_repo_key_url": f"file:///srv/glm-flash-standin/{standin['key_file']}",
-        "nvidia_repo_key_fingerprint": standin["fingerprint"],
-        "cuda_runfile_url": f"{STANDIN_URL}/{standin['runfile_path']}",
-        "cuda_runfile_sha256": standin["runfile_sha256"],
-        # Small for the sandbox: the real checkpoint is 306 GiB and cannot be fetched here.
-        "model_path": "/srv/models/GLM-5.3-Flash",
-        "model_download": False,
-        "allow_reboot": False,
-        # The engine's CPython 3.11 comes from the control machine (pyenv on these machines).
-        "python_source": os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7"),
-    }),
+    (
+        "sandbox",
+        {
+            "ssh_hostname": "127.0.0.1",
+            "ssh_port": PORT,
+            "ssh_user": "root",
+            "ssh_key": ".sandbox/keys/id_ed25519",
+            "ssh_known_hosts_file": ".sandbox/known_hosts",
+            "ssh_strict_host_key_checking": "yes",
+            "require_gpu": False,
+            # Simulated NVIDIA sources (see above): same shape and checks as the real ones.
+            "nvidia_repo_url": f"{STANDIN_URL}/{standin['repo_path']}/",
+            "nvidia_repo_key_url": f"file:///srv/glm-flash-standin/{standin['key_file']}",
+            "nvidia_repo_key_fingerprint": standin["fingerprint"],
+            "cuda_runfile_url": f"{STANDIN_URL}/{standin['runfile_path']}",
+            "cuda_runfile_sha256": standin["runfile_sha256"],
+            # Small for the sandbox: the real checkpoint is 306 GiB and cannot be fetched here.
+            "model_path": "/srv/models/GLM-5.3-Flash",
+            "model_download": False,
+            "allow_reboot": False,
+            # The engine's CPython 3.11 comes from the control machine (pyenv on these machines).
+            "python_source": os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7"),
+        },
+    ),
 )

@@ -7,8 +7,8 @@ from pyinfra.api import FactBase
 from pyinfra.operations import apt, server
 from pyinfra.operations.util import any_changed
 
-from roles.ops import template
-from roles.profile import Profile
+from control.profile import Profile
+from roles.operations.uploads import template
 
 LEGACY = "/etc/apt/sources.list"
 
@@ -26,19 +26,29 @@ class LegacyAptSources(FactBase):
 def apply(profile: Profile) -> None:
     if profile.platform == "gb10":
         # DGX OS (Ubuntu 24.04) keeps its own apt sources (Ubuntu's and NVIDIA's): only the packages are ours.
-        apt.packages(name="Base packages", packages=profile.base_packages, update=True, cache_time=86400,
-                     no_recommends=True)
+        apt.packages(
+            name="Base packages", packages=profile.base_packages, update=True, cache_time=86400, no_recommends=True
+        )
         return
     sources = template(
-        "debian.sources.j2", "/etc/apt/sources.list.d/debian.sources", mode="644",
+        "debian.sources.j2",
+        "/etc/apt/sources.list.d/debian.sources",
+        mode="644",
         name="Debian apt sources with contrib, non-free and non-free-firmware",
-        mirror=profile.apt_mirror, security_mirror=profile.apt_security_mirror, suite=profile.debian_suite,
+        mirror=profile.apt_mirror,
+        security_mirror=profile.apt_security_mirror,
+        suite=profile.debian_suite,
     )
     ops = [sources]
     if host.get_fact(LegacyAptSources):
         # Kept, not deleted: the user's old file stays next to it for reference.
-        ops.append(server.shell(name=f"Move the old {LEGACY} aside (kept as {LEGACY}.glm-flash-orig)",
-                                commands=[f"mv -n {LEGACY} {LEGACY}.glm-flash-orig"]))
+        ops.append(
+            server.shell(
+                name=f"Move the old {LEGACY} aside (kept as {LEGACY}.glm-flash-orig)",
+                commands=[f"mv -n {LEGACY} {LEGACY}.glm-flash-orig"],
+            )
+        )
     apt.update(name="Refresh apt lists after the sources changed", _if=any_changed(*ops))
-    apt.packages(name="Base packages", packages=profile.base_packages, update=True, cache_time=86400,
-                 no_recommends=True)
+    apt.packages(
+        name="Base packages", packages=profile.base_packages, update=True, cache_time=86400, no_recommends=True
+    )

@@ -20,10 +20,10 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import files
 
-from roles.facts import ToolResult
-from roles.ops import host_tool, template
-from roles.profile import Profile
-from roles.report import skipped
+from control.profile import Profile
+from control.report import skipped
+from roles.facts.system import ToolResult
+from roles.operations.uploads import host_tool, template
 
 PATCH_YAML = Path(__file__).resolve().parent.parent / "patches" / "cuda" / "math_functions-12.yaml"
 TOOL = "glm-flash-fix-cuda-header"
@@ -82,8 +82,19 @@ def apply(profile: Profile) -> None:
     host_tool(TOOL, bin_dir)
     files.link(name=f"Link /usr/local/sbin/{TOOL}", path=f"/usr/local/sbin/{TOOL}", target=p["tool"])
     files.directory(name="Patch sets directory", path=str(Path(p["patch_set"]).parent), mode="755")
-    files.put(name=f"Install {p['patch_set']}", src=io.StringIO(patch_set_json()), dest=p["patch_set"],
-              mode="644", user="root", group="root")
-    template("apt/60glm-flash-cuda-header.j2", HOOK, name="dpkg hook: re-fix the CUDA header after upgrades",
-             tool=p["tool"], log=HOOK_LOG)
+    files.put(
+        name=f"Install {p['patch_set']}",
+        src=io.StringIO(patch_set_json()),
+        dest=p["patch_set"],
+        mode="644",
+        user="root",
+        group="root",
+    )
+    template(
+        "apt/60glm-flash-cuda-header.j2",
+        HOOK,
+        name="dpkg hook: re-fix the CUDA header after upgrades",
+        tool=p["tool"],
+        log=HOOK_LOG,
+    )
     headers_fixed(name="CUDA 12.x math_functions.h fixed for glibc >= 2.41", tool=p["tool"])

@@ -28,25 +28,25 @@ from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.deb import DebPackages
-from pyinfra.facts.files import File, FileContents, Sha256File
+from pyinfra.facts.files import FileContents, Sha256File
 from pyinfra.facts.server import KernelModules, Which
 from pyinfra.operations import server, systemd
 
-from roles import apt_hold
-from roles.report import skipped
-from roles.driver_facts import (
+from control.report import skipped
+from roles.facts.driver import (
     AptVersions,
     Kernels,
-    NvidiaModuleFor,
-    NvidiaRepoState,
-    SecureBoot,
     NvidiaLoadedModule,
+    NvidiaModuleFor,
     NvidiaModuleOnDisk,
     NvidiaPciDevices,
+    NvidiaRepoState,
     RebootRequired,
+    SecureBoot,
     upstream_version,
     version_at_least,
 )
+from roles.operations import apt_hold
 
 KEYRING = "/etc/apt/keyrings/glm-flash-nvidia-cuda.gpg"
 REPO_TOOL = "glm-flash-nvidia-repo"
@@ -60,8 +60,8 @@ DKMS_MOK = "/var/lib/dkms/mok.pub"
 # Compute-only (headless) driver set of NVIDIA's Debian repository. The version comes
 # from the pin on `driver_branch`, so that one value moves every package.
 DRIVER_PACKAGES = {
-    True: ("nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-persistenced"),   # open modules (Ada+)
-    False: ("nvidia-driver-cuda", "nvidia-kernel-dkms", "nvidia-persistenced"),       # proprietary modules
+    True: ("nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-persistenced"),  # open modules (Ada+)
+    False: ("nvidia-driver-cuda", "nvidia-kernel-dkms", "nvidia-persistenced"),  # proprietary modules
 }
 # Binary packages of NVIDIA's driver source packages: pinned to the branch, held once installed.
 DRIVER_PACKAGE_GLOBS = ("*nvidia*", "libcuda1", "libcudadebugger1", "libnvcuvid1", "libnvoptix1", "cuda-drivers*")
@@ -105,11 +105,13 @@ def _ensure_file(path: str, content: str, mode: str = "644"):
 
 
 def pin_content(branch: str) -> str:
-    return ("# Managed by glm-flash (roles/driver.py): the NVIDIA driver stays on branch "
-            f"{branch} (driver_branch).\n"
-            f"Package: {' '.join(DRIVER_PACKAGE_GLOBS)}\n"
-            f"Pin: version /^([0-9]+:)?{re.escape(branch)}\\./\n"
-            "Pin-Priority: 1000\n")
+    return (
+        "# Managed by glm-flash (roles/driver.py): the NVIDIA driver stays on branch "
+        f"{branch} (driver_branch).\n"
+        f"Package: {' '.join(DRIVER_PACKAGE_GLOBS)}\n"
+        f"Pin: version /^([0-9]+:)?{re.escape(branch)}\\./\n"
+        "Pin-Priority: 1000\n"
+    )
 
 
 # ---------------------------------------------------------------------------------
@@ -140,9 +142,24 @@ def nvidia_repository(tool: str, repo_url: str, key_url: str, fingerprint: str, 
     if trusted and installed:
         host.noop(f"{repo_url} trusted through {fingerprint}; {package} {branch} installed")
         return
-    yield StringCommand(QuoteString(tool), "setup", "--repo", QuoteString(repo_url), "--key-url", QuoteString(key_url),
-                        "--fingerprint", QuoteString(fingerprint), "--branch", QuoteString(branch),
-                        "--package", QuoteString(package), "--keyring", KEYRING, "--sources", SOURCES_FILE)
+    yield StringCommand(
+        QuoteString(tool),
+        "setup",
+        "--repo",
+        QuoteString(repo_url),
+        "--key-url",
+        QuoteString(key_url),
+        "--fingerprint",
+        QuoteString(fingerprint),
+        "--branch",
+        QuoteString(branch),
+        "--package",
+        QuoteString(package),
+        "--keyring",
+        KEYRING,
+        "--sources",
+        SOURCES_FILE,
+    )
 
 
 @operation()
@@ -200,9 +217,13 @@ def driver_installed(packages: list[str], branch: str):
         # The pin only prefers the branch: if the repository does not carry it, apt
         # installs another version. Say so instead of "converging" to the wrong branch.
         yield StringCommand(
-            "for p in", *[QuoteString(p) for p in todo], "; do",
-            "dpkg-query -W -f='${Version}' \"$p\" | grep -Eq", QuoteString(f"^([0-9]+:)?{branch}\\."),
-            "|| { echo \"glm-flash: $p is not from driver branch", branch,
+            "for p in",
+            *[QuoteString(p) for p in todo],
+            "; do",
+            "dpkg-query -W -f='${Version}' \"$p\" | grep -Eq",
+            QuoteString(f"^([0-9]+:)?{branch}\\."),
+            "|| { echo \"glm-flash: $p is not from driver branch",
+            branch,
             "after install; does nvidia_repo_url carry it?\" >&2; exit 1; }; done",
         )
 
@@ -244,11 +265,27 @@ def secure_boot_ready():
     if not state.key_exists:
         yield StringCommand("dkms", "generate_mok")
     # The fact may have run before mokutil was there: ask it again, then stop only if still not enrolled.
-    yield StringCommand("mokutil", "--test-key", DKMS_MOK, "2>&1", "|", "grep", "-q", QuoteString("is already enrolled"),
-                        "||", "{", "echo", QuoteString(
-        f"glm-flash: Secure Boot is on and DKMS's signing key {DKMS_MOK} is not enrolled, so the nvidia "
-        f"module could not load. Fix: run `mokutil --import {DKMS_MOK}` on the host (it asks for a one-time "
-        "password), reboot, choose Enroll MOK on the console with that password, then deploy again"), ">&2;", "exit 1;", "}")
+    yield StringCommand(
+        "mokutil",
+        "--test-key",
+        DKMS_MOK,
+        "2>&1",
+        "|",
+        "grep",
+        "-q",
+        QuoteString("is already enrolled"),
+        "||",
+        "{",
+        "echo",
+        QuoteString(
+            f"glm-flash: Secure Boot is on and DKMS's signing key {DKMS_MOK} is not enrolled, so the nvidia "
+            f"module could not load. Fix: run `mokutil --import {DKMS_MOK}` on the host (it asks for a one-time "
+            "password), reboot, choose Enroll MOK on the console with that password, then deploy again"
+        ),
+        ">&2;",
+        "exit 1;",
+        "}",
+    )
 
 
 def boot_kernel_lacks_module() -> str | None:
@@ -274,8 +311,10 @@ def nouveau_blacklisted():
         host.noop("initramfs was built with this blacklist")
         return
     if not host.get_fact(Which, command="update-initramfs"):
-        skipped("initramfs rebuild for the nouveau blacklist",
-                "update-initramfs is not installed (no kernel on this host, e.g. a container)")
+        skipped(
+            "initramfs rebuild for the nouveau blacklist",
+            "update-initramfs is not installed (no kernel on this host, e.g. a container)",
+        )
         return
     yield "update-initramfs -u -k all"
     yield StringCommand("install", "-d", "-m", "0755", "/var/lib/glm-flash")
@@ -288,8 +327,9 @@ def persistence_mode():
     changed = yield from _ensure_file(PERSISTENCED_DROPIN, PERSISTENCED_CONTENT)
     if changed:
         yield "systemctl daemon-reload"
-    yield from systemd.service._inner(service="nvidia-persistenced.service", running=True, enabled=True,
-                                      restarted=changed)
+    yield from systemd.service._inner(
+        service="nvidia-persistenced.service", running=True, enabled=True, restarted=changed
+    )
 
 
 def hold_candidates(installed: dict, branch: str, hold_kernel: bool) -> list[str]:
@@ -342,7 +382,9 @@ def reboot_reasons() -> list[str]:
     return reasons
 
 
-@operation(is_idempotent=False, idempotent_notice="reboots only while the running system differs from the installed one")
+@operation(
+    is_idempotent=False, idempotent_notice="reboots only while the running system differs from the installed one"
+)
 def rebooted_if_needed(allow_reboot: bool):
     """Reboot when a new driver or kernel is installed but not running; with
     `allow_reboot` false only say that a reboot is pending and why."""
@@ -353,8 +395,10 @@ def rebooted_if_needed(allow_reboot: bool):
     why = "; ".join(reasons)
     lacking = boot_kernel_lacks_module()
     if lacking:
-        logger.warning(f"{host.name}: reboot pending but not rebooting: the nvidia module is not built for kernel "
-                       f"{lacking}, which the box would boot (see `dkms status`; are its headers installed?): {why}")
+        logger.warning(
+            f"{host.name}: reboot pending but not rebooting: the nvidia module is not built for kernel "
+            f"{lacking}, which the box would boot (see `dkms status`; are its headers installed?): {why}"
+        )
         host.noop(f"reboot pending, refused: no nvidia module for {lacking}")
         return
     if not allow_reboot:
@@ -371,12 +415,16 @@ def driver_at_least(minimum: str):
     loaded = host.get_fact(NvidiaLoadedModule)
     version = loaded.version if loaded else host.get_fact(NvidiaModuleOnDisk)
     if not version:
-        raise OperationError(f"{host.name}: driver_source: 'preinstalled' but no NVIDIA driver is loaded or "
-                             "installed. Fix: install the vendor's driver (DGX OS ships it), or use driver_source: 'nvidia-repo'")
+        raise OperationError(
+            f"{host.name}: driver_source: 'preinstalled' but no NVIDIA driver is loaded or "
+            "installed. Fix: install the vendor's driver (DGX OS ships it), or use driver_source: 'nvidia-repo'"
+        )
     if not version_at_least(version, minimum):
-        raise OperationError(f"{host.name}: driver_min_version: the installed driver {version} is older than {minimum}. "
-                             "Fix: update the driver with the vendor's tools (DGX OS: its system update), "
-                             "then deploy again")
+        raise OperationError(
+            f"{host.name}: driver_min_version: the installed driver {version} is older than {minimum}. "
+            "Fix: update the driver with the vendor's tools (DGX OS: its system update), "
+            "then deploy again"
+        )
     host.noop(f"driver {version} >= {minimum}")
     yield from ()  # a check: never a command
 
@@ -388,16 +436,26 @@ def driver_at_least(minimum: str):
 def _refuse_debian(profile) -> None:
     """Debian's driver is refused by the profile's cross-check (one source of truth);
     re-run it here so a Profile that did not come through profile.build() is refused too."""
-    from roles import profile as profile_mod
+    from control import profile as profile_mod
+
     try:
         profile_mod.build(profile.host, profile.as_dict(), api_key_present=True)
     except profile_mod.ProfileError as e:
         problems = [p for p in e.problems if p.key == "driver_source"]
         if problems:
             profile_mod.fail(profile_mod.ProfileError(problems))
-    profile_mod.fail(profile_mod.ProfileError([profile_mod.Problem(
-        profile.host, "driver_source", "'debian' is not supported by this deploy",
-        "use driver_source: 'nvidia-repo'")]))
+    profile_mod.fail(
+        profile_mod.ProfileError(
+            [
+                profile_mod.Problem(
+                    profile.host,
+                    "driver_source",
+                    "'debian' is not supported by this deploy",
+                    "use driver_source: 'nvidia-repo'",
+                )
+            ]
+        )
+    )
 
 
 def gpu_present(profile) -> bool:
@@ -407,7 +465,8 @@ def gpu_present(profile) -> bool:
     if profile.require_gpu and len(devices) < profile.gpu_count:
         raise OperationError(
             f"{host.name}: gpu_count: the profile expects {profile.gpu_count} NVIDIA GPU(s), the PCI bus shows "
-            f"{len(devices)}. Fix: check the hardware, or set gpu_count (require_gpu: false for a test box)")
+            f"{len(devices)}. Fix: check the hardware, or set gpu_count (require_gpu: false for a test box)"
+        )
     return bool(devices)
 
 
@@ -428,17 +487,27 @@ def apply(profile, bin_dir: str) -> None:
     packages = list(DRIVER_PACKAGES[bool(profile.driver_open_modules)])
     openpgp_tool(name="gpg, to check the NVIDIA key's fingerprint")
     secure_boot_ready(name="Secure Boot: DKMS's signing key enrolled")
-    nvidia_repository(name=f"NVIDIA CUDA apt repository, key {profile.nvidia_repo_key_fingerprint[-16:]}, branch {branch}",
-                      tool=f"{bin_dir}/{REPO_TOOL}", repo_url=profile.nvidia_repo_url,
-                      key_url=profile.nvidia_repo_key_url, fingerprint=profile.nvidia_repo_key_fingerprint,
-                      branch=branch, package=packages[0])
+    nvidia_repository(
+        name=f"NVIDIA CUDA apt repository, key {profile.nvidia_repo_key_fingerprint[-16:]}, branch {branch}",
+        tool=f"{bin_dir}/{REPO_TOOL}",
+        repo_url=profile.nvidia_repo_url,
+        key_url=profile.nvidia_repo_key_url,
+        fingerprint=profile.nvidia_repo_key_fingerprint,
+        branch=branch,
+        package=packages[0],
+    )
     driver_branch_pinned(name=f"Pin the driver to branch {branch}", branch=branch)
     driver_installed(name=f"Driver {branch}, DKMS and kernel headers", packages=packages, branch=branch)
-    driver_held(name="Hold the driver packages" + (" and the kernel" if profile.hold_kernel else ""),
-                branch=branch, hold_kernel=bool(profile.hold_kernel))
+    driver_held(
+        name="Hold the driver packages" + (" and the kernel" if profile.hold_kernel else ""),
+        branch=branch,
+        hold_kernel=bool(profile.hold_kernel),
+    )
     if not gpu:
-        skipped("nvidia module build per kernel, nouveau blacklist, persistence mode, reboot check",
-                "no NVIDIA GPU on this host and require_gpu is false")
+        skipped(
+            "nvidia module build per kernel, nouveau blacklist, persistence mode, reboot check",
+            "no NVIDIA GPU on this host and require_gpu is false",
+        )
         return
     modules_built(name="nvidia module built for every installed kernel")
     nouveau_blacklisted(name="Blacklist nouveau")

@@ -23,16 +23,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from roles.engine_lock import LockError, env_id, fetch, load_lock, lock_path, pin_of
-from roles.profile import Profile, ProfileError, Problem, fail
+from control.engine_lock import LockError, env_id, fetch, load_lock, lock_path, pin_of
+from control.profile import Problem, Profile, ProfileError, fail
 
 
 @dataclass
 class EngineResult:
-    env: str            # <engine_set>-<hash>
-    env_dir: str        # install_root/engine/envs/<env>
-    python: str         # the env's interpreter (what the service runs, through current/)
-    switch_op: Any      # pyinfra op that moved `current` (None when already current); restart the service _if it changed
+    env: str  # <engine_set>-<hash>
+    env_dir: str  # install_root/engine/envs/<env>
+    python: str  # the env's interpreter (what the service runs, through current/)
+    switch_op: Any  # pyinfra op that moved `current` (None when already current); restart the service _if it changed
 
 
 def engine_dir(profile: Profile) -> str:
@@ -44,14 +44,18 @@ def plan(profile: Profile, python_sha256: str) -> tuple[str, bytes, list]:
     data, pins = load_lock(profile.engine_set)
     cudnn = pin_of(pins, "nvidia-cudnn-cu12")
     if cudnn is None or cudnn.version != profile.cudnn_version:
-        raise LockError(f"{lock_path(profile.engine_set).name}: pins nvidia-cudnn-cu12 "
-                        f"{cudnn.version if cudnn else 'nowhere'}, the profile's cudnn_version is {profile.cudnn_version}; "
-                        "regenerate the locks (make engine-locks) after changing the cudnn_version default")
+        raise LockError(
+            f"{lock_path(profile.engine_set).name}: pins nvidia-cudnn-cu12 "
+            f"{cudnn.version if cudnn else 'nowhere'}, the profile's cudnn_version is {profile.cudnn_version}; "
+            "regenerate the locks (make engine-locks) after changing the cudnn_version default"
+        )
     for name in ("ktransformers", "kt-kernel", "sglang-kt"):
         p = pin_of(pins, name)
         if p is None or p.version != profile.engine_set:
-            raise LockError(f"{lock_path(profile.engine_set).name}: {name} is {p.version if p else 'missing'}, "
-                            f"expected {profile.engine_set}; regenerate it with make engine-locks")
+            raise LockError(
+                f"{lock_path(profile.engine_set).name}: {name} is {p.version if p else 'missing'}, "
+                f"expected {profile.engine_set}; regenerate it with make engine-locks"
+            )
     return env_id(profile.engine_set, data, python_sha256), data, pins
 
 
@@ -80,8 +84,8 @@ def apply(profile: Profile, python_artifact=None) -> EngineResult | None:
 
     from roles import engine_patches, flag_check, launch
     from roles import python as python_role
-    from roles.facts import NumaNodes
-    from roles.engine_facts import EngineEnvs, TransformersOwner, WheelhouseFiles
+    from roles.facts.engine import EngineEnvs, TransformersOwner, WheelhouseFiles
+    from roles.facts.system import NumaNodes
 
     try:
         art = python_artifact or python_role.artifact(profile)
@@ -97,8 +101,11 @@ def apply(profile: Profile, python_artifact=None) -> EngineResult | None:
     for d in (e, f"{e}/envs", f"{e}/locks", wheelhouse):
         files.directory(name=f"Directory {d}", path=d, mode="755")
     files.put(name=f"Lock of {env}", src=str(lock_path(profile.engine_set)), dest=lock_dest, mode="644")
-    for link in (f"{profile.install_root}/bin/glm-flash-rollback", "/usr/local/sbin/glm-flash-rollback",
-                 "/usr/local/sbin/glm-flash-engine"):
+    for link in (
+        f"{profile.install_root}/bin/glm-flash-rollback",
+        "/usr/local/sbin/glm-flash-rollback",
+        "/usr/local/sbin/glm-flash-engine",
+    ):
         files.link(name=f"Link {link}", path=link, target=tool)
 
     state = host.get_fact(EngineEnvs, install_root=profile.install_root)
@@ -112,16 +119,24 @@ def apply(profile: Profile, python_artifact=None) -> EngineResult | None:
         missing = [w for w in wheels if have.get(w.name) != w.stat().st_size]
         for w in missing:
             files.put(name=f"Wheelhouse: {w.name}", src=str(w), dest=f"{wheelhouse}/{w.name}", mode="644")
-        server.shell(name=f"Build engine environment {env} offline ({len(pins)} pinned packages)",
-                     commands=[f"{tool} build {env} --python {art.host_python(profile.install_root)} "
-                               f"--lock {lock_dest} --wheelhouse {wheelhouse}"])
+        server.shell(
+            name=f"Build engine environment {env} offline ({len(pins)} pinned packages)",
+            commands=[
+                f"{tool} build {env} --python {art.host_python(profile.install_root)} "
+                f"--lock {lock_dest} --wheelhouse {wheelhouse}"
+            ],
+        )
 
     if "assert-cudnn" in actions:
-        server.shell(name=f"Re-assert nvidia-cudnn-cu12=={cudnn.version} in {env}",
-                     commands=[f"{tool} assert-pin {env} nvidia-cudnn-cu12"])
+        server.shell(
+            name=f"Re-assert nvidia-cudnn-cu12=={cudnn.version} in {env}",
+            commands=[f"{tool} assert-pin {env} nvidia-cudnn-cu12"],
+        )
     if "assert-owner" in actions:
-        server.shell(name=f"Re-assert transformers-kt as the owner of transformers/ in {env}",
-                     commands=[f"{tool} assert-pin {env} transformers-kt --force"])
+        server.shell(
+            name=f"Re-assert transformers-kt as the owner of transformers/ in {env}",
+            commands=[f"{tool} assert-pin {env} transformers-kt --force"],
+        )
 
     engine_patches.apply(profile, env_dir)
     # The new environment's own parser accepts the flags before it becomes `current`.
@@ -130,6 +145,8 @@ def apply(profile: Profile, python_artifact=None) -> EngineResult | None:
 
     switch_op = None
     if "switch" in actions:
-        switch_op = server.shell(name=f"Switch engine current -> {env} (previous kept for glm-flash-rollback)",
-                                 commands=[f"{tool} switch {env}", f"{tool} prune --keep {env}"])
+        switch_op = server.shell(
+            name=f"Switch engine current -> {env} (previous kept for glm-flash-rollback)",
+            commands=[f"{tool} switch {env}", f"{tool} prune --keep {env}"],
+        )
     return EngineResult(env, env_dir, f"{env_dir}/bin/python", switch_op)

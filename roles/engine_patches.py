@@ -28,8 +28,8 @@ import yaml
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from roles.facts import ToolResult
-from roles.profile import Profile
+from control.profile import Profile
+from roles.facts.system import ToolResult
 
 REPO = Path(__file__).resolve().parent.parent
 PATCHES = REPO / "patches"
@@ -48,7 +48,8 @@ def site_packages(profile: Profile, env_dir: str) -> str:
 def engine_version(profile: Profile) -> str:
     """The sglang-kt version the profile's lock installs (what the environment holds)."""
     try:
-        from roles.engine_lock import LockError, load_lock, pin_of
+        from control.engine_lock import LockError, load_lock, pin_of
+
         _, pins = load_lock(profile.engine_set)
         pin = pin_of(pins, "sglang-kt")
     except (ImportError, OSError, LockError):
@@ -86,8 +87,10 @@ def render(raw: dict, values: dict, root: str, version: str | None = None) -> di
                 try:
                     edit["replace"] = _JINJA.from_string(edit["replace"]).render(**values)
                 except jinja2.TemplateError as e:
-                    raise PatchSetError(f"patch set {pset['name']}, edit {edit.get('id')!r}: cannot render "
-                                        f"the replace text from the profile ({e})") from None
+                    raise PatchSetError(
+                        f"patch set {pset['name']}, edit {edit.get('id')!r}: cannot render "
+                        f"the replace text from the profile ({e})"
+                    ) from None
     return pset
 
 
@@ -96,10 +99,12 @@ def patch_sets(profile: Profile, env_dir: str, version: str | None = None) -> li
     version = version or engine_version(profile)
     path = PATCHES / "sglang-kt" / f"{version}.yaml"
     if not path.exists():
-        raise PatchSetError(f"no engine patch set for sglang-kt {version} (patches/sglang-kt/{version}.yaml); "
-                            f"there are sets for {', '.join(available_versions()) or 'no version'}. Write one for "
-                            f"{version} (check each anchor against that version's files), or pick engine_set "
-                            f"from those versions")
+        raise PatchSetError(
+            f"no engine patch set for sglang-kt {version} (patches/sglang-kt/{version}.yaml); "
+            f"there are sets for {', '.join(available_versions()) or 'no version'}. Write one for "
+            f"{version} (check each anchor against that version's files), or pick engine_set "
+            f"from those versions"
+        )
     raw = _load(path)
     if str(raw.get("version")) != version:
         raise PatchSetError(f"{path.relative_to(REPO)} says version {raw.get('version')!r}, expected {version!r}")
@@ -108,8 +113,9 @@ def patch_sets(profile: Profile, env_dir: str, version: str | None = None) -> li
     for name in raw.get("model_patches") or []:
         mpath = PATCHES / "model" / f"{name}.yaml"
         if not mpath.exists():
-            raise PatchSetError(f"{path.relative_to(REPO)} names model patch {name!r}, but "
-                                f"patches/model/{name}.yaml does not exist")
+            raise PatchSetError(
+                f"{path.relative_to(REPO)} names model patch {name!r}, but patches/model/{name}.yaml does not exist"
+            )
         sets.append(render(_load(mpath), values, profile.model_path, version=profile.model_revision))
     return sets
 
@@ -124,6 +130,7 @@ def set_dir(env_dir: str) -> str:
 
 # --- pyinfra: a fact running `glm-flash-patch check --json`, an op applying when pending ----------
 
+
 class EnginePatchCheck(ToolResult):
     """`glm-flash-patch check --json SETS...`: {"exit": int|None, "files": {...}, "lines": [...]}.
 
@@ -136,8 +143,15 @@ class EnginePatchCheck(ToolResult):
         exists = []
         for s in [tool, *sets]:
             exists += ["[ -e", QuoteString(s), "] &&"]
-        return StringCommand("if", *exists, "true; then", QuoteString(tool), "check --json", *q,
-                             "2>&1; echo \"exit=$?\"; else echo missing; fi")
+        return StringCommand(
+            "if",
+            *exists,
+            "true; then",
+            QuoteString(tool),
+            "check --json",
+            *q,
+            "2>&1; echo \"exit=$?\"; else echo missing; fi",
+        )
 
     @staticmethod
     def default():
@@ -179,8 +193,8 @@ def engine_patched(tool: str, sets: list[str]):
 def apply(profile: Profile, env_dir: str) -> None:
     from pyinfra.operations import files
 
-    from roles.profile import ProfileError, Problem, fail
-    from roles.tools import bin_dir
+    from control.layout import bin_dir
+    from control.profile import Problem, ProfileError, fail
 
     try:
         sets = patch_sets(profile, env_dir)
@@ -192,14 +206,24 @@ def apply(profile: Profile, env_dir: str) -> None:
     dests = []
     for pset in sets:
         dest = f"{d}/{pset['name']}.json"
-        files.put(name=f"Patch set {pset['name']} ({pset.get('package')} {pset.get('version')})",
-                  src=io.StringIO(set_json(pset)), dest=dest, mode="644", user="root", group="root")
+        files.put(
+            name=f"Patch set {pset['name']} ({pset.get('package')} {pset.get('version')})",
+            src=io.StringIO(set_json(pset)),
+            dest=dest,
+            mode="644",
+            user="root",
+            group="root",
+        )
         dests.append(dest)
-    engine_patched(name=f"Engine and model patched ({', '.join(p['name'] for p in sets)})",
-                   tool=f"{bin_dir(profile)}/glm-flash-patch", sets=dests)
+    engine_patched(
+        name=f"Engine and model patched ({', '.join(p['name'] for p in sets)})",
+        tool=f"{bin_dir(profile)}/glm-flash-patch",
+        sets=dests,
+    )
     triton_configs(profile, env_dir)
 
 
 def triton_configs(profile: Profile, env_dir: str) -> None:
     from roles import triton_configs as tc
+
     tc.apply(profile, env_dir)

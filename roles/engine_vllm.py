@@ -1,7 +1,7 @@
 """The GB10 engine: the vLLM-Moet fork at a pinned commit, in its own environment.
 
 Per run (platform gb10):
-1. the box is recognised from its facts (roles/gb10_facts.py): aarch64, one GPU of compute
+1. the box is recognised from its facts (roles/facts/gb10.py): aarch64, one GPU of compute
    capability 12.1 with unified memory, DGX OS (Ubuntu 24.04). Anything else stops this
    host's deploy with what was found and how to fix it;
 2. the environment `vllm-moet-<ref12>-<hash>` (the hash covers repository, commit, Python,
@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from roles.profile import Problem, Profile, ProfileError, fail
+from control.profile import Problem, Profile, ProfileError, fail
 from roles.toolkit import toolkit_path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,7 +46,7 @@ class EngineResult:
     env: str
     env_dir: str
     python: str
-    switch_op: Any       # the op that moved `current` (None when it already pointed here)
+    switch_op: Any  # the op that moved `current` (None when it already pointed here)
 
 
 def engine_dir(profile: Profile) -> str:
@@ -54,12 +54,19 @@ def engine_dir(profile: Profile) -> str:
 
 
 def arch_list(profile: Profile) -> str:
-    return profile.gpu_compute_capability          # "12.1" -> TORCH_CUDA_ARCH_LIST
+    return profile.gpu_compute_capability  # "12.1" -> TORCH_CUDA_ARCH_LIST
 
 
 def env_id(profile: Profile) -> str:
-    inputs = json.dumps([profile.vllm_repo_url, profile.vllm_ref, profile.python_version,
-                         profile.vllm_torch_index_url, arch_list(profile)])
+    inputs = json.dumps(
+        [
+            profile.vllm_repo_url,
+            profile.vllm_ref,
+            profile.python_version,
+            profile.vllm_torch_index_url,
+            arch_list(profile),
+        ]
+    )
     return f"vllm-moet-{profile.vllm_ref[:12]}-{hashlib.sha256(inputs.encode()).hexdigest()[:8]}"
 
 
@@ -69,11 +76,14 @@ def site_packages(profile: Profile, env_dir: str) -> str:
 
 def build_command(profile: Profile, env: str) -> str:
     import shlex
+
     q = shlex.quote
-    cmd = (f"{q(profile.install_root + '/bin/' + BUILD_TOOL)} {q(env)} --repo {q(profile.vllm_repo_url)} "
-           f"--ref {q(profile.vllm_ref)} --python /usr/bin/python{profile.python_version} "
-           f"--torch-index {q(profile.vllm_torch_index_url)} --arch {q(arch_list(profile))} "
-           f"--cuda-home {q(toolkit_path(profile))}")
+    cmd = (
+        f"{q(profile.install_root + '/bin/' + BUILD_TOOL)} {q(env)} --repo {q(profile.vllm_repo_url)} "
+        f"--ref {q(profile.vllm_ref)} --python /usr/bin/python{profile.python_version} "
+        f"--torch-index {q(profile.vllm_torch_index_url)} --arch {q(arch_list(profile))} "
+        f"--cuda-home {q(toolkit_path(profile))}"
+    )
     if profile.vllm_build_jobs:
         cmd += f" --jobs {int(profile.vllm_build_jobs)}"
     return cmd
@@ -81,21 +91,31 @@ def build_command(profile: Profile, env: str) -> str:
 
 def patch_set(profile: Profile, env_dir: str) -> dict:
     from roles import engine_patches
+
     raw = yaml.safe_load(PATCH_SET.read_text())
     return engine_patches.render(raw, profile.as_dict(), site_packages(profile, env_dir))
 
 
 def drafter_profile(profile: Profile) -> Profile:
     """The profile as the model role sees it, pointed at the drafter."""
-    return Profile(profile.host, {**profile.as_dict(), "model_id": profile.drafter_model,
-                                  "model_path": profile.drafter_path, "model_revision": profile.drafter_revision,
-                                  "model_download": True})
+    return Profile(
+        profile.host,
+        {
+            **profile.as_dict(),
+            "model_id": profile.drafter_model,
+            "model_path": profile.drafter_path,
+            "model_revision": profile.drafter_revision,
+            "model_download": True,
+        },
+    )
 
 
 def license_notice(profile: Profile) -> str:
-    return (f"the drafter {profile.drafter_model} is licensed {DRAFTER_LICENSE} ({DRAFTER_LICENSE_URL}): "
-            "attribution, non-commercial use only, no derivatives. accept_drafter_license is true in this "
-            "host's profile, so it is downloaded and served.")
+    return (
+        f"the drafter {profile.drafter_model} is licensed {DRAFTER_LICENSE} ({DRAFTER_LICENSE_URL}): "
+        "attribution, non-commercial use only, no derivatives. accept_drafter_license is true in this "
+        "host's profile, so it is downloaded and served."
+    )
 
 
 def recognise(profile: Profile):
@@ -103,17 +123,24 @@ def recognise(profile: Profile):
     from pyinfra import host
     from pyinfra.facts.server import Arch
 
-    from roles.facts import Gpus
-    from roles.gb10_facts import Gb10View, MemTotalKiB, OsRelease
+    from roles.facts.gb10 import Gb10View, MemTotalKiB, OsRelease
+    from roles.facts.system import Gpus
 
-    view = Gb10View(host.get_fact(Arch) or "", host.get_fact(OsRelease), tuple(host.get_fact(Gpus)),
-                    host.get_fact(MemTotalKiB))
+    view = Gb10View(
+        host.get_fact(Arch) or "", host.get_fact(OsRelease), tuple(host.get_fact(Gpus)), host.get_fact(MemTotalKiB)
+    )
     problems = view.problems()
     if not view.gpus and profile.require_gpu:
         problems.append(("GPU", "nvidia-smi shows no GPU", "DGX OS ships the driver: check `nvidia-smi` on the box"))
     if problems:
-        fail(ProfileError([Problem(profile.host, "platform", f"gb10, but the host's {what}: {found}", fix)
-                           for what, found, fix in problems]))
+        fail(
+            ProfileError(
+                [
+                    Problem(profile.host, "platform", f"gb10, but the host's {what}: {found}", fix)
+                    for what, found, fix in problems
+                ]
+            )
+        )
     return view
 
 
@@ -123,15 +150,18 @@ def apply(profile: Profile) -> EngineResult | None:
     from pyinfra import host, logger
     from pyinfra.operations import files, server
 
+    from control.layout import bin_dir
     from roles import engine_patches, model
-    from roles.engine_facts import EngineEnvs
-    from roles.ops import host_tool
-    from roles.tools import TOOLS, bin_dir
+    from roles.facts.engine import EngineEnvs
+    from roles.operations.uploads import host_tool
+    from roles.tools import TOOLS
 
     view = recognise(profile)
-    logger.info(f"[{host.name}] GB10 box: {view.arch}, {view.os.describe()}, "
-                f"{len(view.gpus)} GPU sm_{profile.gpu_compute_capability.replace('.', '')}, "
-                f"{view.unified_gib} GiB unified memory")
+    logger.info(
+        f"[{host.name}] GB10 box: {view.arch}, {view.os.describe()}, "
+        f"{len(view.gpus)} GPU sm_{profile.gpu_compute_capability.replace('.', '')}, "
+        f"{view.unified_gib} GiB unified memory"
+    )
 
     e, env = engine_dir(profile), env_id(profile)
     env_dir = f"{e}/envs/{env}"
@@ -147,8 +177,10 @@ def apply(profile: Profile) -> EngineResult | None:
 
     state = host.get_fact(EngineEnvs, install_root=profile.install_root)
     if env not in state.complete:
-        server.shell(name=f"Build vLLM-Moet {profile.vllm_ref[:12]} into {env} (beside the serving environment)",
-                     commands=[build_command(profile, env)])
+        server.shell(
+            name=f"Build vLLM-Moet {profile.vllm_ref[:12]} into {env} (beside the serving environment)",
+            commands=[build_command(profile, env)],
+        )
 
     # Our edits, through the patch tool (checked every run; applied only when pending).
     sets_dir = engine_patches.set_dir(env_dir)
@@ -156,18 +188,25 @@ def apply(profile: Profile) -> EngineResult | None:
     dest = f"{sets_dir}/{pset['name']}.json"
     files.directory(name=f"Patch sets of {env}", path=sets_dir, mode="755")
     files.put(name=f"Patch set {pset['name']}", src=io.StringIO(engine_patches.set_json(pset)), dest=dest, mode="644")
-    engine_patches.engine_patched(name=f"vLLM patches in {env} (Mamba group block size)",
-                                  tool=f"{bins}/glm-flash-patch", sets=[dest])
+    engine_patches.engine_patched(
+        name=f"vLLM patches in {env} (Mamba group block size)", tool=f"{bins}/glm-flash-patch", sets=[dest]
+    )
 
     # Server-side default thinking budget, loaded by vLLM's --middleware.
-    files.put(name=f"Thinking-budget middleware in {env}", src=str(MIDDLEWARE_FILE),
-              dest=f"{site_packages(profile, env_dir)}/{MIDDLEWARE_FILE.name}", mode="644")
+    files.put(
+        name=f"Thinking-budget middleware in {env}",
+        src=str(MIDDLEWARE_FILE),
+        dest=f"{site_packages(profile, env_dir)}/{MIDDLEWARE_FILE.name}",
+        mode="644",
+    )
 
     logger.warning(f"[{host.name}] licence: {license_notice(profile)}")
     model.apply(drafter_profile(profile))
 
     switch_op = None
     if state.current != env:
-        switch_op = server.shell(name=f"Switch engine current -> {env} (previous kept for glm-flash-rollback)",
-                                 commands=[f"{bins}/{ENGINE_TOOL} switch {env}", f"{bins}/{ENGINE_TOOL} prune --keep {env}"])
+        switch_op = server.shell(
+            name=f"Switch engine current -> {env} (previous kept for glm-flash-rollback)",
+            commands=[f"{bins}/{ENGINE_TOOL} switch {env}", f"{bins}/{ENGINE_TOOL} prune --keep {env}"],
+        )
     return EngineResult(env, env_dir, f"{env_dir}/bin/python", switch_op)

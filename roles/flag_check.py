@@ -16,8 +16,8 @@ import json
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from roles.facts import ToolResult
-from roles.profile import Profile
+from control.profile import Profile
+from roles.facts.system import ToolResult
 
 TOOL = "glm-flash-check-flags"
 
@@ -30,9 +30,18 @@ class LaunchFlagCheck(ToolResult):
     """{"exit": int|None, "lines": [...]}; exit None when the engine python or the tool is missing."""
 
     def command(self, python: str, tool: str, spec_json: str):
-        return StringCommand("if [ -x", QuoteString(python), "] && [ -e", QuoteString(tool), "]; then",
-                             QuoteString(python), QuoteString(tool), "--args-json", QuoteString(spec_json),
-                             "2>&1; echo \"exit=$?\"; else echo missing; fi")
+        return StringCommand(
+            "if [ -x",
+            QuoteString(python),
+            "] && [ -e",
+            QuoteString(tool),
+            "]; then",
+            QuoteString(python),
+            QuoteString(tool),
+            "--args-json",
+            QuoteString(spec_json),
+            "2>&1; echo \"exit=$?\"; else echo missing; fi",
+        )
 
 
 @operation()
@@ -45,6 +54,7 @@ def flags_accepted(python: str, tool: str, spec_json: str):
     + spec_json: the launch spec ({module, args, api_key_flag}) as JSON
     """
     from pyinfra.api.state import StateStage
+
     state = host.get_fact(LaunchFlagCheck, python=python, tool=tool, spec_json=spec_json)
     if state["exit"] == 0:
         host.noop("launch flags accepted by the installed engine's parser")
@@ -56,8 +66,9 @@ def flags_accepted(python: str, tool: str, spec_json: str):
     if state["exit"] is None:
         message = f"glm-flash-check-flags: {python} or {tool} is missing; the engine environment is not installed"
     else:
-        message = "\n".join(line for line in state["lines"] if line.startswith("glm-flash-check-flags")) \
-            or "\n".join(state["lines"][-5:])
+        message = "\n".join(line for line in state["lines"] if line.startswith("glm-flash-check-flags")) or "\n".join(
+            state["lines"][-5:]
+        )
     yield StringCommand("echo", QuoteString(message), ">&2; exit 1")
 
 
@@ -65,11 +76,15 @@ def apply(profile: Profile, spec: dict) -> None:
     """Check `spec` (roles/launch.launch_spec) with the python it names."""
     from pyinfra.operations import files
 
-    from roles.ops import host_tool
-    from roles.tools import bin_dir
+    from control.layout import bin_dir
+    from roles.operations.uploads import host_tool
 
     files.directory(name="Host tools directory", path=bin_dir(profile), mode="755")
     host_tool(TOOL, bin_dir(profile))
     check = {k: spec[k] for k in ("module", "args", "api_key_flag") if k in spec}
-    flags_accepted(name=f"Launch flags accepted by {spec['module']} (the installed engine's own parser)",
-                   python=spec["python"], tool=tool_path(profile), spec_json=json.dumps(check, sort_keys=True))
+    flags_accepted(
+        name=f"Launch flags accepted by {spec['module']} (the installed engine's own parser)",
+        python=spec["python"],
+        tool=tool_path(profile),
+        spec_json=json.dumps(check, sort_keys=True),
+    )

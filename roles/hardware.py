@@ -4,20 +4,32 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from roles.facts import Gpus
-from roles.profile import Problem, ProfileError, Profile, fail
-from roles.report import skipped
+from control.profile import Problem, Profile, ProfileError, fail
+from control.report import skipped
+from roles.facts.system import Gpus
 
 
 def mismatches(profile: Profile, gpus) -> list[Problem]:
     found = []
     if len(gpus) < profile.gpu_count:
-        found.append(Problem(profile.host, "gpu_count", f"the profile expects {profile.gpu_count} GPUs, nvidia-smi "
-                             f"shows {len(gpus)}", "fix the hardware or set gpu_count (and tp_size) to match"))
+        found.append(
+            Problem(
+                profile.host,
+                "gpu_count",
+                f"the profile expects {profile.gpu_count} GPUs, nvidia-smi shows {len(gpus)}",
+                "fix the hardware or set gpu_count (and tp_size) to match",
+            )
+        )
     caps = sorted({g.compute_capability for g in gpus})
     if caps and caps != [profile.gpu_compute_capability]:
-        found.append(Problem(profile.host, "gpu_compute_capability", f"the profile says {profile.gpu_compute_capability},"
-                             f" the GPUs report {', '.join(caps)}", "set gpu_compute_capability to what the GPUs report"))
+        found.append(
+            Problem(
+                profile.host,
+                "gpu_compute_capability",
+                f"the profile says {profile.gpu_compute_capability}, the GPUs report {', '.join(caps)}",
+                "set gpu_compute_capability to what the GPUs report",
+            )
+        )
     return found
 
 

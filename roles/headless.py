@@ -3,9 +3,9 @@
 from pyinfra import host
 from pyinfra.operations import server, systemd
 
-from roles.facts import DefaultTarget, GpuProcesses, Gpus, UnitFiles
-from roles.profile import Profile
-from roles.report import skipped
+from control.profile import Profile
+from control.report import skipped
+from roles.facts.system import DefaultTarget, GpuProcesses, Gpus, UnitFiles
 
 TARGET = "multi-user.target"
 
@@ -26,5 +26,7 @@ def apply(profile: Profile, bin_dir: str) -> None:
     held = [p for p in host.get_fact(GpuProcesses) if p.is_desktop]
     if held:
         names = ", ".join(f"{p.name} (pid {p.pid}, {p.used_mib} MiB)" for p in held)
-        server.shell(name=f"No desktop process holds GPU memory (now: {names})",
-                     commands=[f"{bin_dir}/glm-flash-preflight desktop"])
+        server.shell(
+            name=f"No desktop process holds GPU memory (now: {names})",
+            commands=[f"{bin_dir}/glm-flash-preflight desktop"],
+        )

@@ -6,7 +6,7 @@ needs (docs/sources.md §5): --kt-weight-path, --kt-threadpool-count and the par
 
 from __future__ import annotations
 
-from roles.profile import Profile
+from control.profile import Profile
 from roles.toolkit import toolkit_env
 from roles.triton_configs import moe_env
 
@@ -21,31 +21,48 @@ def kt_args(profile: Profile, numa_nodes: int) -> list[str]:
     p = profile
     threadpools = p.kt_threadpool_count or numa_nodes
     return [
-        "--model-path", p.model_path,
-        "--served-model-name", p.served_model_name,
-        "--host", p.listen_host,
-        "--port", str(p.port),
-        "--tp-size", str(p.tp_size),
-        "--kt-method", p.kt_method,
-        "--kt-weight-path", p.model_path,
-        "--kt-cpuinfer", str(p.kt_cpuinfer),
-        "--kt-threadpool-count", str(threadpools),
-        "--kt-max-deferred-experts-per-token", str(p.kt_max_deferred_experts_per_token),
-        "--kt-gpu-prefill-token-threshold", str(p.kt_gpu_prefill_token_threshold),
-        "--chunked-prefill-size", str(p.chunked_prefill_size),
-        "--max-mamba-cache-size", str(p.max_mamba_cache_size),
-        "--mem-fraction-static", str(p.mem_fraction_static),
-        "--context-length", str(p.context_length),
-        "--kv-cache-dtype", p.kv_cache_dtype,
-        "--tool-call-parser", p.tool_call_parser,
-        "--reasoning-parser", p.reasoning_parser,
+        "--model-path",
+        p.model_path,
+        "--served-model-name",
+        p.served_model_name,
+        "--host",
+        p.listen_host,
+        "--port",
+        str(p.port),
+        "--tp-size",
+        str(p.tp_size),
+        "--kt-method",
+        p.kt_method,
+        "--kt-weight-path",
+        p.model_path,
+        "--kt-cpuinfer",
+        str(p.kt_cpuinfer),
+        "--kt-threadpool-count",
+        str(threadpools),
+        "--kt-max-deferred-experts-per-token",
+        str(p.kt_max_deferred_experts_per_token),
+        "--kt-gpu-prefill-token-threshold",
+        str(p.kt_gpu_prefill_token_threshold),
+        "--chunked-prefill-size",
+        str(p.chunked_prefill_size),
+        "--max-mamba-cache-size",
+        str(p.max_mamba_cache_size),
+        "--mem-fraction-static",
+        str(p.mem_fraction_static),
+        "--context-length",
+        str(p.context_length),
+        "--kv-cache-dtype",
+        p.kv_cache_dtype,
+        "--tool-call-parser",
+        p.tool_call_parser,
+        "--reasoning-parser",
+        p.reasoning_parser,
     ]
 
 
 def kt_env(profile: Profile) -> dict[str, str]:
     # The engine's JIT compiles use the profile's toolkit, whatever /usr/local/cuda points to.
-    env = {"SGLANG_KT_GLM5_NEXT_FP8_TRANSPORT": profile.kt_transport, **toolkit_env(profile),
-           **moe_env(profile)}
+    env = {"SGLANG_KT_GLM5_NEXT_FP8_TRANSPORT": profile.kt_transport, **toolkit_env(profile), **moe_env(profile)}
     if profile.pytorch_alloc_conf:
         env["PYTORCH_ALLOC_CONF"] = env["PYTORCH_CUDA_ALLOC_CONF"] = profile.pytorch_alloc_conf
     return env
@@ -54,9 +71,14 @@ def kt_env(profile: Profile) -> dict[str, str]:
 def launch_spec(profile: Profile, numa_nodes: int) -> dict:
     """What files/glm-flash-launch reads: which python, which module, which flags."""
     if profile.platform == "l40s":
-        return {"python": engine_python(profile), "module": SGLANG_MODULE,
-                "args": kt_args(profile, numa_nodes), "api_key_flag": "--api-key"}
+        return {
+            "python": engine_python(profile),
+            "module": SGLANG_MODULE,
+            "args": kt_args(profile, numa_nodes),
+            "api_key_flag": "--api-key",
+        }
     if profile.platform == "gb10":
         from roles.vllm_launch import launch_spec as vllm_launch_spec
+
         return vllm_launch_spec(profile)
     raise ValueError(f"no launch spec for platform {profile.platform!r}")

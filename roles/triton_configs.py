@@ -25,11 +25,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from roles.profile import Profile
+from control.profile import Profile
 
 REPO = Path(__file__).resolve().parent.parent
-MOE_NAME = re.compile(r"^E=\d+,N=\d+,device_name=[^,/]+(,dtype=[^,/]+)?(,block_shape=\[\d+, \d+\])?"
-                      r"(,per_channel_quant=True)?(_down)?\.json$")
+MOE_NAME = re.compile(
+    r"^E=\d+,N=\d+,device_name=[^,/]+(,dtype=[^,/]+)?(,block_shape=\[\d+, \d+\])?"
+    r"(,per_channel_quant=True)?(_down)?\.json$"
+)
 GEMM_NAME = re.compile(r"^N=\d+,K=\d+,device_name=[^,/]+,dtype=fp8_w8a8,block_shape=\[\d+, \d+\]\.json$")
 GEMM_DIR = "sglang/srt/layers/quantization/configs"
 
@@ -40,9 +42,9 @@ class TritonConfigError(Exception):
 
 @dataclass(frozen=True)
 class Placement:
-    src: Path       # on the control machine
-    dest: str       # on the host
-    kind: str       # "moe" or "gemm"
+    src: Path  # on the control machine
+    dest: str  # on the host
+    kind: str  # "moe" or "gemm"
 
 
 def source_dir(profile: Profile) -> Path | None:
@@ -58,7 +60,8 @@ def moe_dir(profile: Profile) -> str:
 
 def triton_version(profile: Profile) -> str:
     """The triton the profile's engine lock installs (the engine keys MoE configs by it)."""
-    from roles.engine_lock import load_lock, pin_of
+    from control.engine_lock import load_lock, pin_of
+
     pin = pin_of(load_lock(profile.engine_set)[1], "triton")
     if pin is None:
         raise TritonConfigError(f"the engine lock for {profile.engine_set} pins no triton")
@@ -74,8 +77,9 @@ def _check(path: Path) -> None:
         raise TritonConfigError(f"{path}: expected an object of batch size -> kernel config")
     for key, value in data.items():
         if not key.isdigit() or not isinstance(value, dict):
-            raise TritonConfigError(f"{path}: key {key!r} must be a batch size with a config object "
-                                    "(the engine reads int(key))")
+            raise TritonConfigError(
+                f"{path}: key {key!r} must be a batch size with a config object (the engine reads int(key))"
+            )
 
 
 def placements(profile: Profile, site_packages: str, triton: str | None = None) -> list[Placement]:
@@ -97,10 +101,12 @@ def placements(profile: Profile, site_packages: str, triton: str | None = None) 
         elif GEMM_NAME.match(f.name):
             out.append(Placement(f, f"{site_packages}/{GEMM_DIR}/{f.name}", "gemm"))
         else:
-            raise TritonConfigError(f"{f}: not a name the engine reads. Expected "
-                                    "'E=288,N=1024,device_name=NVIDIA_L40S,dtype=fp8_w8a8,block_shape=[128, 128].json' "
-                                    "(MoE) or 'N=..,K=..,device_name=NVIDIA_L40S,dtype=fp8_w8a8,block_shape=[128, 128].json' "
-                                    "(block-FP8 GEMM), with the space after the comma")
+            raise TritonConfigError(
+                f"{f}: not a name the engine reads. Expected "
+                "'E=288,N=1024,device_name=NVIDIA_L40S,dtype=fp8_w8a8,block_shape=[128, 128].json' "
+                "(MoE) or 'N=..,K=..,device_name=NVIDIA_L40S,dtype=fp8_w8a8,block_shape=[128, 128].json' "
+                "(block-FP8 GEMM), with the space after the comma"
+            )
     if not out:
         raise TritonConfigError(f"{src} holds no tuned config (*.json)")
     return out
@@ -119,22 +125,41 @@ def moe_env(profile: Profile) -> dict[str, str]:
 def apply(profile: Profile, env_dir: str) -> None:
     from pyinfra.operations import files
 
+    from control.profile import Problem, ProfileError, fail
+    from control.report import skipped
     from roles.engine_patches import site_packages
-    from roles.profile import ProfileError, Problem, fail
-    from roles.report import skipped
 
     try:
         places = placements(profile, site_packages(profile, env_dir))
     except TritonConfigError as e:
-        fail(ProfileError([Problem(profile.host, "triton_configs_dir", str(e),
-                                   "fix or remove the file, or set triton_configs_dir: '' to install none")]))
+        fail(
+            ProfileError(
+                [
+                    Problem(
+                        profile.host,
+                        "triton_configs_dir",
+                        str(e),
+                        "fix or remove the file, or set triton_configs_dir: '' to install none",
+                    )
+                ]
+            )
+        )
         raise
     if not places:
-        skipped("tuned Triton configs", "triton_configs_dir is empty (the field's tuned files were not published; "
-                "drop your own into a directory and name it there); the engine uses its default kernel configs")
+        skipped(
+            "tuned Triton configs",
+            "triton_configs_dir is empty (the field's tuned files were not published; "
+            "drop your own into a directory and name it there); the engine uses its default kernel configs",
+        )
         return
     for d in sorted({str(Path(p.dest).parent) for p in places}):
         files.directory(name=f"Directory {d}", path=d, mode="755", user="root", group="root")
     for p in places:
-        files.put(name=f"Tuned Triton {p.kind} config {p.src.name}", src=str(p.src), dest=p.dest,
-                  mode="644", user="root", group="root")
+        files.put(
+            name=f"Tuned Triton {p.kind} config {p.src.name}",
+            src=str(p.src),
+            dest=p.dest,
+            mode="644",
+            user="root",
+            group="root",
+        )

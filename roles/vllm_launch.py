@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from roles.profile import Profile
+from control.profile import Profile
 
 # `python -m` entry of vLLM 0.33.0's OpenAI server (vllm/entrypoints/launchers/api_server/entry.py;
 # vllm.entrypoints.openai.api_server is deprecated there).
@@ -35,40 +35,61 @@ def engine_python(profile: Profile) -> str:
 
 
 def speculative_config(profile: Profile) -> dict:
-    return {"method": "dflash", "model": profile.drafter_path,
-            "num_speculative_tokens": profile.num_speculative_tokens}
+    return {"method": "dflash", "model": profile.drafter_path, "num_speculative_tokens": profile.num_speculative_tokens}
 
 
 def vllm_args(profile: Profile) -> list[str]:
     p = profile
     return [
-        "--model", p.model_path,
-        "--served-model-name", p.served_model_name,
-        "--host", p.listen_host,
-        "--port", str(p.port),
-        "--tensor-parallel-size", str(p.tp_size),
-        "--max-model-len", str(p.max_model_len),
-        "--max-num-seqs", str(p.max_num_seqs),
-        "--gpu-memory-utilization", str(p.gpu_memory_utilization),
-        "--safetensors-load-strategy", "lazy",
+        "--model",
+        p.model_path,
+        "--served-model-name",
+        p.served_model_name,
+        "--host",
+        p.listen_host,
+        "--port",
+        str(p.port),
+        "--tensor-parallel-size",
+        str(p.tp_size),
+        "--max-model-len",
+        str(p.max_model_len),
+        "--max-num-seqs",
+        str(p.max_num_seqs),
+        "--gpu-memory-utilization",
+        str(p.gpu_memory_utilization),
+        "--safetensors-load-strategy",
+        "lazy",
         "--enable-prefix-caching",
-        "--mamba-cache-mode", p.mamba_cache_mode,
-        "--speculative-config", json.dumps(speculative_config(p), separators=(",", ":")),
-        "--reasoning-parser", p.reasoning_parser,
-        "--tool-call-parser", p.tool_call_parser,
+        "--mamba-cache-mode",
+        p.mamba_cache_mode,
+        "--speculative-config",
+        json.dumps(speculative_config(p), separators=(",", ":")),
+        "--reasoning-parser",
+        p.reasoning_parser,
+        "--tool-call-parser",
+        p.tool_call_parser,
         "--enable-auto-tool-choice",
-        "--default-chat-template-kwargs", json.dumps({"reasoning_effort": p.reasoning_effort}, separators=(",", ":")),
-        "--middleware", MIDDLEWARE,
+        "--default-chat-template-kwargs",
+        json.dumps({"reasoning_effort": p.reasoning_effort}, separators=(",", ":")),
+        "--middleware",
+        MIDDLEWARE,
     ]
 
 
 def vllm_env(profile: Profile) -> dict[str, str]:
-    return {BUDGET_ENV: str(profile.thinking_token_budget),
-            # the box serves what is on disk; the drafter and model are downloaded by the deploy
-            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    return {
+        BUDGET_ENV: str(profile.thinking_token_budget),
+        # the box serves what is on disk; the drafter and model are downloaded by the deploy
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
 
 
 def launch_spec(profile: Profile) -> dict:
     """What files/glm-flash-launch reads. The API key is added in-process (never in argv)."""
-    return {"python": engine_python(profile), "module": VLLM_MODULE, "args": vllm_args(profile),
-            "api_key_flag": "--api-key"}
+    return {
+        "python": engine_python(profile),
+        "module": VLLM_MODULE,
+        "args": vllm_args(profile),
+        "api_key_flag": "--api-key",
+    }

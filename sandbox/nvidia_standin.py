@@ -46,8 +46,9 @@ UID = "glm-flash stand-in repository key (TEST ONLY, not NVIDIA's) <standin@glm-
 
 
 def gpg(home: Path, *args: str, data: bytes | None = None) -> bytes:
-    return subprocess.run(["gpg", "--batch", "--no-tty", "--homedir", str(home), *args], input=data,
-                          capture_output=True, check=True).stdout
+    return subprocess.run(
+        ["gpg", "--batch", "--no-tty", "--homedir", str(home), *args], input=data, capture_output=True, check=True
+    ).stdout
 
 
 def signing_key(home: Path) -> str:
@@ -60,8 +61,15 @@ def signing_key(home: Path) -> str:
     return next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
 
 
-def deb(out: Path, name: str, version: str, files: dict[str, bytes], description: str,
-        links: dict[str, str] | None = None, source: str = "nvidia-standin") -> Path:
+def deb(
+    out: Path,
+    name: str,
+    version: str,
+    files: dict[str, bytes],
+    description: str,
+    links: dict[str, str] | None = None,
+    source: str = "nvidia-standin",
+) -> Path:
     """A .deb (built with dpkg-deb) that installs `files` and `links`, in `out`."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / name
@@ -69,7 +77,8 @@ def deb(out: Path, name: str, version: str, files: dict[str, bytes], description
         (root / "DEBIAN/control").write_text(
             f"Package: {name}\nVersion: {version}\nArchitecture: amd64\nSource: {source}\n"
             f"Maintainer: glm-flash sandbox <root@localhost>\nSection: non-free/libs\nPriority: optional\n"
-            f"Description: stand-in for {name} (TEST ONLY)\n {description}\n")
+            f"Description: stand-in for {name} (TEST ONLY)\n {description}\n"
+        )
         for path, data in files.items():
             f = root / path.lstrip("/")
             f.parent.mkdir(parents=True, exist_ok=True)
@@ -77,32 +86,52 @@ def deb(out: Path, name: str, version: str, files: dict[str, bytes], description
         for path, target in (links or {}).items():
             (root / path.lstrip("/")).symlink_to(target)
         built = out / f"{name}_{version}_amd64.deb"
-        subprocess.run(["dpkg-deb", "--root-owner-group", "-Zxz", "--build", str(root), str(built)], check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["dpkg-deb", "--root-owner-group", "-Zxz", "--build", str(root), str(built)],
+            check=True,
+            capture_output=True,
+        )
     return built
 
 
 def pin(branch: str) -> bytes:
-    return (f"# stand-in for NVIDIA's nvidia-driver-pinning-{branch} (TEST ONLY)\n"
-            "Package: *nvidia* libcuda1 libnvcuvid1 libnvoptix1 cuda-drivers*\n"
-            f"Pin: version /^([0-9]+:)?{branch}\\./\nPin-Priority: 1000\n").encode()
+    return (
+        f"# stand-in for NVIDIA's nvidia-driver-pinning-{branch} (TEST ONLY)\n"
+        "Package: *nvidia* libcuda1 libnvcuvid1 libnvoptix1 cuda-drivers*\n"
+        f"Pin: version /^([0-9]+:)?{branch}\\./\nPin-Priority: 1000\n"
+    ).encode()
 
 
 def packages(repo: Path, branches: dict[str, str]) -> None:
     for branch, version in branches.items():
         for name in DRIVER_PACKAGES:
             if not (repo / f"{name}_{version}_amd64.deb").exists():
-                deb(repo, name, version, {f"/usr/share/doc/{name}/STANDIN": b"stand-in: files only, no driver\n"},
-                    f"Branch {branch}; installs a note, no kernel module.")
+                deb(
+                    repo,
+                    name,
+                    version,
+                    {f"/usr/share/doc/{name}/STANDIN": b"stand-in: files only, no driver\n"},
+                    f"Branch {branch}; installs a note, no kernel module.",
+                )
         pinning = f"nvidia-driver-pinning-{branch}"
         if not (repo / f"{pinning}_{version}_amd64.deb").exists():
-            deb(repo, pinning, version, {f"/etc/apt/preferences.d/{pinning}": pin(branch)},
-                f"Holds the driver on branch {branch}.")
+            deb(
+                repo,
+                pinning,
+                version,
+                {f"/etc/apt/preferences.d/{pinning}": pin(branch)},
+                f"Holds the driver on branch {branch}.",
+            )
     for short, version in TOOLKITS.items():
         name = f"cuda-toolkit-{short}"
         if not (repo / f"{name}_{version}_amd64.deb").exists():
-            deb(repo, name, version, {f"/usr/local/cuda-{short.replace('-', '.')}/version.json": b"{}\n"},
-                "A toolkit version the repository carries.")
+            deb(
+                repo,
+                name,
+                version,
+                {f"/usr/local/cuda-{short.replace('-', '.')}/version.json": b"{}\n"},
+                "A toolkit version the repository carries.",
+            )
 
 
 def index(repo: Path, home: Path) -> None:
@@ -111,8 +140,14 @@ def index(repo: Path, home: Path) -> None:
     (repo / "Packages").write_bytes(scan.stdout)
     (repo / "Packages.gz").write_bytes(gzip.compress(scan.stdout, mtime=0))
     date = time.strftime("%a, %d %b %Y %H:%M:%S UTC", time.gmtime(time.time() - 3600))
-    lines = ["Origin: glm-flash stand-in", "Label: stand-in for NVIDIA CUDA debian13", "Architectures: amd64",
-             f"Date: {date}", "Acquire-By-Hash: no", "SHA256:"]
+    lines = [
+        "Origin: glm-flash stand-in",
+        "Label: stand-in for NVIDIA CUDA debian13",
+        "Architectures: amd64",
+        f"Date: {date}",
+        "Acquire-By-Hash: no",
+        "SHA256:",
+    ]
     for name in ("Packages", "Packages.gz"):
         data = (repo / name).read_bytes()
         lines.append(f" {hashlib.sha256(data).hexdigest()} {len(data)} {name}")
@@ -124,11 +159,16 @@ def index(repo: Path, home: Path) -> None:
 
 def runfile(header: bytes) -> bytes:
     """A shell installer with a tar.gz payload, honouring the real runfile's toolkit options."""
-    nvcc = (b"#!/bin/sh\n# stand-in nvcc (TEST ONLY): prints the version of CUDA 12.8.1's\n"
-            b"echo 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
-            b"echo 'Cuda compilation tools, release 12.8, V12.8.93'\n")
-    members = {"bin/nvcc": (nvcc, 0o755), "targets/x86_64-linux/include/crt/math_functions.h": (header, 0o644),
-               "version.json": (json.dumps({"cuda": {"version": "12.8.1"}}).encode() + b"\n", 0o644)}
+    nvcc = (
+        b"#!/bin/sh\n# stand-in nvcc (TEST ONLY): prints the version of CUDA 12.8.1's\n"
+        b"echo 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
+        b"echo 'Cuda compilation tools, release 12.8, V12.8.93'\n"
+    )
+    members = {
+        "bin/nvcc": (nvcc, 0o755),
+        "targets/x86_64-linux/include/crt/math_functions.h": (header, 0o644),
+        "version.json": (json.dumps({"cuda": {"version": "12.8.1"}}).encode() + b"\n", 0o644),
+    }
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.GNU_FORMAT) as t:
         for name, (data, mode) in sorted(members.items()):
@@ -163,7 +203,8 @@ __PAYLOAD_BELOW__
 
 
 def header_12_8() -> bytes:
-    from roles.pypi_cache import wheel
+    from control.pypi_cache import wheel
+
     with zipfile.ZipFile(wheel(*HEADER_WHEEL, accept=("x86_64",))) as z:
         return z.read(HEADER_IN_WHEEL)
 
@@ -180,8 +221,13 @@ def build(out: Path, home: Path, branches: dict[str, str] | None = None) -> dict
     if not run.exists():
         run.parent.mkdir(parents=True, exist_ok=True)
         run.write_bytes(runfile(header_12_8()))
-    info = {"fingerprint": fingerprint, "key_file": f"{REPO_PATH}/{fingerprint[-8:]}.pub", "repo_path": REPO_PATH,
-            "runfile_path": RUNFILE_PATH, "runfile_sha256": hashlib.sha256(run.read_bytes()).hexdigest()}
+    info = {
+        "fingerprint": fingerprint,
+        "key_file": f"{REPO_PATH}/{fingerprint[-8:]}.pub",
+        "repo_path": REPO_PATH,
+        "runfile_path": RUNFILE_PATH,
+        "runfile_sha256": hashlib.sha256(run.read_bytes()).hexdigest(),
+    }
     (out / "standin.json").write_text(json.dumps(info, indent=1) + "\n")
     return info
 

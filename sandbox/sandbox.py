@@ -67,8 +67,18 @@ def build_image() -> Path:
     tar.parent.mkdir(parents=True, exist_ok=True)
     say(f"building a Debian 13 image with mmdebstrap into {tar}")
     tmp = tar.with_suffix(".partial.tar")
-    run(["mmdebstrap", "--mode=root", "--variant=minbase", "--include=" + ",".join(PACKAGES),
-         "trixie", str(tmp), f"deb {MIRROR} trixie main"], stdout=subprocess.DEVNULL)
+    run(
+        [
+            "mmdebstrap",
+            "--mode=root",
+            "--variant=minbase",
+            "--include=" + ",".join(PACKAGES),
+            "trixie",
+            str(tmp),
+            f"deb {MIRROR} trixie main",
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     tmp.rename(tar)
     return tar
 
@@ -85,8 +95,10 @@ def control_dir() -> Path:
         pass
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        sys.exit(f"sandbox: {path} is not a directory private to this user (a link, someone else's, or "
-                 f"group/world-accessible); remove it and run again")
+        sys.exit(
+            f"sandbox: {path} is not a directory private to this user (a link, someone else's, or "
+            f"group/world-accessible); remove it and run again"
+        )
     return path
 
 
@@ -101,7 +113,8 @@ def ensure_keys() -> None:
         f"Host sandbox\n  HostName 127.0.0.1\n  Port {PORT}\n  User root\n"
         f"  IdentityFile {KEYS / 'id_ed25519'}\n  IdentitiesOnly yes\n"
         f"  UserKnownHostsFile {STATE / 'known_hosts'}\n  StrictHostKeyChecking yes\n"
-        f"  ControlMaster auto\n  ControlPath {control_dir()}/cm-%C\n  ControlPersist 60s\n")
+        f"  ControlMaster auto\n  ControlPath {control_dir()}/cm-%C\n  ControlPersist 60s\n"
+    )
 
 
 def create_rootfs() -> None:
@@ -124,7 +137,8 @@ def create_rootfs() -> None:
     os.chmod(root / "etc/ssh/ssh_host_ed25519_key", 0o600)
     (root / "etc/ssh/sshd_config.d/sandbox.conf").write_text(
         f"# The sandbox shares the host's network: keep sshd on a loopback port.\n"
-        f"Port {PORT}\nListenAddress 127.0.0.1\nHostKey /etc/ssh/ssh_host_ed25519_key\n")
+        f"Port {PORT}\nListenAddress 127.0.0.1\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
+    )
     stage_model(root)
     tmp.rename(ROOTFS)
     stage_nvidia()
@@ -164,15 +178,30 @@ def standin_up() -> None:
         return
     stop_pidfile(STANDIN_PIDFILE)
     if port_open(STANDIN_PORT):
-        sys.exit(f"sandbox: 127.0.0.1:{STANDIN_PORT} (the stand-in NVIDIA repository's port) is already in use"
-                 f"{' by ' + listener(STANDIN_PORT) if listener(STANDIN_PORT) else ''}; stop that program or set "
-                 "GLM_FLASH_STANDIN_PORT")
+        sys.exit(
+            f"sandbox: 127.0.0.1:{STANDIN_PORT} (the stand-in NVIDIA repository's port) is already in use"
+            f"{' by ' + listener(STANDIN_PORT) if listener(STANDIN_PORT) else ''}; stop that program or set "
+            "GLM_FLASH_STANDIN_PORT"
+        )
     if not (STANDIN_WWW / "standin.json").exists():
         stage_nvidia()
     log = open(STATE / "standin.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory",
-                             str(STANDIN_WWW), str(STANDIN_PORT)], stdin=subprocess.DEVNULL, stdout=log,
-                            stderr=log, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "http.server",
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+            str(STANDIN_WWW),
+            str(STANDIN_PORT),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
     STANDIN_PIDFILE.write_text(str(proc.pid))
     for _ in range(40):
         if proc.poll() is not None:
@@ -180,8 +209,10 @@ def standin_up() -> None:
         if port_open(STANDIN_PORT):
             return
         time.sleep(0.25)
-    sys.exit(f"sandbox: the stand-in NVIDIA repository did not start on 127.0.0.1:{STANDIN_PORT} "
-             f"(exit {proc.poll()}); see {STATE / 'standin.log'}")
+    sys.exit(
+        f"sandbox: the stand-in NVIDIA repository did not start on 127.0.0.1:{STANDIN_PORT} "
+        f"(exit {proc.poll()}); see {STATE / 'standin.log'}"
+    )
 
 
 def stop_pidfile(pidfile: Path) -> None:
@@ -217,8 +248,9 @@ def ssh_ready() -> bool:
 
 
 def ssh(command: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["ssh", "-F", str(STATE / "ssh_config"), "sandbox", command],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["ssh", "-F", str(STATE / "ssh_config"), "sandbox", command], capture_output=True, text=True, timeout=60
+    )
 
 
 def listener(port: int = PORT) -> str:
@@ -256,8 +288,10 @@ def up() -> None:
         down()
     if port_open():
         who = listener()
-        sys.exit(f"sandbox: 127.0.0.1:{PORT} is already in use{' by ' + who if who else ''}; stop that program "
-                 f"or pick another port with GLM_FLASH_SANDBOX_PORT")
+        sys.exit(
+            f"sandbox: 127.0.0.1:{PORT} is already in use{' by ' + who if who else ''}; stop that program "
+            f"or pick another port with GLM_FLASH_SANDBOX_PORT"
+        )
     if not shutil.which("systemd-nspawn"):
         sys.exit("sandbox: systemd-nspawn is missing; run `make deps`")
     if not ROOTFS.exists():
@@ -268,17 +302,34 @@ def up() -> None:
     log = open(logfile, "ab")
     env = dict(os.environ, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY="1")
     proc = subprocess.Popen(
-        ["systemd-nspawn", "-b", "-D", str(ROOTFS), "-M", MACHINE, "--register=no", "--keep-unit",
-         "--console=passive", "--resolv-conf=copy-host"],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True)
+        [
+            "systemd-nspawn",
+            "-b",
+            "-D",
+            str(ROOTFS),
+            "-M",
+            MACHINE,
+            "--register=no",
+            "--keep-unit",
+            "--console=passive",
+            "--resolv-conf=copy-host",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        env=env,
+        start_new_session=True,
+    )
     PIDFILE.write_text(str(proc.pid))
     deadline = time.time() + BOOT_TIMEOUT
     failing_since, last_error = None, ""
     while time.time() < deadline:
         if proc.poll() is not None:
             PIDFILE.unlink(missing_ok=True)
-            sys.exit(f"sandbox: systemd-nspawn exited with status {proc.returncode} before SSH answered; "
-                     f"its last lines ({logfile}):\n{log_since(offset)}")
+            sys.exit(
+                f"sandbox: systemd-nspawn exited with status {proc.returncode} before SSH answered; "
+                f"its last lines ({logfile}):\n{log_since(offset)}"
+            )
         if ssh_ready():
             r = ssh("systemctl is-system-running --wait >/dev/null 2>&1; true")
             if r.returncode == 0:
@@ -289,12 +340,14 @@ def up() -> None:
             failing_since = failing_since or time.time()
             if time.time() - failing_since >= SSH_FAIL_GRACE:
                 down()
-                sys.exit(f"sandbox: sshd answers on 127.0.0.1:{PORT} but ssh fails (exit {r.returncode}): "
-                         f"{last_error}")
+                sys.exit(f"sandbox: sshd answers on 127.0.0.1:{PORT} but ssh fails (exit {r.returncode}): {last_error}")
         time.sleep(0.5)
     down()
-    why = (f"ssh said: {last_error}" if last_error else
-           f"nothing answered SSH on 127.0.0.1:{PORT}; the container's last lines ({logfile}):\n{log_since(offset)}")
+    why = (
+        f"ssh said: {last_error}"
+        if last_error
+        else f"nothing answered SSH on 127.0.0.1:{PORT}; the container's last lines ({logfile}):\n{log_since(offset)}"
+    )
     sys.exit(f"sandbox: SSH did not answer within {BOOT_TIMEOUT} s; {why}")
 
 

@@ -29,8 +29,9 @@ def pytest_addoption(parser):
 def targets_sandbox(config) -> bool:
     """True when the run checks the built-in sandbox (decided once, before --hosts is filled in)."""
     if not hasattr(config, "_glm_flash_sandbox"):
-        config._glm_flash_sandbox = (config.getoption("--inventory") == SANDBOX_INVENTORY
-                                     and not config.getoption("hosts", None))
+        config._glm_flash_sandbox = config.getoption("--inventory") == SANDBOX_INVENTORY and not config.getoption(
+            "hosts", None
+        )
     return config._glm_flash_sandbox
 
 
@@ -53,14 +54,24 @@ def inventory_hosts(path: str) -> list[tuple[str, dict]]:
 
 
 def pyinfra(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pyinfra", "-y", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    return subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
 
 
 def sandbox_sh(command: str, check: bool = True, timeout: int = 1800) -> subprocess.CompletedProcess:
     """Run a shell command on the built-in sandbox (its ssh_config); check=True fails the test on a non-zero exit."""
-    r = subprocess.run(["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", command],
-                       capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(
+        ["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", command],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check:
         assert r.returncode == 0, f"{command}: {r.stdout}{r.stderr}"
     return r

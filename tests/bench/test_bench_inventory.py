@@ -13,7 +13,7 @@ SUITE = {"scenarios": [{"name": "decode-1", "kind": "decode", "max_tokens": 20, 
 
 
 def write_inventory(path, host: str, data: dict) -> str:
-    path.write_text("from roles.profile import hosts\n\n"
+    path.write_text("from control.profile import hosts\n\n"
                     f"hosts = hosts(({host!r}, {data!r}),)\n")
     return str(path)
 

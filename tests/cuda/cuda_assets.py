@@ -1,7 +1,7 @@
 """Download pinned wheels and build a Debian rootfs tarball, cached outside the clone.
 
 Everything lands under ${GLM_FLASH_CACHE:-$HOME/.cache/glm-flash}; a second run finds
-the files there (wheels re-verified against the sha256 PyPI gives, roles/pypi_cache.py) and
+the files there (wheels re-verified against the sha256 PyPI gives, control/pypi_cache.py) and
 fetches nothing.
 Used by tests/cuda (the header compile proof) and by the sandbox header test.
 """
@@ -21,8 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-from roles import pypi_cache  # noqa: E402
-from roles.pypi_cache import cache_dir  # noqa: E402
+from control import pypi_cache  # noqa: E402
+from control.pypi_cache import cache_dir  # noqa: E402
 
 # The 12.8 header (no nvcc binary inside) and CUDA 13.0's compiler (docs/sources.md §6).
 HEADER_WHEEL = ("nvidia-cuda-nvcc-cu12", "12.8.93")
@@ -33,7 +33,7 @@ COMPILER_WHEELS = (
     ("nvidia-cuda-runtime", "13.0.96"),
 )
 
-FETCHED: list[str] = []   # what this process downloaded (tests report it)
+FETCHED: list[str] = []  # what this process downloaded (tests report it)
 
 
 def wheel(name: str, version: str) -> Path:
@@ -64,9 +64,20 @@ def rootfs_tarball(suite: str, packages: tuple[str, ...]) -> Path:
         apt_install("mmdebstrap")
     tmp = out.with_suffix(".part.tar")
     t0 = time.monotonic()
-    subprocess.run(["mmdebstrap", "--mode=root", "--variant=minbase", "--format=tar", "--quiet",
-                    "--include=" + ",".join(packages), suite, str(tmp), f"deb {MIRROR} {suite} main"],
-                   check=True)
+    subprocess.run(
+        [
+            "mmdebstrap",
+            "--mode=root",
+            "--variant=minbase",
+            "--format=tar",
+            "--quiet",
+            "--include=" + ",".join(packages),
+            suite,
+            str(tmp),
+            f"deb {MIRROR} {suite} main",
+        ],
+        check=True,
+    )
     tmp.replace(out)
     FETCHED.append(f"{out.name} ({time.monotonic() - t0:.0f} s)")
     return out
@@ -96,6 +107,7 @@ def header_13_0() -> str:
 def patch_set_json(dest: Path) -> Path:
     """patches/cuda/math_functions-12.yaml converted to the JSON the host tools read."""
     import yaml
+
     data = yaml.safe_load((REPO / "patches" / "cuda" / "math_functions-12.yaml").read_text())
     dest.write_text(json.dumps(data, indent=1, sort_keys=True))
     return dest
@@ -108,7 +120,7 @@ def _extract(wheel_path: Path, strip: str, dest: Path, skip=()) -> None:
             name = info.filename
             if not name.startswith(strip) or name.endswith("/") or name.endswith("__init__.py"):
                 continue
-            rel = name[len(strip):]
+            rel = name[len(strip) :]
             if rel in skip:
                 continue
             out = dest / rel
@@ -136,8 +148,9 @@ def toolkit_tree(dest: Path) -> Path:
     for sub in ("include", "lib"):
         (target / sub).parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(dest / sub), str(target / sub))
-    _extract(wheel(*HEADER_WHEEL), "nvidia/cuda_nvcc/include/crt/", target / "include" / "crt",
-             skip=("host_runtime.h",))
+    _extract(
+        wheel(*HEADER_WHEEL), "nvidia/cuda_nvcc/include/crt/", target / "include" / "crt", skip=("host_runtime.h",)
+    )
     os.symlink("targets/x86_64-linux/include", dest / "include")
     os.symlink("targets/x86_64-linux/lib", dest / "lib64")
     header = target / "include" / "crt" / "math_functions.h"

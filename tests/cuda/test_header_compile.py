@@ -59,7 +59,7 @@ def trixie(tmp_path_factory):
     root = tmp_path_factory.mktemp("trixie")
     subprocess.run(["tar", "-C", str(root), "--numeric-owner", "-xf", str(tarball)], check=True)
     header = cuda_assets.toolkit_tree(root / "usr/local/cuda-12.8")
-    os.symlink("cuda-12.8", root / "usr/local/cuda-12")          # deduplicated by the command
+    os.symlink("cuda-12.8", root / "usr/local/cuda-12")  # deduplicated by the command
     bin_dir = root / "opt/glm-flash/bin"
     bin_dir.mkdir(parents=True)
     for tool in ("glm-flash-patch", "glm-flash-fix-cuda-header"):
@@ -71,18 +71,24 @@ def trixie(tmp_path_factory):
     TIMES["setup"] = time.monotonic() - t1
     yield root, header
     shutil.rmtree(root, ignore_errors=True)
-    summary = (f"cuda header proof: fetch/cache {TIMES['fetch']:.1f} s (downloaded: "
-               f"{', '.join(TIMES['fetched']) or 'nothing'}), rootfs+tree setup {TIMES['setup']:.1f} s")
+    summary = (
+        f"cuda header proof: fetch/cache {TIMES['fetch']:.1f} s (downloaded: "
+        f"{', '.join(TIMES['fetched']) or 'nothing'}), rootfs+tree setup {TIMES['setup']:.1f} s"
+    )
     print("\n" + summary, file=sys.__stderr__)
 
 
 def in_root(root: Path, *cmd: str) -> subprocess.CompletedProcess:
     """Run cmd chrooted in root, in a private mount namespace with its own /proc (gone on exit)."""
     script = 'mount -t proc proc "$0/proc" && exec chroot "$0" "$@"'
-    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
-           "HOME": "/root"}
-    return subprocess.run(["unshare", "--mount", "--fork", "sh", "-c", script, str(root), *cmd],
-                          capture_output=True, text=True, env=env, timeout=600)
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", "HOME": "/root"}
+    return subprocess.run(
+        ["unshare", "--mount", "--fork", "sh", "-c", script, str(root), *cmd],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
 
 
 def nvcc(root: Path, out: str) -> subprocess.CompletedProcess:
@@ -103,8 +109,11 @@ def test_fails_before_fix_compiles_after_and_second_run_changes_nothing(trixie):
     # 1. the unfixed 12.8 header: the four errors the field saw, and no object
     r = nvcc(root, "/work/before.o")
     assert r.returncode != 0
-    errors = re.findall(ERROR + r' "(\w+)" \(declared at line \d+ of /usr/local/cuda-12.8/bin/../targets/'
-                        r'x86_64-linux/include/crt/math_functions.h\)', r.stdout + r.stderr)
+    errors = re.findall(
+        ERROR + r' "(\w+)" \(declared at line \d+ of /usr/local/cuda-12.8/bin/../targets/'
+        r'x86_64-linux/include/crt/math_functions.h\)',
+        r.stdout + r.stderr,
+    )
     assert sorted(errors) == ["cospi", "cospif", "sinpi", "sinpif"], r.stdout + r.stderr
     assert not (root / "work/before.o").exists()
 
@@ -159,8 +168,12 @@ def host_glibc_minor() -> int:
 
 
 def host_nvcc(top: Path, out: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(top / "bin/nvcc"), "-c", str(top / "probe.cu"), "-o", str(top / out)],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [str(top / "bin/nvcc"), "-c", str(top / "probe.cu"), "-o", str(top / out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_fixed_header_compiles_on_older_glibc(trixie, host_tree):
@@ -181,8 +194,13 @@ def test_fixed_header_compiles_on_older_glibc(trixie, host_tree):
 
     # control: the field's unguarded edit breaks this compile (so this test can tell them apart)
     text = cuda_assets.header_12_8()
-    field, n = re.subn(r"^(extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ (?:double|float) +"
-                       r"(?:sinpi|sinpif|cospi|cospif)\((?:double|float) x\));$", r"\1 noexcept (true);", text, flags=re.M)
+    field, n = re.subn(
+        r"^(extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ (?:double|float) +"
+        r"(?:sinpi|sinpif|cospi|cospif)\((?:double|float) x\));$",
+        r"\1 noexcept (true);",
+        text,
+        flags=re.M,
+    )
     assert n == 4
     header.write_text(field)
     r = host_nvcc(top, "field.o")

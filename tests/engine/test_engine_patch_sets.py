@@ -25,9 +25,11 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-from sandbox import fake_model  # noqa: E402
 import pypi  # noqa: E402
-from roles import engine_patches, profile  # noqa: E402
+
+from control import profile  # noqa: E402
+from roles import engine_patches  # noqa: E402
+from sandbox import fake_model  # noqa: E402
 
 TOOL = REPO / "files" / "glm-flash-patch"
 VERSIONS = ["0.7.0.post1", "0.7.0.post4", "0.7.2"]
@@ -49,14 +51,18 @@ def host(tmp_path, wheel):
     """An engine env's site-packages with the wheel's files, a model dir, a state dir."""
     version, whl = wheel
     env_dir = tmp_path / "envs" / f"{version}-test"
-    prof = profile.build("test", {"model_path": str(tmp_path / "model"), "install_root": str(tmp_path / "opt"),
-                                  "engine_set": version})
+    prof = profile.build(
+        "test", {"model_path": str(tmp_path / "model"), "install_root": str(tmp_path / "opt"), "engine_set": version}
+    )
     site = Path(engine_patches.site_packages(prof, str(env_dir)))
     pypi.extract(whl, [KPOOL, SERVER_ARGS, f"sglang_kt-{version}.dist-info/METADATA"], site)
     fake_model.write_model(tmp_path / "model")
     env = dict(os.environ, GLM_FLASH_STATE_DIR=str(tmp_path / "state"))
-    return type("Host", (), dict(version=version, prof=prof, env_dir=env_dir, site=site, model=tmp_path / "model",
-                                 env=env, tmp=tmp_path))
+    return type(
+        "Host",
+        (),
+        dict(version=version, prof=prof, env_dir=env_dir, site=site, model=tmp_path / "model", env=env, tmp=tmp_path),
+    )
 
 
 def upload(h, prof=None, name="sets"):
@@ -72,8 +78,9 @@ def upload(h, prof=None, name="sets"):
 
 
 def tool(h, action, sets, *extra):
-    return subprocess.run([sys.executable, str(TOOL), action, *map(str, sets), *extra], env=h.env,
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, str(TOOL), action, *map(str, sets), *extra], env=h.env, capture_output=True, text=True
+    )
 
 
 def targets(h):
@@ -93,8 +100,11 @@ def forward_cuda_guard(source: str):
             continue
         for node in ast.walk(fwd):
             if isinstance(node, ast.If) and any(
-                    isinstance(s, ast.Return) and isinstance(s.value, ast.Call)
-                    and getattr(s.value.func, "attr", "") == "_forward_cuda_skip_logits" for s in node.body):
+                isinstance(s, ast.Return)
+                and isinstance(s.value, ast.Call)
+                and getattr(s.value.func, "attr", "") == "_forward_cuda_skip_logits"
+                for s in node.body
+            ):
                 return node, fwd
     raise AssertionError("no shortcut in forward_cuda")
 
@@ -102,10 +112,16 @@ def forward_cuda_guard(source: str):
 def graph_sizes(source: str):
     """(cuda_graph_bs, cuda_graph_max_bs) assigned under `if not self.disable_cuda_graph:` in the GLM branch."""
     for node in ast.walk(ast.parse(source)):
-        if (isinstance(node, ast.If) and isinstance(node.test, ast.UnaryOp)
-                and getattr(node.test.operand, "attr", "") == "disable_cuda_graph"):
-            got = {a.targets[0].attr: ast.literal_eval(a.value) for a in node.body
-                   if isinstance(a, ast.Assign) and isinstance(a.targets[0], ast.Attribute)}
+        if (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.UnaryOp)
+            and getattr(node.test.operand, "attr", "") == "disable_cuda_graph"
+        ):
+            got = {
+                a.targets[0].attr: ast.literal_eval(a.value)
+                for a in node.body
+                if isinstance(a, ast.Assign) and isinstance(a.targets[0], ast.Attribute)
+            }
             if "cuda_graph_bs" in got:
                 return got["cuda_graph_bs"], got["cuda_graph_max_bs"]
     raise AssertionError("no cuda_graph_bs assignment")
@@ -116,8 +132,10 @@ def test_sets_per_version_and_model_patch_only_where_needed(host):
     assert names[0] == f"sglang-kt-{host.version}"
     assert ("glm-5.3-flash-index-share" in names) == (host.version == "0.7.0.post1")
     # the reason for the model patch, in the real engine code: post1 raises, later versions force it false
-    model_py = pypi.extract(pypi.wheel("sglang-kt", host.version), ["sglang/srt/models/glm5_next_dsa.py"],
-                            host.tmp / "m") / "sglang/srt/models/glm5_next_dsa.py"
+    model_py = (
+        pypi.extract(pypi.wheel("sglang-kt", host.version), ["sglang/srt/models/glm5_next_dsa.py"], host.tmp / "m")
+        / "sglang/srt/models/glm5_next_dsa.py"
+    )
     src = model_py.read_text()
     if host.version == "0.7.0.post1":
         assert "if config.index_share_for_mtp_iteration is not False:" in src
@@ -165,8 +183,9 @@ def test_apply_then_noop_and_the_result_is_right(host):
     # config.json: both flags false, nothing else changed, formatting kept
     cfg = host.model / "config.json"
     if host.version == "0.7.0.post1":
-        assert cfg.read_text() == originals[cfg].replace('"index_share_for_mtp_iteration": true',
-                                                         '"index_share_for_mtp_iteration": false')
+        assert cfg.read_text() == originals[cfg].replace(
+            '"index_share_for_mtp_iteration": true', '"index_share_for_mtp_iteration": false'
+        )
         data = json.loads(cfg.read_text())
         assert data["index_share_for_mtp_iteration"] is False
         assert data["text_config"]["index_share_for_mtp_iteration"] is False
@@ -178,8 +197,10 @@ def test_apply_then_noop_and_the_result_is_right(host):
     assert (m["package"], m["version"]) == ("sglang-kt", host.version)
     for rel in (KPOOL, SERVER_ARGS):
         assert m["files"][str(host.site / rel)]["patched_sha256"] == after[host.site / rel]
-        assert m["files"][str(host.site / rel)]["original_sha256"] == \
-            hashlib.sha256(originals[host.site / rel].encode()).hexdigest()
+        assert (
+            m["files"][str(host.site / rel)]["original_sha256"]
+            == hashlib.sha256(originals[host.site / rel].encode()).hexdigest()
+        )
 
 
 def test_profile_change_repatches_from_the_kept_original(host):
@@ -198,10 +219,16 @@ def test_drifted_upstream_file_refuses_the_whole_run(host, victim):
     sets = upload(host)
     path, old, new = {
         "kpool": (host.site / KPOOL, "if max_kv_len <= self.index_topk:", "if max_kv_len < self.index_topk:"),
-        "server_args": (host.site / SERVER_ARGS, "self.cuda_graph_bs = [1, 2, 4]\n            self.cuda_graph_max_bs = 4",
-                        "self.cuda_graph_bs = [1, 2, 4, 8]\n            self.cuda_graph_max_bs = 8"),
-        "metadata": (host.site / f"sglang_kt-{host.version}.dist-info/METADATA", f"Version: {host.version}",
-                     "Version: 0.7.9"),
+        "server_args": (
+            host.site / SERVER_ARGS,
+            "self.cuda_graph_bs = [1, 2, 4]\n            self.cuda_graph_max_bs = 4",
+            "self.cuda_graph_bs = [1, 2, 4, 8]\n            self.cuda_graph_max_bs = 8",
+        ),
+        "metadata": (
+            host.site / f"sglang_kt-{host.version}.dist-info/METADATA",
+            f"Version: {host.version}",
+            "Version: 0.7.9",
+        ),
     }[victim]
     text = path.read_text()
     assert text.count(old) == 1

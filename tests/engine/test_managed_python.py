@@ -21,18 +21,28 @@ from pathlib import Path
 
 import pytest
 
+from control.engine_lock import tools_bin
+from control.pypi_cache import cache_root
 from roles import python
-from roles.engine_lock import tools_bin
-from roles.pypi_cache import cache_root
 
 SOURCE = Path(os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7"))
-SKIP = ("lib/python3.11/test", "lib/python3.11/site-packages", "lib/python3.11/idlelib", "lib/python3.11/tkinter",
-        "lib/python3.11/config-3.11-x86_64-linux-gnu", "lib/python3.11/ensurepip")
+SKIP = (
+    "lib/python3.11/test",
+    "lib/python3.11/site-packages",
+    "lib/python3.11/idlelib",
+    "lib/python3.11/tkinter",
+    "lib/python3.11/config-3.11-x86_64-linux-gnu",
+    "lib/python3.11/ensurepip",
+)
 
 
 def version_of(tree: Path) -> str:
-    return subprocess.run([str(tree / "bin/python3"), "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [str(tree / "bin/python3"), "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +87,7 @@ class Server:
 @pytest.fixture
 def env(tmp_path, monkeypatch, standin):
     """An empty cache (sharing only the pinned tools venv) and uv pointed at the loopback server."""
-    tools = tools_bin().parent.parent          # installs uv into the real cache once
+    tools = tools_bin().parent.parent  # installs uv into the real cache once
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / "tools").symlink_to(tools)
@@ -86,9 +96,20 @@ def env(tmp_path, monkeypatch, standin):
     server = Server(archive.parent)
 
     def listing(sha256: str = sha, url: str | None = None) -> None:
-        entry = {"name": "cpython", "arch": {"family": "x86_64", "variant": None}, "os": "linux", "libc": "gnu",
-                 "major": 3, "minor": 11, "patch": int(release.split(".")[2]), "prerelease": "", "variant": None,
-                 "url": url or f"{server.url}/{archive.name.replace('+', '%2B')}", "sha256": sha256, "build": "standin"}
+        entry = {
+            "name": "cpython",
+            "arch": {"family": "x86_64", "variant": None},
+            "os": "linux",
+            "libc": "gnu",
+            "major": 3,
+            "minor": 11,
+            "patch": int(release.split(".")[2]),
+            "prerelease": "",
+            "variant": None,
+            "url": url or f"{server.url}/{archive.name.replace('+', '%2B')}",
+            "sha256": sha256,
+            "build": "standin",
+        }
         path = tmp_path / "downloads.json"
         path.write_text(json.dumps({f"cpython-{release}-linux-x86_64-gnu": entry}))
         monkeypatch.setenv("UV_PYTHON_DOWNLOADS_JSON_URL", str(path))
@@ -104,7 +125,7 @@ def test_uv_installs_the_release_and_it_packs_into_a_working_interpreter(env, tm
     tree = python.managed_tree(release)
     assert tree == cache_root() / "python" / "uv" / f"cpython-{release}-linux-x86_64-gnu"
     assert version_of(tree) == release and len(server.requests) == 1
-    assert python.managed_tree(release) == tree and len(server.requests) == 1   # cached: no second download
+    assert python.managed_tree(release) == tree and len(server.requests) == 1  # cached: no second download
 
     art = python.pack(tree, "3.11")
     out, err = capfd.readouterr()
@@ -113,8 +134,11 @@ def test_uv_installs_the_release_and_it_packs_into_a_working_interpreter(env, tm
     dest = tmp_path / "host" / art.name
     dest.mkdir(parents=True)
     subprocess.run(["tar", "-xzf", str(art.path), "-C", str(dest)], check=True)
-    r = subprocess.run([str(dest / "bin/python3.11"), "-I", "-c", "import ssl, sqlite3, ctypes, json, sys; print(sys.prefix)"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [str(dest / "bin/python3.11"), "-I", "-c", "import ssl, sqlite3, ctypes, json, sys; print(sys.prefix)"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0 and r.stdout.strip() == str(dest), r.stderr
 
 
@@ -130,7 +154,7 @@ def test_a_download_whose_hash_differs_is_refused_and_nothing_installed(env):
 def test_an_unreachable_download_is_one_line_naming_where(env):
     release, server, listing = env
     server.close()
-    listing(url="http://127.0.0.1:9/cpython.tar.gz")     # discard port: nothing listens
+    listing(url="http://127.0.0.1:9/cpython.tar.gz")  # discard port: nothing listens
     with pytest.raises(python.PythonSourceError) as e:
         python.managed_tree(release)
     msg = str(e.value)

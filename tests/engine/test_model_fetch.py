@@ -27,13 +27,15 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
-from sandbox import fake_model  # noqa: E402
 import pypi  # noqa: E402
 from fake_hub import FakeHub  # noqa: E402
-from roles import model, profile  # noqa: E402
+
+from control import profile  # noqa: E402
+from roles import model  # noqa: E402
+from sandbox import fake_model  # noqa: E402
 
 FETCH = REPO / "files" / "glm-flash-model-fetch"
-TOKEN = "hf_" + "Zq9" * 11          # looks like a token, unique enough to grep for
+TOKEN = "hf_" + "Zq9" * 11  # looks like a token, unique enough to grep for
 REPO_ID = "zai-org/GLM-5.3-Flash"
 
 
@@ -47,8 +49,11 @@ def hub_python():
     if not marker.exists():
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check", "-r", str(req)],
-                       check=True, env=dict(os.environ, PIP_CONFIG_FILE="/dev/null"))
+        subprocess.run(
+            [str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check", "-r", str(req)],
+            check=True,
+            env=dict(os.environ, PIP_CONFIG_FILE="/dev/null"),
+        )
         marker.write_text(req.read_text())
     return venv / "bin" / "python"
 
@@ -57,13 +62,22 @@ def repo_files():
     cfg = fake_model.config_text()
     shards = {f"model-0000{i}-of-00002.safetensors": os.urandom(200_000) for i in (1, 2)}
     index = {"metadata": {"total_size": 400_000}, "weight_map": {f"w{i}": n for i, n in enumerate(shards)}}
-    return {"config.json": cfg.encode(), "model.safetensors.index.json": json.dumps(index).encode(),
-            "tokenizer.json": b'{"version": "1.0"}', **shards}
+    return {
+        "config.json": cfg.encode(),
+        "model.safetensors.index.json": json.dumps(index).encode(),
+        "tokenizer.json": b'{"version": "1.0"}',
+        **shards,
+    }
 
 
 def fetch(hub_python, hub, dest, tmp_path, token_file=None, wait_and_look=False):
-    env = {"PATH": os.environ["PATH"], "HF_ENDPOINT": hub.endpoint, "HF_HOME": str(tmp_path / "hf-home"),
-           "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_XET": "1"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "HF_ENDPOINT": hub.endpoint,
+        "HF_HOME": str(tmp_path / "hf-home"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_XET": "1",
+    }
     if token_file:
         env["HF_TOKEN_PATH"] = str(token_file)
     cmd = [str(hub_python), str(FETCH), "download", "--dest", str(dest), "--repo", REPO_ID, "--revision", "main"]
@@ -84,6 +98,7 @@ def fetch(hub_python, hub, dest, tmp_path, token_file=None, wait_and_look=False)
 
 def test_vault_token_decrypts_with_the_password_file(tmp_path):
     from ansible.parsing.vault import VaultLib, VaultSecret
+
     pw = tmp_path / "vault-pass"
     pw.write_text("correct horse\n")
     secret = tmp_path / "hf-token.vault"
@@ -127,7 +142,7 @@ def test_download_with_token_verified_resumable_and_token_never_in_argv(tmp_path
         assert len(seen) > 10
         assert not [c for c in seen if TOKEN.encode() in c]
         assert TOKEN not in out + err
-        assert hub.requests and all(ok for _, _, ok in hub.requests)          # the token did reach the hub
+        assert hub.requests and all(ok for _, _, ok in hub.requests)  # the token did reach the hub
         for name, data in files.items():
             assert (dest / name).read_bytes() == data
         marker = json.loads((dest / ".glm-flash-model.json").read_text())
@@ -150,11 +165,27 @@ def test_download_with_token_verified_resumable_and_token_never_in_argv(tmp_path
         assert (dest / shard).read_bytes() == files[shard]
         assert len(hub.downloads()) == first + 1
 
-    r = subprocess.run([sys.executable, str(FETCH), "check", "--dest", str(dest), "--repo", REPO_ID,
-                        "--revision", "main"], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, str(FETCH), "check", "--dest", str(dest), "--repo", REPO_ID, "--revision", "main"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0 and json.loads(r.stdout)["state"] == "complete"
-    r = subprocess.run([sys.executable, str(FETCH), "check", "--dest", str(dest), "--repo", REPO_ID,
-                        "--revision", "0123456789abcdef0123456789abcdef01234567"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(FETCH),
+            "check",
+            "--dest",
+            str(dest),
+            "--repo",
+            REPO_ID,
+            "--revision",
+            "0123456789abcdef0123456789abcdef01234567",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 1 and "not downloaded from" in json.loads(r.stdout)["reason"]
 
 

@@ -24,12 +24,22 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
 import pypi  # noqa: E402
-from roles import profile, triton_configs  # noqa: E402
+
+from control import profile  # noqa: E402
+from roles import triton_configs  # noqa: E402
 
 MOE = "E=288,N=1024,device_name=NVIDIA_L40S,dtype=fp8_w8a8,block_shape=[128, 128].json"
 GEMM = "N=4096,K=7168,device_name=NVIDIA_L40S,dtype=fp8_w8a8,block_shape=[128, 128].json"
-CONF = {"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4,
-              "num_stages": 3}}
+CONF = {
+    "1": {
+        "BLOCK_SIZE_M": 16,
+        "BLOCK_SIZE_N": 64,
+        "BLOCK_SIZE_K": 128,
+        "GROUP_SIZE_M": 1,
+        "num_warps": 4,
+        "num_stages": 3,
+    }
+}
 
 
 def engine_names(version):
@@ -42,15 +52,18 @@ def engine_names(version):
     exec(compile(ast.Module([fn], []), "get_config_file_name", "exec"), ns)
     moe = ns["get_config_file_name"](288, 1024, "fp8_w8a8", [128, 128])
     m = re.search(r'json_file_name = (f"N=\{N\},K=\{K\},device_name=.*\.json")', gemm_src)
-    gemm = eval(m.group(1), {}, {"N": 4096, "K": 7168, "device_name": "NVIDIA L40S".replace(" ", "_"),
-                                 "block_n": 128, "block_k": 128})
+    gemm = eval(
+        m.group(1),
+        {},
+        {"N": 4096, "K": 7168, "device_name": "NVIDIA L40S".replace(" ", "_"), "block_n": 128, "block_k": 128},
+    )
     return moe, gemm, moe_src, gemm_src
 
 
 @pytest.mark.parametrize("version", ["0.7.0.post1", "0.7.0.post4", "0.7.2"])
 def test_placement_matches_the_engine(tmp_path, version):
     moe, gemm, moe_src, gemm_src = engine_names(version)
-    assert (moe, gemm) == (MOE, GEMM)        # note the space in block_shape=[128, 128]
+    assert (moe, gemm) == (MOE, GEMM)  # note the space in block_shape=[128, 128]
     assert 'os.environ.get(\n        "SGLANG_MOE_CONFIG_DIR"' in moe_src
     assert re.search(r'os\.path\.join\(\s*config_dir,\s*"configs",\s*version_dir,\s*json_file_name,?\s*\)', moe_src)
     assert re.search(r'os\.path\.dirname\(os\.path\.realpath\(__file__\)\), "configs", json_file_name', gemm_src)
@@ -64,7 +77,7 @@ def test_placement_matches_the_engine(tmp_path, version):
     places = {p.src.name: p for p in triton_configs.placements(prof, site)}
     assert places[MOE].dest == f"/opt/glm-flash/triton-configs/moe/configs/triton_3_5_1/{MOE}"
     assert places[GEMM].dest == f"{site}/sglang/srt/layers/quantization/configs/{GEMM}"
-    assert not places[MOE].dest.startswith(site)           # MoE configs stay outside site-packages
+    assert not places[MOE].dest.startswith(site)  # MoE configs stay outside site-packages
     assert triton_configs.moe_env(prof) == {"SGLANG_MOE_CONFIG_DIR": "/opt/glm-flash/triton-configs/moe"}
 
 

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from roles import vllm_launch
-from roles.profile import build
 from vllm_wheel import parser_python
+
+from control.profile import build
+from roles import vllm_launch
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -40,8 +40,12 @@ def profile():
     return build("gx10.example.lan", GB10, api_key_present=False)
 
 
-BAD = [["--mamba-cache-mode", "sometimes"], ["--max-num-seqs", "one"], ["--no-such-flag-glm"],
-       ["--enable-auto-tool-choice", "--tool-call-parser", ""]]
+BAD = [
+    ["--mamba-cache-mode", "sometimes"],
+    ["--max-num-seqs", "one"],
+    ["--no-such-flag-glm"],
+    ["--enable-auto-tool-choice", "--tool-call-parser", ""],
+]
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +54,9 @@ def parsed(vpy, profile):
     args = vllm_launch.vllm_args(profile)
     spec = vllm_launch.launch_spec(profile)
     cases = [args, spec["args"] + [spec["api_key_flag"], "k-123"]] + [args + bad for bad in BAD]
-    r = subprocess.run([vpy, str(PROBE), "parse", json.dumps(cases)], capture_output=True, text=True,
-                       timeout=600, cwd=HERE)
+    r = subprocess.run(
+        [vpy, str(PROBE), "parse", json.dumps(cases)], capture_output=True, text=True, timeout=600, cwd=HERE
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -69,13 +74,16 @@ def test_flags_parse_with_vllm_0_33_and_mean_what_the_report_says(parsed):
     assert a["safetensors_load_strategy"] == "lazy"
     assert a["enable_prefix_caching"] is True
     assert a["mamba_cache_mode"] == "align"
-    assert a["speculative_config"] == {"method": "dflash", "model": "/srv/models/GLM-5.3-Flash-DFlash2",
-                                       "num_speculative_tokens": 7}
+    assert a["speculative_config"] == {
+        "method": "dflash",
+        "model": "/srv/models/GLM-5.3-Flash-DFlash2",
+        "num_speculative_tokens": 7,
+    }
     assert a["default_chat_template_kwargs"] == {"reasoning_effort": "low"}
     assert a["reasoning_parser"] == "glm45"
     assert (a["tool_call_parser"], a["enable_auto_tool_choice"]) == ("glm47", True)
     assert a["middleware"] == ["glm_flash_defaults.ThinkingBudgetDefault"]
-    assert a["api_key"] is None      # the key is added in-process by glm-flash-launch
+    assert a["api_key"] is None  # the key is added in-process by glm-flash-launch
 
 
 def test_the_launchers_api_key_flag_exists(parsed):
@@ -99,8 +107,14 @@ def server(vpy, profile):
     port = free_port()
     argv = vllm_launch.vllm_args(profile) + ["--api-key", "test-key"]
     env = dict(os.environ, PYTHONPATH=str(REPO / "files"), **vllm_launch.vllm_env(profile))
-    proc = subprocess.Popen([vpy, str(PROBE), "serve", json.dumps(argv), str(port)], cwd=HERE, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [vpy, str(PROBE), "serve", json.dumps(argv), str(port)],
+        cwd=HERE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -144,9 +158,10 @@ def test_a_request_without_a_budget_gets_the_default(server):
     status, echo = post(server, "/v1/chat/completions", CHAT)
     assert status == 200
     assert echo["received"]["thinking_token_budget"] == 1536
-    assert echo["received"]["messages"] == CHAT["messages"]        # the rest is untouched (non-ASCII too)
-    assert int(echo["content_length"]) == len(json.dumps(echo["received"], ensure_ascii=False,
-                                                         separators=(",", ":")).encode())
+    assert echo["received"]["messages"] == CHAT["messages"]  # the rest is untouched (non-ASCII too)
+    assert int(echo["content_length"]) == len(
+        json.dumps(echo["received"], ensure_ascii=False, separators=(",", ":")).encode()
+    )
 
 
 def test_a_request_with_its_own_budget_keeps_it(server):
@@ -155,10 +170,18 @@ def test_a_request_with_its_own_budget_keeps_it(server):
 
 
 def test_null_budget_and_legacy_completions_and_chunked_bodies_get_the_default(server):
-    assert post(server, "/v1/chat/completions", dict(CHAT, thinking_token_budget=None))[1]["received"][
-        "thinking_token_budget"] == 1536
-    assert post(server, "/v1/completions", {"model": "glm-5.3-flash", "prompt": "hi"})[1]["received"][
-        "thinking_token_budget"] == 1536
+    assert (
+        post(server, "/v1/chat/completions", dict(CHAT, thinking_token_budget=None))[1]["received"][
+            "thinking_token_budget"
+        ]
+        == 1536
+    )
+    assert (
+        post(server, "/v1/completions", {"model": "glm-5.3-flash", "prompt": "hi"})[1]["received"][
+            "thinking_token_budget"
+        ]
+        == 1536
+    )
     status, echo = post(server, "/v1/chat/completions", CHAT, chunked=True)
     assert status == 200 and echo["received"]["thinking_token_budget"] == 1536
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from vllm_wheel import SCHEDULER, scheduler_source
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,8 +44,12 @@ def site(tmp_path, original, monkeypatch):
 
 def run(site, action, *extra):
     env = dict(os.environ, GLM_FLASH_STATE_DIR=str(site["state"]))
-    return subprocess.run([sys.executable, str(TOOL), action, str(site["set"]), "--root", str(site["root"]),
-                           "--json", *extra], capture_output=True, text=True, env=env)
+    return subprocess.run(
+        [sys.executable, str(TOOL), action, str(site["set"]), "--root", str(site["root"]), "--json", *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
 
 
 def state_of(result, site) -> str:
@@ -100,12 +103,21 @@ def test_patched_file_compiles_and_takes_the_mamba_group_block_size(site):
     assert "group.kv_cache_spec.block_size" in source
     # every other use in the function still reads the local (L579, L601, L617, L621, L634)
     tree = ast.parse(text)
-    fn = next(n for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "Scheduler"
-              for n in c.body if isinstance(n, ast.FunctionDef) and n.name == "_mamba_block_aligned_split")
+    fn = next(
+        n
+        for c in tree.body
+        if isinstance(c, ast.ClassDef) and c.name == "Scheduler"
+        for n in c.body
+        if isinstance(n, ast.FunctionDef) and n.name == "_mamba_block_aligned_split"
+    )
     assert "self.cache_config.block_size" not in ast.unparse(fn).replace(source, "")
     # MambaSpec is imported at module level in 0.33.0, so the name resolves
-    assert any(isinstance(n, ast.ImportFrom) and n.module == "vllm.v1.kv_cache_interface"
-               and "MambaSpec" in [a.name for a in n.names] for n in tree.body)
+    assert any(
+        isinstance(n, ast.ImportFrom)
+        and n.module == "vllm.v1.kv_cache_interface"
+        and "MambaSpec" in [a.name for a in n.names]
+        for n in tree.body
+    )
 
 
 def test_patched_choice_picks_the_mamba_group(site):
@@ -117,13 +129,15 @@ def test_patched_choice_picks_the_mamba_group(site):
         def __init__(self, block_size):
             self.block_size = block_size
 
-    class Attention:      # any other spec (full attention, the drafter's layers)
+    class Attention:  # any other spec (full attention, the drafter's layers)
         def __init__(self, block_size):
             self.block_size = block_size
 
     def scheduler(groups, page):
         ns = type("S", (), {})()
-        ns.kv_cache_config = type("K", (), {"kv_cache_groups": [type("G", (), {"kv_cache_spec": g})() for g in groups]})()
+        ns.kv_cache_config = type(
+            "K", (), {"kv_cache_groups": [type("G", (), {"kv_cache_spec": g})() for g in groups]}
+        )()
         ns.cache_config = type("C", (), {"block_size": page})()
         return ns
 
@@ -135,8 +149,10 @@ def test_patched_choice_picks_the_mamba_group(site):
 
 
 def test_drifted_file_is_refused_and_left_alone(site, original):
-    drifted = original.replace("        block_size = self.cache_config.block_size\n",
-                               "        block_size = self.cache_config.block_size or 16\n")
+    drifted = original.replace(
+        "        block_size = self.cache_config.block_size\n",
+        "        block_size = self.cache_config.block_size or 16\n",
+    )
     site["file"].write_text(drifted)
     r = run(site, "apply")
     assert r.returncode == 2
@@ -147,8 +163,9 @@ def test_drifted_file_is_refused_and_left_alone(site, original):
 
 def test_source_that_already_has_a_fix_is_detected_not_patched(site, original):
     """A fork/upstream fix named by fixed_upstream_if is 'upstream': nothing written."""
-    fixed = original.replace("        block_size = self.cache_config.block_size\n",
-                             "        block_size = self.mamba_block_size\n")
+    fixed = original.replace(
+        "        block_size = self.cache_config.block_size\n", "        block_size = self.mamba_block_size\n"
+    )
     site["file"].write_text(fixed)
     r = run(site, "apply")
     assert r.returncode == 0 and state_of(r, site) == "upstream"

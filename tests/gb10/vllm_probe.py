@@ -33,24 +33,26 @@ def main():
         for argv in json.loads(sys.argv[2]):
             try:
                 results.append({"ok": vars(parse(argv))})
-            except SystemExit as e:          # argparse's error exit
+            except SystemExit as e:  # argparse's error exit
                 results.append({"error": f"exit {e.code}"})
-            except Exception as e:           # validate_parsed_serve_args
+            except Exception as e:  # validate_parsed_serve_args
                 results.append({"error": f"{type(e).__name__}: {e}"})
         print(json.dumps(results, default=lambda o: o.__dict__ if hasattr(o, "__dict__") else repr(o)))
         return
     args = parse(json.loads(sys.argv[2]))
     import uvicorn
     from fastapi import FastAPI, Request
-
     from vllm.entrypoints.serve.middleware.register import init_entrypoints_middleware
 
     app = FastAPI()
 
     async def echo(request: Request):
         raw = await request.body()
-        return {"path": request.url.path, "content_length": request.headers.get("content-length"),
-                "received": json.loads(raw) if raw else None}
+        return {
+            "path": request.url.path,
+            "content_length": request.headers.get("content-length"),
+            "received": json.loads(raw) if raw else None,
+        }
 
     for path in ("/v1/chat/completions", "/v1/completions", "/v1/messages"):
         app.post(path)(echo)

@@ -13,7 +13,6 @@ Everything lands under ${GLM_FLASH_CACHE:-~/.cache/glm-flash}; a second run fetc
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys

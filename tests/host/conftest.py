@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from roles.profile import Profile, build
+from control.profile import Profile, build
 from tests.conftest import inventory_hosts
 
 

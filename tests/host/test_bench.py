@@ -30,8 +30,16 @@ def free_port() -> int:
 def ssh_tunnel(backend, local: int, remote: int) -> list[str]:
     """ssh -L with the same host, user, port, config and key testinfra connects with."""
     spec = backend.host
-    cmd = ["ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "BatchMode=yes",
-           "-L", f"127.0.0.1:{local}:127.0.0.1:{remote}"]
+    cmd = [
+        "ssh",
+        "-N",
+        "-o",
+        "ExitOnForwardFailure=yes",
+        "-o",
+        "BatchMode=yes",
+        "-L",
+        f"127.0.0.1:{local}:127.0.0.1:{remote}",
+    ]
     if backend.ssh_config:
         cmd += ["-F", backend.ssh_config]
     if backend.ssh_identity_file:
@@ -60,21 +68,48 @@ def test_quick_bench_reaches_the_field_reports_floor(host, profile, tmp_path):
     tunnel = None
     if profile.listen_host in LOOPBACK:
         if host.backend.NAME != "ssh":
-            pytest.skip(f"not applicable: the engine listens on {profile.listen_host} and the {host.backend.NAME} "
-                        "connection cannot be tunnelled; check with --hosts ssh://...")
+            pytest.skip(
+                f"not applicable: the engine listens on {profile.listen_host} and the {host.backend.NAME} "
+                "connection cannot be tunnelled; check with --hosts ssh://..."
+            )
         local = free_port()
-        tunnel = subprocess.Popen(ssh_tunnel(host.backend, local, profile.port), stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        tunnel = subprocess.Popen(
+            ssh_tunnel(host.backend, local, profile.port),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         url = f"http://127.0.0.1:{local}"
     else:
         url = f"http://{host.backend.host.name}:{profile.port}"
     try:
         if tunnel:
             wait_listening(local, tunnel)
-        run = subprocess.run([str(REPO / ".venv-bench/bin/python"), "-m", "benchmark", "--url", url, "--suite", "quick",
-                              "--platform", profile.platform, "--model", profile.served_model_name,
-                              "--api-key-env", profile.api_key_env, "--out", str(tmp_path / "bench")],
-                             cwd=REPO, capture_output=True, text=True, timeout=900, env=dict(os.environ))
+        run = subprocess.run(
+            [
+                str(REPO / ".venv-bench/bin/python"),
+                "-m",
+                "benchmark",
+                "--url",
+                url,
+                "--suite",
+                "quick",
+                "--platform",
+                profile.platform,
+                "--model",
+                profile.served_model_name,
+                "--api-key-env",
+                profile.api_key_env,
+                "--out",
+                str(tmp_path / "bench"),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=dict(os.environ),
+        )
     finally:
         if tunnel:
             tunnel.terminate()
@@ -87,4 +122,5 @@ def test_quick_bench_reaches_the_field_reports_floor(host, profile, tmp_path):
     got = one["decode_tok_s_per_stream"]["median"]
     assert got >= FLOOR * field["value"], (
         f"decode at 1 stream {got:.1f} tok/s is below {FLOOR:.0%} of {field['text']}; "
-        f"report: {tmp_path / 'bench' / 'report.md'}")
+        f"report: {tmp_path / 'bench' / 'report.md'}"
+    )

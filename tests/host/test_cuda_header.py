@@ -34,8 +34,10 @@ def glibc(host):
 
 
 def cuda12_headers(host):
-    out = host.run("for f in /usr/local/cuda-12*/targets/*/include/crt/math_functions.h; do "
-                   "[ -f \"$f\" ] && readlink -f \"$f\"; done; true")
+    out = host.run(
+        "for f in /usr/local/cuda-12*/targets/*/include/crt/math_functions.h; do "
+        "[ -f \"$f\" ] && readlink -f \"$f\"; done; true"
+    )
     return sorted(set(out.stdout.split()))
 
 

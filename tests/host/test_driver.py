@@ -10,7 +10,7 @@ import re
 import pytest
 
 from roles import driver, toolkit
-from roles.driver_facts import NvidiaLoadedModule, version_at_least
+from roles.facts.driver import NvidiaLoadedModule, version_at_least
 
 
 def _lines(host, command):
@@ -61,7 +61,9 @@ def _nvidia_repo(profile):
 def test_only_the_pinned_key_is_trusted_for_the_repository(host, profile):
     _nvidia_repo(profile)
     keys = _lines(host, f"gpg --batch --no-default-keyring --with-colons --show-keys {driver.KEYRING}")
-    primaries = [line.split(":")[9] for i, line in enumerate(keys) if line.startswith("fpr:") and keys[i - 1].startswith("pub:")]
+    primaries = [
+        line.split(":")[9] for i, line in enumerate(keys) if line.startswith("fpr:") and keys[i - 1].startswith("pub:")
+    ]
     assert primaries == [profile.nvidia_repo_key_fingerprint.upper()]
     sources = host.file(driver.SOURCES_FILE).content_string
     assert f"URIs: {profile.nvidia_repo_url}\n" in sources and f"Signed-By: {driver.KEYRING}\n" in sources
@@ -97,7 +99,9 @@ def test_module_built_for_every_installed_kernel(host):
     assert kernels
     for kernel in kernels:
         out = host.run(f"modinfo -k {kernel} -F version nvidia")
-        assert out.rc == 0 and out.stdout.strip(), f"no nvidia module for kernel {kernel}: a reboot into it loses the GPUs"
+        assert out.rc == 0 and out.stdout.strip(), (
+            f"no nvidia module for kernel {kernel}: a reboot into it loses the GPUs"
+        )
 
 
 @pytest.mark.gpu

@@ -15,7 +15,7 @@ import pytest
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
-from roles.engine_lock import load_lock, lock_path
+from control.engine_lock import load_lock, lock_path
 
 pytestmark = pytest.mark.usefixtures("_l40s_only")
 
@@ -52,7 +52,9 @@ def report(host, profile, current_env):
 
 
 def test_current_points_at_a_complete_env_of_the_profiles_set(host, profile, engine, current_env):
-    assert current_env.startswith(profile.engine_set + "-"), f"current is {current_env}, profile wants {profile.engine_set}"
+    assert current_env.startswith(profile.engine_set + "-"), (
+        f"current is {current_env}, profile wants {profile.engine_set}"
+    )
     assert host.file(f"{engine}/envs/{current_env}/.glm-flash-complete").is_file
     marker = json.loads(host.file(f"{engine}/envs/{current_env}/.glm-flash-complete").content_string)
     assert marker["env"] == current_env

@@ -95,8 +95,10 @@ def test_engine_edits_are_the_intended_ones(host, profile, env_dir):
     args = host.file(f"{site}/sglang/srt/server_args.py").content_string
     assert f"self.cuda_graph_bs = {list(profile.cuda_graph_bs)!r}  # glm-flash" in args
     assert f"self.cuda_graph_max_bs = {max(profile.cuda_graph_bs)}\n" in args
-    r = host.run(f"{shlex.quote(env_dir)}/bin/python -m py_compile "
-                 f"{shlex.quote(site)}/sglang/srt/server_args.py {shlex.quote(site)}/sglang/srt/layers/attention/nsa/nsa_indexer_kpool.py")
+    r = host.run(
+        f"{shlex.quote(env_dir)}/bin/python -m py_compile "
+        f"{shlex.quote(site)}/sglang/srt/server_args.py {shlex.quote(site)}/sglang/srt/layers/attention/nsa/nsa_indexer_kpool.py"
+    )
     assert r.rc == 0, r.stderr
 
 
@@ -115,8 +117,11 @@ def test_model_config_edited_where_the_engine_needs_it(host, profile, env_dir):
 
 def test_model_present_and_no_token_left(host, profile):
     tool = f"{profile.install_root}/bin/{model.FETCH}"
-    extra = (f" --repo {shlex.quote(profile.model_id)} --revision {shlex.quote(profile.model_revision)}"
-             if profile.model_download else "")
+    extra = (
+        f" --repo {shlex.quote(profile.model_id)} --revision {shlex.quote(profile.model_revision)}"
+        if profile.model_download
+        else ""
+    )
     r = host.run(f"python3 {shlex.quote(tool)} check --dest {shlex.quote(profile.model_path)}{extra}")
     assert r.rc == 0, r.stdout + r.stderr
     assert not host.file(model.token_path(profile)).exists

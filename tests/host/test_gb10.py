@@ -14,8 +14,8 @@ import shlex
 import pytest
 
 from roles import engine_vllm, vllm_launch
-from roles.driver_facts import version_at_least
-from roles.gb10_facts import GB10_CAPABILITY
+from roles.facts.driver import version_at_least
+from roles.facts.gb10 import GB10_CAPABILITY
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -32,16 +32,23 @@ def env_dir(profile) -> str:
 
 def api(host, profile, path: str, body: dict) -> dict:
     """POST to the engine on the host's loopback, with the API key when one is configured."""
-    key = "-H \"Authorization: Bearer $(cat /etc/glm-flash/api-key)\"" if host.file("/etc/glm-flash/api-key").exists else ""
-    out = host.check_output(f"curl -sS --max-time 900 -H 'Content-Type: application/json' {key} "
-                            f"-d {shlex.quote(json.dumps(body))} http://127.0.0.1:{profile.port}{path}")
+    key = (
+        "-H \"Authorization: Bearer $(cat /etc/glm-flash/api-key)\""
+        if host.file("/etc/glm-flash/api-key").exists
+        else ""
+    )
+    out = host.check_output(
+        f"curl -sS --max-time 900 -H 'Content-Type: application/json' {key} "
+        f"-d {shlex.quote(json.dumps(body))} http://127.0.0.1:{profile.port}{path}"
+    )
     return json.loads(out)
 
 
 @pytest.mark.gpu
 def test_gpu_is_a_gb10_with_unified_memory_and_a_new_enough_driver(host, profile):
-    rows = host.check_output("nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version "
-                             "--format=csv,noheader,nounits").splitlines()
+    rows = host.check_output(
+        "nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader,nounits"
+    ).splitlines()
     assert len(rows) == 1, rows
     name, cap, memory, driver = [c.strip() for c in rows[0].split(",")]
     assert "GB10" in name and cap == GB10_CAPABILITY
@@ -56,7 +63,9 @@ def test_engine_is_the_fork_at_the_pinned_commit(host, profile, env_dir):
     marker = json.loads(host.file(f"{env_dir}/.glm-flash-complete").content_string)
     assert (marker["repo"], marker["ref"]) == (profile.vllm_repo_url, profile.vllm_ref)
     assert host.check_output(f"git -C {env_dir}/src rev-parse HEAD") == profile.vllm_ref
-    version = host.check_output(f"{env_dir}/bin/python -c 'import vllm, torch; print(vllm.__version__, torch.version.cuda)'")
+    version = host.check_output(
+        f"{env_dir}/bin/python -c 'import vllm, torch; print(vllm.__version__, torch.version.cuda)'"
+    )
     assert version.split()[1] != "None", f"torch without CUDA in {env_dir}: {version}"
 
 
@@ -69,8 +78,10 @@ def test_mamba_block_size_patch_is_in_place(host, profile, env_dir):
 
 
 def test_drafter_is_downloaded_and_verified(host, profile):
-    out = host.run(f"python3 {profile.install_root}/bin/glm-flash-model-fetch check --dest {profile.drafter_path} "
-                   f"--repo {profile.drafter_model} --revision {profile.drafter_revision}")
+    out = host.run(
+        f"python3 {profile.install_root}/bin/glm-flash-model-fetch check --dest {profile.drafter_path} "
+        f"--repo {profile.drafter_model} --revision {profile.drafter_revision}"
+    )
     assert out.rc == 0, out.stdout + out.stderr
 
 
@@ -89,8 +100,9 @@ def test_unit_is_active(host):
 
 @pytest.mark.gpu
 def test_a_completion_answers(host, profile):
-    out = host.run(f"{profile.install_root}/bin/glm-flash-ready --port {profile.port} "
-                   f"--model {profile.served_model_name} --once")
+    out = host.run(
+        f"{profile.install_root}/bin/glm-flash-ready --port {profile.port} --model {profile.served_model_name} --once"
+    )
     assert out.rc == 0, out.stderr
 
 
@@ -98,14 +110,33 @@ def test_a_completion_answers(host, profile):
 def test_a_request_without_a_budget_thinks_within_the_default(host, profile):
     """A prompt that makes the model think long, no thinking_token_budget, effort max: the
     reasoning must stop at the server default (counted with the engine's own tokenizer)."""
-    reply = api(host, profile, "/v1/chat/completions", {
-        "model": profile.served_model_name, "max_tokens": profile.thinking_token_budget + 1024, "temperature": 0,
-        "chat_template_kwargs": {"reasoning_effort": "max"},
-        "messages": [{"role": "user", "content": "Prove carefully, step by step, that there are infinitely many "
-                      "primes of the form 4k+3, then list the first 40 of them with a check for each."}]})
+    reply = api(
+        host,
+        profile,
+        "/v1/chat/completions",
+        {
+            "model": profile.served_model_name,
+            "max_tokens": profile.thinking_token_budget + 1024,
+            "temperature": 0,
+            "chat_template_kwargs": {"reasoning_effort": "max"},
+            "messages": [
+                {
+                    "role": "user",
+                    "content": "Prove carefully, step by step, that there are infinitely many "
+                    "primes of the form 4k+3, then list the first 40 of them with a check for each.",
+                }
+            ],
+        },
+    )
     message = reply["choices"][0]["message"]
     reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
     assert reasoning, f"no reasoning in the reply: {json.dumps(reply)[:500]}"
-    count = api(host, profile, "/tokenize", {"model": profile.served_model_name, "prompt": reasoning,
-                                              "add_special_tokens": False})["count"]
-    assert count <= profile.thinking_token_budget + 16, f"{count} reasoning tokens, default budget {profile.thinking_token_budget}"
+    count = api(
+        host,
+        profile,
+        "/tokenize",
+        {"model": profile.served_model_name, "prompt": reasoning, "add_special_tokens": False},
+    )["count"]
+    assert count <= profile.thinking_token_budget + 16, (
+        f"{count} reasoning tokens, default budget {profile.thinking_token_budget}"
+    )

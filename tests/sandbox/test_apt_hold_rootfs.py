@@ -30,18 +30,19 @@ REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "unit"))
 
+from fakehost import commands  # noqa: E402
 from pyinfra.facts.deb import DebPackages  # noqa: E402
 from pyinfra.facts.files import FileContents  # noqa: E402
 
-from fakehost import commands  # noqa: E402
 from roles import driver, toolkit  # noqa: E402
-from roles.apt_hold import AptHeldPackages  # noqa: E402
-from roles.driver_facts import AptVersions, Kernels, KernelState  # noqa: E402
+from roles.facts.driver import AptVersions, Kernels, KernelState  # noqa: E402
+from roles.operations.apt_hold import AptHeldPackages  # noqa: E402
 
 SOURCES = "deb http://deb.debian.org/debian trixie main contrib non-free"
 CACHE = Path(os.environ.get("GLM_FLASH_CACHE", Path.home() / ".cache" / "glm-flash")) / "rootfs"
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("mmdebstrap"),
-                                reason="needs root and mmdebstrap to build a Debian 13 rootfs")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("mmdebstrap"), reason="needs root and mmdebstrap to build a Debian 13 rootfs"
+)
 
 
 def _tarball() -> Path:
@@ -50,8 +51,20 @@ def _tarball() -> Path:
     if not tar.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
         partial = tar.with_suffix(".partial.tar")
-        subprocess.run(["mmdebstrap", "--mode=root", "--variant=minbase", "--skip=cleanup/apt/lists",
-                        "trixie", str(partial), SOURCES], check=True, capture_output=True, timeout=600)
+        subprocess.run(
+            [
+                "mmdebstrap",
+                "--mode=root",
+                "--variant=minbase",
+                "--skip=cleanup/apt/lists",
+                "trixie",
+                str(partial),
+                SOURCES,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
         partial.rename(tar)
     return tar
 
@@ -66,21 +79,30 @@ def rootfs(tmp_path_factory):
 
 
 def chroot(root: Path, command: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["chroot", str(root), "sh", "-c", command], capture_output=True, text=True,
-                          check=check, timeout=120)
+    return subprocess.run(
+        ["chroot", str(root), "sh", "-c", command], capture_output=True, text=True, check=check, timeout=120
+    )
 
 
 def pyinfra_held(root: Path, tmp_path: Path, packages: list[str], present: bool) -> dict:
     deploy = tmp_path / "hold_deploy.py"
     deploy.write_text(
         "import json, os\n"
-        "from roles import apt_hold\n"
+        "from roles.operations import apt_hold\n"
         "apt_hold.held(name='hold', packages=json.loads(os.environ['HOLD_PACKAGES']),\n"
-        "              present=os.environ['HOLD_PRESENT'] == '1')\n")
-    env = dict(os.environ, HOLD_PACKAGES=json.dumps(packages), HOLD_PRESENT="1" if present else "0",
-               PYTHONPATH=str(REPO))
-    out = subprocess.run([str(REPO / ".venv" / "bin" / "pyinfra"), f"@chroot/{root}", str(deploy), "-y", "--json"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        "              present=os.environ['HOLD_PRESENT'] == '1')\n"
+    )
+    env = dict(
+        os.environ, HOLD_PACKAGES=json.dumps(packages), HOLD_PRESENT="1" if present else "0", PYTHONPATH=str(REPO)
+    )
+    out = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "pyinfra"), f"@chroot/{root}", str(deploy), "-y", "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr + out.stdout
     start = out.stdout.index("{")
     return json.loads(out.stdout[start:])
@@ -106,7 +128,7 @@ def test_held_through_pyinfra_converges(rootfs, tmp_path):
     assert chroot(rootfs, "apt-mark showhold").stdout.split() == ["hostname", "sed"]
     assert changed(first)
     second = pyinfra_held(rootfs, tmp_path, ["sed", "hostname"], True)
-    assert not changed(second), second                            # second run: no command at all
+    assert not changed(second), second  # second run: no command at all
     # dpkg shows them as held (hi) for the DebPackages fact too
     assert {"sed", "hostname"} <= set(DebPackages().process(chroot(rootfs, "dpkg -l").stdout.splitlines()))
     released = pyinfra_held(rootfs, tmp_path, ["sed", "bash"], False)
@@ -125,7 +147,7 @@ def test_driver_pin_read_by_apt(rootfs, branch, priority):
     (rootfs / driver.PIN_FILE.lstrip("/")).write_text(driver.pin_content(branch))
     try:
         res = chroot(rootfs, "apt-cache policy nvidia-driver libcuda1 firmware-nvidia-gsp nvidia-smi")
-        assert not res.stderr.strip(), res.stderr                # apt accepts the file
+        assert not res.stderr.strip(), res.stderr  # apt accepts the file
         lines = [line.split() for line in res.stdout.splitlines()]
         versions = [parts for parts in lines if len(parts) == 2 and parts[0].startswith("550.")]
         assert versions and all(prio == priority for _, prio in versions), res.stdout
@@ -137,8 +159,12 @@ def test_driver_pin_read_by_apt(rootfs, branch, priority):
 
 
 def _branch_check_command(package: str, branch: str) -> str:
-    cmds = commands(driver.driver_installed, {DebPackages: {}, Kernels: KernelState("6.12.38+deb13-amd64", ())},
-                    packages=[package], branch=branch)
+    cmds = commands(
+        driver.driver_installed,
+        {DebPackages: {}, Kernels: KernelState("6.12.38+deb13-amd64", ())},
+        packages=[package],
+        branch=branch,
+    )
     assert cmds[-1].startswith("for p in")
     return cmds[-1]
 
@@ -153,8 +179,14 @@ def test_branch_check_after_install_runs(rootfs):
 
 
 def _guard(package: str) -> str:
-    cmds = commands(toolkit.toolkit_installed, {DebPackages: {}, FileContents: None, AptVersions: ["12.8.1-1"]},
-                    cuda_version="12.8", tool="/x", runfile_url="https://x/cuda_12.8.1_1_linux.run", runfile_sha256="0" * 64)
+    cmds = commands(
+        toolkit.toolkit_installed,
+        {DebPackages: {}, FileContents: None, AptVersions: ["12.8.1-1"]},
+        cuda_version="12.8",
+        tool="/x",
+        runfile_url="https://x/cuda_12.8.1_1_linux.run",
+        runfile_sha256="0" * 64,
+    )
     return cmds[1].replace("cuda-toolkit-12-8", package)
 
 
@@ -163,5 +195,5 @@ def test_toolkit_guard_refuses_a_plan_with_driver_packages(rootfs):
     bad = chroot(rootfs, _guard("nvidia-smi"), check=False)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "would change driver packages" in bad.stderr and "nvidia-smi" in bad.stderr
-    ok = chroot(rootfs, _guard("hostname"), check=False)       # reinstall plan without driver packages
+    ok = chroot(rootfs, _guard("hostname"), check=False)  # reinstall plan without driver packages
     assert ok.returncode == 0, ok.stderr

@@ -20,6 +20,7 @@ from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, pyinfra
 
 sys.path.insert(0, str(REPO / "tests" / "cuda"))
 import cuda_assets  # noqa: E402
+
 from sandbox.nvidia_standin import deb  # noqa: E402
 
 pytestmark = pytest.mark.sandbox
@@ -32,8 +33,12 @@ APT = "DEBIAN_FRONTEND=noninteractive apt-get install -y --reinstall"
 
 
 def sh(command: str, check: bool = True, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    r = subprocess.run(["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", command],
-                       capture_output=True, input=stdin, timeout=300)
+    r = subprocess.run(
+        ["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", command],
+        capture_output=True,
+        input=stdin,
+        timeout=300,
+    )
     r.stdout, r.stderr = r.stdout.decode(), r.stderr.decode()
     if check:
         assert r.returncode == 0, f"{command}: {r.stdout}{r.stderr}"
@@ -46,9 +51,16 @@ def deploy() -> list[str]:
     return changed_operations(run.stdout)
 
 
-def build_deb(tmp: Path, name: str, files: dict[str, bytes], links: dict[str, str] = {}) -> Path:
-    return deb(tmp, name, "12.8.93-1", files, "Laid out like NVIDIA's cuda-crt packages; built by "
-               "tests/sandbox/test_cuda_header_hook.py.", links, source="glm-flash-tests")
+def build_deb(tmp: Path, name: str, files: dict[str, bytes], links: dict[str, str] | None = None) -> Path:
+    return deb(
+        tmp,
+        name,
+        "12.8.93-1",
+        files,
+        "Laid out like NVIDIA's cuda-crt packages; built by tests/sandbox/test_cuda_header_hook.py.",
+        links or {},
+        source="glm-flash-tests",
+    )
 
 
 def sha_on_sandbox(path: str) -> str:
@@ -59,13 +71,12 @@ def sha_on_sandbox(path: str) -> str:
 def debs(sandbox, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("debs")
     header = cuda_assets.header_12_8().encode()
-    cuda = build_deb(tmp, PKG, {HEADER: header},
-                     {"/usr/local/cuda-12.9/include": "targets/x86_64-linux/include"})
+    cuda = build_deb(tmp, PKG, {HEADER: header}, {"/usr/local/cuda-12.9/include": "targets/x86_64-linux/include"})
     dummy = build_deb(tmp, DUMMY, {f"/usr/share/doc/{DUMMY}/README": b"unrelated package\n"})
     for name, built in ((PKG, cuda), (DUMMY, dummy)):
         sh(f"cat > /tmp/{name}.deb", stdin=built.read_bytes())
     sh(f"dpkg --purge {PKG} {DUMMY} >/dev/null")
-    deploy()   # converge first, so the counts below are this test's alone
+    deploy()  # converge first, so the counts below are this test's alone
     yield hashlib.sha256(header).hexdigest()
     sh(f"DEBIAN_FRONTEND=noninteractive apt-get purge -y {PKG} {DUMMY}", check=False)
 
@@ -84,8 +95,10 @@ def test_deploy_fixes_hook_refixes_after_reinstall_second_deploy_no_change(debs)
     assert deploy() == [OP]
     fixed = sha_on_sandbox(HEADER)
     assert fixed != original
-    assert "__GLM_FLASH_GLIBC_PI_THROW" in sh(f"grep -c __GLM_FLASH_GLIBC_PI_THROW {HEADER}; "
-                                              f"grep -m1 __GLM_FLASH_GLIBC_PI_THROW {HEADER}").stdout
+    assert (
+        "__GLM_FLASH_GLIBC_PI_THROW"
+        in sh(f"grep -c __GLM_FLASH_GLIBC_PI_THROW {HEADER}; grep -m1 __GLM_FLASH_GLIBC_PI_THROW {HEADER}").stdout
+    )
     kept = f"/var/lib/glm-flash/patches/originals{HEADER}"
     assert sha_on_sandbox(kept) == original
 
@@ -106,8 +119,10 @@ def test_deploy_fixes_hook_refixes_after_reinstall_second_deploy_no_change(debs)
 def test_hook_failure_never_fails_apt_and_is_logged(debs):
     sh(f"{APT} /tmp/{PKG}.deb")
     # someone applies the field's unguarded edit by hand: the fix refuses it ...
-    sh(f"sed -i -E 's/^(extern .* (sinpi|sinpif|cospi|cospif)\\((double|float) x\\)) __GLM_FLASH_GLIBC_PI_THROW;/"
-       f"\\1 noexcept (true);/' {HEADER}")
+    sh(
+        f"sed -i -E 's/^(extern .* (sinpi|sinpif|cospi|cospif)\\((double|float) x\\)) __GLM_FLASH_GLIBC_PI_THROW;/"
+        f"\\1 noexcept (true);/' {HEADER}"
+    )
     assert int(sh(f"grep -c 'noexcept (true);' {HEADER}").stdout.strip()) == 4
     edited = sha_on_sandbox(HEADER)
     # ... but an unrelated apt run still succeeds, and says loudly what is wrong

@@ -13,8 +13,13 @@ pytestmark = pytest.mark.sandbox
 
 
 def sh(command: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", command],
-                          capture_output=True, text=True, check=check, timeout=300)
+    return subprocess.run(
+        ["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", command],
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=300,
+    )
 
 
 def deploy() -> subprocess.CompletedProcess:
@@ -44,6 +49,7 @@ def test_ci_deploys_from_a_long_checkout_path(deploys):
     folders: this deploy and the host checks after it went through that path (ssh's control
     sockets once broke there). Elsewhere the path is wherever the developer cloned."""
     import os
+
     if os.environ.get("CI") != "true":
         pytest.skip("not applicable: only CI runs from its long path")
     assert len(str(REPO)) >= 120, REPO
@@ -51,8 +57,9 @@ def test_ci_deploys_from_a_long_checkout_path(deploys):
     control = next(line.split()[1] for line in config.splitlines() if line.strip().startswith("ControlPath"))
     assert str(REPO) not in control
     assert sh("hostname").stdout.strip() == "sandbox"
-    check = subprocess.run(["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "-O", "check", "sandbox"],
-                           capture_output=True, text=True)
+    check = subprocess.run(
+        ["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "-O", "check", "sandbox"], capture_output=True, text=True
+    )
     assert check.returncode == 0, check.stderr
 
 
@@ -63,12 +70,17 @@ def test_gpu_steps_are_reported_skipped_with_reason(deploys):
 
 
 def test_hand_edits_are_put_back(deploys):
-    sh("echo 'PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True' >> /etc/glm-flash/glm-flash.env;"
-       "sed -i 's/non-free-firmware//' /etc/apt/sources.list.d/debian.sources;"
-       "chmod 644 /etc/glm-flash/launch.json")
+    sh(
+        "echo 'PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True' >> /etc/glm-flash/glm-flash.env;"
+        "sed -i 's/non-free-firmware//' /etc/apt/sources.list.d/debian.sources;"
+        "chmod 644 /etc/glm-flash/launch.json"
+    )
     changed = changed_operations(deploy().stdout)
-    assert set(changed) >= {"Service environment", "Debian apt sources with contrib, non-free and non-free-firmware",
-                            "Launch flags"}
+    assert set(changed) >= {
+        "Service environment",
+        "Debian apt sources with contrib, non-free and non-free-firmware",
+        "Launch flags",
+    }
     assert "expandable_segments" not in sh("cat /etc/glm-flash/glm-flash.env").stdout
     assert sh("stat -c %a /etc/glm-flash/launch.json").stdout.strip() == "640"
     assert changed_operations(deploy().stdout) == []
@@ -76,9 +88,11 @@ def test_hand_edits_are_put_back(deploys):
 
 def test_desktop_is_switched_off(deploys):
     # Simulated display manager: a real unit that stands in for gdm3 (no desktop is installed here).
-    sh("printf '[Unit]\\nDescription=stand-in display manager\\n[Service]\\nExecStart=/bin/sleep infinity\\n"
-       "[Install]\\nWantedBy=graphical.target\\n' > /etc/systemd/system/gdm3.service && systemctl daemon-reload && "
-       "systemctl enable --now gdm3.service && systemctl set-default graphical.target")
+    sh(
+        "printf '[Unit]\\nDescription=stand-in display manager\\n[Service]\\nExecStart=/bin/sleep infinity\\n"
+        "[Install]\\nWantedBy=graphical.target\\n' > /etc/systemd/system/gdm3.service && systemctl daemon-reload && "
+        "systemctl enable --now gdm3.service && systemctl set-default graphical.target"
+    )
     try:
         changed = changed_operations(deploy().stdout)
         assert {"Boot into multi-user.target", "Stop and disable gdm3"} <= set(changed)

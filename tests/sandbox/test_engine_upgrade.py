@@ -15,19 +15,23 @@ import subprocess
 
 import pytest
 
-from roles.engine_lock import fetch, load_lock, pin_of
+from control.engine_lock import fetch, load_lock, pin_of
 from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, pyinfra, targets_sandbox
 
 pytestmark = pytest.mark.sandbox
-ROOT = "/opt/glm-flash"          # install_root of inventory/sandbox.py
+ROOT = "/opt/glm-flash"  # install_root of inventory/sandbox.py
 ENGINE = f"{ROOT}/engine"
 PY = f"{ENGINE}/current/bin/python"
 UPGRADE_SET = "0.7.0.post4"
 
 
 def sh(command: str, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
-    r = subprocess.run(["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", command],
-                       capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(
+        ["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", command],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check and r.returncode:
         raise AssertionError(f"{command!r} exited {r.returncode}: {r.stderr[-2000:]}")
     return r
@@ -48,7 +52,7 @@ def state() -> dict:
 def deployed(request, sandbox_deploys):
     if not targets_sandbox(request.config):
         pytest.skip("not applicable: these tests deploy the built-in sandbox only")
-    return sandbox_deploys      # None with --no-deploy: the sandbox is checked as it is
+    return sandbox_deploys  # None with --no-deploy: the sandbox is checked as it is
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +73,9 @@ def test_engine_ops_ran_once_and_second_deploy_changed_nothing(deployed):
 
 
 def test_interpreter_is_the_uploaded_cpython_311_with_its_libraries(base_env):
-    out = sh(f"{PY} -I -c 'import sys, ssl, sqlite3, ctypes, lzma; print(sys.version.split()[0], sys.base_prefix)'").stdout
+    out = sh(
+        f"{PY} -I -c 'import sys, ssl, sqlite3, ctypes, lzma; print(sys.version.split()[0], sys.base_prefix)'"
+    ).stdout
     version, prefix = out.split()
     assert version.startswith("3.11.") and prefix.startswith(f"{ROOT}/python/cpython-3.11")
     # relocated: no RUNPATH into the control machine's tree, sysconfig points at the host copy
@@ -80,19 +86,21 @@ def test_interpreter_is_the_uploaded_cpython_311_with_its_libraries(base_env):
 
 def test_pip_check_reports_only_the_intended_cudnn_conflict(base_env):
     r = sh(f"cd /tmp && {PY} -m pip check", check=False)
-    lines = [l for l in r.stdout.splitlines() if l.strip()]
+    lines = [line for line in r.stdout.splitlines() if line.strip()]
     assert r.returncode == 1 and len(lines) == 1, r.stdout
     assert lines[0].startswith("torch 2.9.1 has requirement nvidia-cudnn-cu12==9.10.2.21") and "9.16.0.29" in lines[0]
 
 
 def test_engine_imports_without_a_gpu(base_env):
-    code = ("import torch, transformers, kt_kernel, sglang, sglang.srt.server_args, sglang.launch_server, "
-            "xgrammar, flashinfer, triton; "
-            "print(torch.__version__, torch.version.cuda, torch.cuda.is_available(), torch.backends.cudnn.version(), "
-            "transformers.__version__, kt_kernel.__version__)")
+    code = (
+        "import torch, transformers, kt_kernel, sglang, sglang.srt.server_args, sglang.launch_server, "
+        "xgrammar, flashinfer, triton; "
+        "print(torch.__version__, torch.version.cuda, torch.cuda.is_available(), torch.backends.cudnn.version(), "
+        "transformers.__version__, kt_kernel.__version__)"
+    )
     out = sh(f"cd /tmp && {PY} -W ignore -c {shlex.quote(code)}").stdout.split()
-    assert out[:4] == ["2.9.1+cu128", "12.8", "False", "91600"]   # torch sees cuDNN 9.16 (sglang wants >= 9.15)
-    assert out[4] == "5.6.0"          # transformers-kt's version string, not upstream 5.15.1
+    assert out[:4] == ["2.9.1+cu128", "12.8", "False", "91600"]  # torch sees cuDNN 9.16 (sglang wants >= 9.15)
+    assert out[4] == "5.6.0"  # transformers-kt's version string, not upstream 5.15.1
     assert out[5] == "0.7.0.post1"
     # sgl_kernel's CUDA ops need the driver's libcuda.so.1: that, and only that, is missing here
     r = sh(f"cd /tmp && {PY} -c 'import sgl_kernel'", check=False)
@@ -101,8 +109,11 @@ def test_engine_imports_without_a_gpu(base_env):
 
 def test_transformers_kt_is_the_last_writer_of_transformers(base_env):
     report = json.loads(sh(f"{ROOT}/bin/glm-flash-engine verify {base_env} --json").stdout)
-    assert report["owners"]["transformers"] == {"owner": "transformers-kt", "files_not_from_owner": 0,
-                                                "also_installed": "5.15.1"}
+    assert report["owners"]["transformers"] == {
+        "owner": "transformers-kt",
+        "files_not_from_owner": 0,
+        "also_installed": "5.15.1",
+    }
     assert report["cudnn"] == "9.16.0.29" and report["problems"] == []
 
 
@@ -125,7 +136,9 @@ def test_failed_upgrade_leaves_current_alone(deployed, base_env):
     """A wheel that fails its locked hash (same name and size, other bytes) breaks the build."""
     _, pins = load_lock(UPGRADE_SET)
     kt = next(p for p in fetch(pins) if p.name.startswith(f"kt_kernel-{UPGRADE_SET}-"))
-    before = sh("systemctl show -p NRestarts -p ExecMainStartTimestamp -p ActiveState glm-flash.service", check=False).stdout
+    before = sh(
+        "systemctl show -p NRestarts -p ExecMainStartTimestamp -p ActiveState glm-flash.service", check=False
+    ).stdout
     sh(f"mkdir -p {ENGINE}/wheelhouse && head -c {kt.stat().st_size} /dev/zero > {ENGINE}/wheelhouse/{kt.name}")
     try:
         run = deploy(f"engine_set={UPGRADE_SET}")
@@ -134,8 +147,12 @@ def test_failed_upgrade_leaves_current_alone(deployed, base_env):
         s = state()
         assert s["current"] == base_env
         assert not any(v == "complete" for k, v in s["envs"].items() if k.startswith(UPGRADE_SET))
-        assert sh("systemctl show -p NRestarts -p ExecMainStartTimestamp -p ActiveState glm-flash.service",
-                  check=False).stdout == before
+        assert (
+            sh(
+                "systemctl show -p NRestarts -p ExecMainStartTimestamp -p ActiveState glm-flash.service", check=False
+            ).stdout
+            == before
+        )
     finally:
         sh(f"rm -f {ENGINE}/wheelhouse/{kt.name}")
 
@@ -153,7 +170,7 @@ def test_upgrade_builds_beside_switches_and_rollback_switches_back(deployed, bas
     assert out == [UPGRADE_SET]
     report = json.loads(sh(f"{ROOT}/bin/glm-flash-engine verify --json").stdout)
     assert report["problems"] == [] and report["cudnn"] == "9.16.0.29"
-    assert report["owners"]["transformers"]["also_installed"] is None      # post4 has no upstream transformers
+    assert report["owners"]["transformers"]["also_installed"] is None  # post4 has no upstream transformers
     # same set again: nothing to do
     assert changed_operations(deploy(f"engine_set={UPGRADE_SET}").stdout) == []
 

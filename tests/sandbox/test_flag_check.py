@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from roles import launch, profile
+from control import profile
+from roles import launch
 from tests.conftest import REPO
 
 TOOL = REPO / "files" / "glm-flash-check-flags"
@@ -27,8 +28,12 @@ def engine_python(sandbox):
 
 def check(python, spec):
     command = f"{python} /opt/glm-flash/bin/glm-flash-check-flags --args-json {shlex.quote(json.dumps(spec))}"
-    return subprocess.run(["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", command],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        ["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", command],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def rendered_spec(**data):
@@ -64,6 +69,7 @@ def test_a_module_without_a_known_parser_cannot_be_checked(engine_python):
 
 def test_without_the_engine_it_says_it_cannot_check(tmp_path):
     # the control machine's venv has no sglang: exit 2, not a false "ok"
-    r = subprocess.run([sys.executable, str(TOOL), "--args-json", json.dumps(rendered_spec())],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, str(TOOL), "--args-json", json.dumps(rendered_spec())], capture_output=True, text=True
+    )
     assert r.returncode == 2 and "cannot build sglang.launch_server's argument parser" in r.stderr

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, SANDBOX_INVENTORY, sandbox_sh, changed_operations, inventory_hosts, pyinfra
+from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, inventory_hosts, pyinfra, sandbox_sh
 
 pytestmark = pytest.mark.sandbox
 
 STANDIN = REPO / ".sandbox/rootfs/srv/glm-flash-standin"
 TOOLKIT = "/usr/local/cuda-12.8"
 HEADER = f"{TOOLKIT}/targets/x86_64-linux/include/crt/math_functions.h"
-OTHER_FPR = "EB693B3035CD5710E231E123A4B469963BF863CC"   # debian12's key: right shape, wrong key
+OTHER_FPR = "EB693B3035CD5710E231E123A4B469963BF863CC"  # debian12's key: right shape, wrong key
 
 
 sh = sandbox_sh
@@ -39,8 +39,10 @@ def deploy(*data: str) -> subprocess.CompletedProcess:
 
 def apt_state() -> str:
     """What a refused run must leave as it was: NVIDIA's key and sources, packages, holds."""
-    return sh("sha256sum /etc/apt/keyrings/glm-flash-nvidia-cuda.gpg /etc/apt/sources.list.d/glm-flash-nvidia-cuda.sources;"
-              " dpkg-query -W -f='${Package} ${Version} ${Status}\\n' | sort | sha256sum; apt-mark showhold").stdout
+    return sh(
+        "sha256sum /etc/apt/keyrings/glm-flash-nvidia-cuda.gpg /etc/apt/sources.list.d/glm-flash-nvidia-cuda.sources;"
+        " dpkg-query -W -f='${Package} ${Version} ${Status}\\n' | sort | sha256sum; apt-mark showhold"
+    ).stdout
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +52,9 @@ def deployed(sandbox):
 
 
 def test_the_standins_key_is_trusted_by_its_fingerprint(deployed):
-    keys = sh("gpg --batch --no-default-keyring --with-colons --show-keys /etc/apt/keyrings/glm-flash-nvidia-cuda.gpg").stdout
+    keys = sh(
+        "gpg --batch --no-default-keyring --with-colons --show-keys /etc/apt/keyrings/glm-flash-nvidia-cuda.gpg"
+    ).stdout
     assert f"fpr:::::::::{deployed['fingerprint']}:" in keys
     policy = sh("apt-cache policy nvidia-driver-cuda").stdout
     assert "Installed: 590.48.01-1" in policy and "Candidate: 590.48.01-1" in policy, policy
@@ -60,8 +64,9 @@ def test_a_key_with_another_fingerprint_is_refused_and_nothing_changes(deployed)
     before = apt_state()
     run = deploy(f"nvidia_repo_key_fingerprint={OTHER_FPR}")
     assert run.returncode != 0
-    assert f"has fingerprint {deployed['fingerprint']}, nvidia_repo_key_fingerprint is {OTHER_FPR}" in run.stderr, \
+    assert f"has fingerprint {deployed['fingerprint']}, nvidia_repo_key_fingerprint is {OTHER_FPR}" in run.stderr, (
         run.stderr[-3000:]
+    )
     assert "Nothing was changed" in run.stderr
     assert apt_state() == before
 
@@ -71,20 +76,23 @@ def test_a_repository_signed_by_another_key_is_refused(deployed):
     mirror): apt's own signature check in the throwaway state refuses it, nothing is written."""
     from sandbox.nvidia_standin import gpg, signing_key
 
-    (_, data), = inventory_hosts(SANDBOX_INVENTORY)
+    ((_, data),) = inventory_hosts(SANDBOX_INVENTORY)
     repo = STANDIN / deployed["repo_path"]
     saved = {name: (repo / name).read_bytes() for name in ("InRelease", "Release.gpg")}
-    home = Path(tempfile.mkdtemp(prefix="gk", dir="/tmp"))   # gpg's agent socket needs a short path
+    home = Path(tempfile.mkdtemp(prefix="gk", dir="/tmp"))  # gpg's agent socket needs a short path
     signing_key(home)
     release = (repo / "Release").read_bytes()
     try:
         (repo / "InRelease").write_bytes(gpg(home, "--clearsign", data=release))
         (repo / "Release.gpg").write_bytes(gpg(home, "--armor", "--detach-sign", data=release))
         sh("rm -rf /tmp/glm-flash-test-repo")
-        r = sh(f"/opt/glm-flash/bin/glm-flash-nvidia-repo setup --repo {data['nvidia_repo_url']} "
-               f"--key-url {data['nvidia_repo_key_url']} --fingerprint {deployed['fingerprint']} --branch 590 "
-               "--package nvidia-driver-cuda --keyring /tmp/glm-flash-test-repo/key.gpg "
-               "--sources /tmp/glm-flash-test-repo/nvidia.sources", check=False)
+        r = sh(
+            f"/opt/glm-flash/bin/glm-flash-nvidia-repo setup --repo {data['nvidia_repo_url']} "
+            f"--key-url {data['nvidia_repo_key_url']} --fingerprint {deployed['fingerprint']} --branch 590 "
+            "--package nvidia-driver-cuda --keyring /tmp/glm-flash-test-repo/key.gpg "
+            "--sources /tmp/glm-flash-test-repo/nvidia.sources",
+            check=False,
+        )
         assert r.returncode == 2 and "apt cannot use" in r.stderr, r.stdout + r.stderr
         assert "NO_PUBKEY" in r.stderr or "not signed" in r.stderr or "signature" in r.stderr.lower(), r.stderr
         assert sh("test -e /tmp/glm-flash-test-repo", check=False).returncode != 0
@@ -96,7 +104,7 @@ def test_a_repository_signed_by_another_key_is_refused(deployed):
 
 def test_a_branch_the_repository_lacks_is_refused_listing_those_it_has(deployed):
     before = apt_state()
-    run = deploy('driver_branch="580"')      # quoted: pyinfra reads a bare 580 as a number
+    run = deploy('driver_branch="580"')  # quoted: pyinfra reads a bare 580 as a number
     assert run.returncode != 0
     assert "driver_branch 580:" in run.stderr and "it carries 590, 595" in run.stderr, run.stderr[-3000:]
     assert "Nothing was installed or removed" in run.stderr
@@ -107,7 +115,7 @@ def test_the_branch_holds_when_a_newer_one_appears(deployed):
     from sandbox.nvidia_standin import build
     from sandbox.sandbox import control_dir
 
-    build(STANDIN, control_dir() / "gnupg", {"610": "610.20.03-1"})   # NVIDIA publishes a newer branch
+    build(STANDIN, control_dir() / "gnupg", {"610": "610.20.03-1"})  # NVIDIA publishes a newer branch
     sh("apt-get update -q")
     assert "610.20.03-1" in sh("apt-cache madison nvidia-driver-cuda").stdout
     upgrade = sh("DEBIAN_FRONTEND=noninteractive apt-get -y -q dist-upgrade").stdout
@@ -123,7 +131,7 @@ def test_the_runfile_is_checked_before_it_runs_and_the_header_fixed_in_its_tree(
     assert sh("/usr/local/sbin/glm-flash-fix-cuda-header --check", check=False).returncode == 0
     assert "__GLIBC_MINOR__" in sh(f"cat {HEADER}").stdout
     sh(f"rm -rf {TOOLKIT}")
-    wrong = "a" * 64           # (all digits would reach pyinfra --data as a number)
+    wrong = "a" * 64  # (all digits would reach pyinfra --data as a number)
     run = deploy(f"cuda_runfile_sha256={wrong}")
     assert run.returncode != 0
     assert f"sha256 {deployed['runfile_sha256']} is not cuda_runfile_sha256 {wrong}" in run.stderr, run.stderr[-3000:]
@@ -131,6 +139,6 @@ def test_the_runfile_is_checked_before_it_runs_and_the_header_fixed_in_its_tree(
     again = deploy()
     assert again.returncode == 0, again.stderr[-3000:]
     assert "CUDA 12.8 toolkit at /usr/local/cuda-12.8" in changed_operations(again.stdout)
-    assert "__GLIBC_MINOR__" in sh(f"cat {HEADER}").stdout        # the fix lands in the new tree too
+    assert "__GLIBC_MINOR__" in sh(f"cat {HEADER}").stdout  # the fix lands in the new tree too
     last = deploy()
     assert last.returncode == 0 and changed_operations(last.stdout) == []

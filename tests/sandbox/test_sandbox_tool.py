@@ -33,7 +33,7 @@ def checkout(tmp_path):
     base = tmp_path / "home" / "alice" / "src" / "github.com" / "acme-infrastructure" / "gpu-provisioning"
     root = base / ("glm-flash-node-" + "x" * max(0, 120 - len(str(base)) - 15))
     assert len(str(root)) >= 120
-    for part in ("sandbox", "roles"):    # roles: the stand-in NVIDIA repository fetches through roles/pypi_cache
+    for part in ("sandbox", "roles"):  # roles: the stand-in NVIDIA repository fetches through roles/pypi_cache
         shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
     port = free_port()
     env = dict(os.environ, GLM_FLASH_SANDBOX_PORT=str(port), GLM_FLASH_STANDIN_PORT=str(free_port()))
@@ -42,8 +42,13 @@ def checkout(tmp_path):
 
 
 def tool(root: Path, env: dict, action: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(root / "sandbox/sandbox.py"), action], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(root / "sandbox/sandbox.py"), action],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_boots_and_answers_ssh_from_a_long_path(checkout):
@@ -51,8 +56,12 @@ def test_boots_and_answers_ssh_from_a_long_path(checkout):
     up = tool(root, env, "up")
     assert up.returncode == 0, up.stdout + up.stderr
     config = root / ".sandbox/ssh_config"
-    r = subprocess.run(["ssh", "-F", str(config), "sandbox", "systemctl is-system-running; hostname"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["ssh", "-F", str(config), "sandbox", "systemctl is-system-running; hostname"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode in (0, 1) and r.stdout.split()[-1] == "sandbox", r.stderr
     # the connection went through a master socket (the part that broke at long paths)
     check = subprocess.run(["ssh", "-F", str(config), "-O", "check", "sandbox"], capture_output=True, text=True)
@@ -62,9 +71,20 @@ def test_boots_and_answers_ssh_from_a_long_path(checkout):
     assert again.returncode == 0 and "already running" in again.stdout
     # the stand-in NVIDIA repository is served on loopback for the machine
     url = f"http://127.0.0.1:{env['GLM_FLASH_STANDIN_PORT']}/compute/cuda/repos/debian13/x86_64/InRelease"
-    r = subprocess.run(["ssh", "-F", str(config), "sandbox", f"bash -c 'exec 3<>/dev/tcp/127.0.0.1/"
-                        f"{env['GLM_FLASH_STANDIN_PORT']}; printf \"GET {url[url.index('/compute'):]} HTTP/1.0\\r\\n\\r\\n\" >&3; "
-                        f"head -c 1000 <&3'"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            "ssh",
+            "-F",
+            str(config),
+            "sandbox",
+            f"bash -c 'exec 3<>/dev/tcp/127.0.0.1/"
+            f"{env['GLM_FLASH_STANDIN_PORT']}; printf \"GET {url[url.index('/compute') :]} HTTP/1.0\\r\\n\\r\\n\" >&3; "
+            f"head -c 1000 <&3'",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "200 OK" in r.stdout and "BEGIN PGP SIGNED MESSAGE" in r.stdout, r.stdout + r.stderr
 
 

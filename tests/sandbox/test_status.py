@@ -12,8 +12,8 @@ import shlex
 
 import pytest
 
-from roles.defaults import KNOBS
-from tests.conftest import REPO, SANDBOX_INVENTORY, sandbox_sh, changed_operations, pyinfra
+from control.defaults import KNOBS
+from tests.conftest import SANDBOX_INVENTORY, changed_operations, pyinfra, sandbox_sh
 
 pytestmark = pytest.mark.sandbox
 GPU_ITEMS = ("gpus", "persistence mode", "nvidia module per kernel", "readiness")
@@ -41,16 +41,28 @@ def test_sandbox_is_ok_and_gpu_items_not_applicable(sandbox):
         assert items[name]["state"] == "n/a" and "no NVIDIA GPU" in items[name]["detail"], items[name]
     # The unit is enabled but its preflight refuses to start it here: not applicable, never ok.
     assert items["service"]["state"] == "n/a" and items["service"]["detail"].startswith("enabled")
-    for name in ("driver", "nvidia repository", "cuda header fix", "cuda toolkit", "engine", "engine environment",
-                 "patch sets", "model", "disk"):
+    for name in (
+        "driver",
+        "nvidia repository",
+        "cuda header fix",
+        "cuda toolkit",
+        "engine",
+        "engine environment",
+        "patch sets",
+        "model",
+        "disk",
+    ):
         assert items[name]["state"] == "ok", items[name]
     assert f"cuDNN {KNOBS['cudnn_version'].default}" in items["engine"]["detail"]
 
 
 def patched_engine_file() -> tuple[str, str]:
     """(path, patched sha256) of an engine file the deploy's patch manifests record."""
-    code = ("import glob, json; [print(p, e['patched_sha256']) for m in sorted(glob.glob(%r)) "
-            "for p, e in json.load(open(m))['files'].items()]" % f"{MANIFESTS}/*.json")
+    pattern = repr(f"{MANIFESTS}/*.json")
+    code = (
+        f"import glob, json; [print(p, e['patched_sha256']) for m in sorted(glob.glob({pattern})) "
+        "for p, e in json.load(open(m))['files'].items()]"
+    )
     for line in sh(f"python3 -c {shlex.quote(code)}").stdout.splitlines():
         path, digest = line.split()
         if "/engine/envs/" in path:
@@ -60,8 +72,10 @@ def patched_engine_file() -> tuple[str, str]:
 
 def flip_last_byte(path: str) -> None:
     # Whitespace for newline and back: the file's own bytes otherwise, so only its hash tells.
-    code = ("import sys; f = open(sys.argv[1], 'r+b'); f.seek(-1, 2); b = f.read(1); f.seek(-1, 2); "
-            "f.write(b' ' if b == b'\\n' else b'\\n'); f.close()")
+    code = (
+        "import sys; f = open(sys.argv[1], 'r+b'); f.seek(-1, 2); b = f.read(1); f.seek(-1, 2); "
+        "f.write(b' ' if b == b'\\n' else b'\\n'); f.close()"
+    )
     sh(f"python3 -c {shlex.quote(code)} {shlex.quote(path)}")
 
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from roles.profile import build
+from control.profile import build
 from tests.conftest import REPO
 from tests.unit.test_render import unit
 
@@ -22,8 +22,14 @@ VARIANTS = {
 def test_unit_verifies_on_debian_13(sandbox, variant):
     profile, api_key = VARIANTS[variant]
     text = unit(profile, api_key)
-    script = ("set -e; d=$(mktemp -d); cat > $d/glm-flash.service;"
-              "systemd-analyze verify $d/glm-flash.service 2>&1; rm -rf $d")
-    run = subprocess.run(["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", script], input=text,
-                         capture_output=True, text=True, timeout=120)
+    script = (
+        "set -e; d=$(mktemp -d); cat > $d/glm-flash.service;systemd-analyze verify $d/glm-flash.service 2>&1; rm -rf $d"
+    )
+    run = subprocess.run(
+        ["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", script],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0 and run.stdout.strip() == "", run.stdout + run.stderr

@@ -88,6 +88,7 @@ class Recorder:
         def call(*args, **kwargs):
             kwargs = {k: v for k, v in kwargs.items() if k != "name" and not k.startswith("_")}
             self.calls.append((op.__name__, [render(c) for c in op._inner(*args, **kwargs)]))
+
         call._inner = op._inner
         call.__name__ = op.__name__
         return call

@@ -3,12 +3,11 @@
 a Debian 13 root filesystem."""
 
 import pytest
+from fakehost import FakeHost, commands, on, render
 from pyinfra.api import OperationValueError
 from pyinfra.api.exceptions import FactProcessError
 
-from fakehost import FakeHost, commands, on, render
-from roles.apt_hold import AptHeldPackages, held, validate_packages
-
+from roles.operations.apt_hold import AptHeldPackages, held, validate_packages
 
 # Output of `apt-mark showhold` in a trixie rootfs after `apt-mark hold sed hostname libc6:amd64`.
 SHOWHOLD = ["hostname", "libc6", "sed"]
@@ -39,7 +38,8 @@ def test_fact_command():
 
 def test_hold_only_packages_not_held():
     assert commands(held, {AptHeldPackages: ["sed"]}, packages=["sed", "hostname", "libcuda1"]) == [
-        "apt-mark hold hostname libcuda1"]
+        "apt-mark hold hostname libcuda1"
+    ]
 
 
 def test_all_held_yields_nothing():
@@ -50,8 +50,9 @@ def test_all_held_yields_nothing():
 
 
 def test_unhold_only_held_packages():
-    assert commands(held, {AptHeldPackages: ["sed", "libc6"]}, packages=["sed", "hostname", "libc6:amd64"],
-                    present=False) == ["apt-mark unhold sed libc6:amd64"]
+    assert commands(
+        held, {AptHeldPackages: ["sed", "libc6"]}, packages=["sed", "hostname", "libc6:amd64"], present=False
+    ) == ["apt-mark unhold sed libc6:amd64"]
 
 
 def test_unhold_nothing_held_yields_nothing():

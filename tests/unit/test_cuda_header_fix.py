@@ -32,8 +32,12 @@ def h128():
 @pytest.fixture
 def env(tmp_path):
     pset = cuda_assets.patch_set_json(tmp_path / "set.json")
-    e = dict(os.environ, GLM_FLASH_STATE_DIR=str(tmp_path / "state"),
-             GLM_FLASH_CUDA_HEADER_SET=str(pset), GLM_FLASH_PATCH_TOOL=str(PATCH))
+    e = dict(
+        os.environ,
+        GLM_FLASH_STATE_DIR=str(tmp_path / "state"),
+        GLM_FLASH_CUDA_HEADER_SET=str(pset),
+        GLM_FLASH_PATCH_TOOL=str(PATCH),
+    )
     e.pop("GLM_FLASH_GLIBC_VERSION", None)
     return e
 
@@ -64,9 +68,13 @@ def patch(action, env, header):
 
 # --- the patch data through glm-flash-patch ----------------------------------------------
 
+
 def test_real_header_has_the_four_declarations_once(h128):
     for d in DECLS:
-        assert len(re.findall(r"extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ \w+ +" + re.escape(d) + ";", h128)) == 1, d
+        assert (
+            len(re.findall(r"extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ \w+ +" + re.escape(d) + ";", h128))
+            == 1
+        ), d
 
 
 def test_pending_then_applied_then_noop(env, tree):
@@ -89,7 +97,9 @@ def test_pending_then_applied_then_noop(env, tree):
     # the original is kept once, byte for byte, and the manifest records both hashes
     orig = Path(env["GLM_FLASH_STATE_DIR"]) / "originals" / str(header).lstrip("/")
     assert sha(orig) == before
-    manifest = json.loads((Path(env["GLM_FLASH_STATE_DIR"]) / "manifests" / "cuda-math-functions-glibc-2.41.json").read_text())
+    manifest = json.loads(
+        (Path(env["GLM_FLASH_STATE_DIR"]) / "manifests" / "cuda-math-functions-glibc-2.41.json").read_text()
+    )
     entry = manifest["files"][str(header)]
     assert (entry["original_sha256"], entry["patched_sha256"]) == (before, after)
     assert entry["edits"] == ["sinpi", "sinpif", "cospi", "cospif"]
@@ -97,8 +107,13 @@ def test_pending_then_applied_then_noop(env, tree):
 
 def field_edit(text):
     """The field report's hand edit: a plain noexcept (true) on the four declarations."""
-    out, n = re.subn(r"^(extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ (?:double|float) +"
-                     r"(?:sinpi|sinpif|cospi|cospif)\((?:double|float) x\));$", r"\1 noexcept (true);", text, flags=re.M)
+    out, n = re.subn(
+        r"^(extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ (?:double|float) +"
+        r"(?:sinpi|sinpif|cospi|cospif)\((?:double|float) x\));$",
+        r"\1 noexcept (true);",
+        text,
+        flags=re.M,
+    )
     assert n == 4
     return out
 
@@ -135,6 +150,7 @@ def test_cuda_13_header_reported_upstream(env, tmp_path):
 
 
 # --- the command -------------------------------------------------------------------------
+
 
 def fix(env, *args, glibc=None):
     e = dict(env)

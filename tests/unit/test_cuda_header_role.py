@@ -12,11 +12,11 @@ from pathlib import Path
 
 import jinja2
 import pytest
-
 from fakehost import FakeHost, Recorder, commands, on, render
+
+from control.profile import build
 from roles import cuda_header
 from roles.cuda_header import CudaHeaderCheck, headers_fixed
-from roles.profile import build
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cuda"))
 import cuda_assets  # noqa: E402
@@ -31,12 +31,18 @@ def fact_output(tmp_path, glibc, text=None):
     header.parent.mkdir(parents=True, exist_ok=True)
     header.write_text(text or cuda_assets.header_12_8())
     wrapper = tmp_path / "fix"
-    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {REPO / 'files' / cuda_header.TOOL} "
-                       f"--prefix {tmp_path / 'usr-local'} \"$@\"\n")
+    wrapper.write_text(
+        f"#!/bin/sh\nexec {sys.executable} {REPO / 'files' / cuda_header.TOOL} "
+        f"--prefix {tmp_path / 'usr-local'} \"$@\"\n"
+    )
     wrapper.chmod(0o755)
-    env = dict(os.environ, GLM_FLASH_GLIBC_VERSION=glibc, GLM_FLASH_STATE_DIR=str(tmp_path / "state"),
-               GLM_FLASH_PATCH_TOOL=str(REPO / "files/glm-flash-patch"),
-               GLM_FLASH_CUDA_HEADER_SET=str(cuda_assets.patch_set_json(tmp_path / "set.json")))
+    env = dict(
+        os.environ,
+        GLM_FLASH_GLIBC_VERSION=glibc,
+        GLM_FLASH_STATE_DIR=str(tmp_path / "state"),
+        GLM_FLASH_PATCH_TOOL=str(REPO / "files/glm-flash-patch"),
+        GLM_FLASH_CUDA_HEADER_SET=str(cuda_assets.patch_set_json(tmp_path / "set.json")),
+    )
     cmd = CudaHeaderCheck().command(str(wrapper)).get_raw_value()
     r = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, env=env)
     assert r.returncode == 0, "the fact command itself must not fail"
@@ -56,8 +62,9 @@ def test_fact_on_real_command_output(tmp_path):
 def test_fact_old_glibc_and_missing_tool(tmp_path):
     lines, header, _, _ = fact_output(tmp_path, "2.36")
     assert CudaHeaderCheck.parse(lines)["exit"] == 0
-    r = subprocess.run(["sh", "-c", CudaHeaderCheck().command(str(tmp_path / "nope")).get_raw_value()],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["sh", "-c", CudaHeaderCheck().command(str(tmp_path / "nope")).get_raw_value()], capture_output=True, text=True
+    )
     assert CudaHeaderCheck.parse(r.stdout.splitlines()) == {"exit": None, "lines": []}
 
 
@@ -82,6 +89,7 @@ def test_fix_is_a_noop_when_check_passes():
 
 def test_apply_issues_install_hook_and_fix(monkeypatch):
     from pyinfra.operations import files
+
     calls = []
     for op in ("directory", "link", "put", "file", "template"):
         monkeypatch.setattr(files, op, lambda *a, _op=op, **kw: calls.append((_op, kw)))
@@ -102,12 +110,14 @@ def test_apply_issues_install_hook_and_fix(monkeypatch):
     with on(fake):
         cuda_header.apply(build("gpu1", {"fix_cuda_header": False}))
     assert [(op, kw.get("path"), kw.get("present")) for op, kw in calls if op == "file"] == [
-        ("file", cuda_header.HOOK, False)]
+        ("file", cuda_header.HOOK, False)
+    ]
     assert rec.calls == [] and calls[-1][0] == "skipped"
 
 
 def test_patch_set_json_round_trips():
     import json
+
     data = json.loads(cuda_header.patch_set_json())
     assert [e["id"] for e in data["files"][0]["edits"]] == ["sinpi", "sinpif", "cospi", "cospif"]
     assert data["files"][0]["fixed_upstream_if"] == ["__NV_IEC_60559_FUNCS_EXCEPTION_SPECIFIER"]
@@ -131,20 +141,27 @@ def post_invoke_command(text):
     return line.split('"', 1)[1].rsplit('"', 1)[0]
 
 
-@pytest.mark.parametrize("body,shown", [
-    ("exit 3", "--dpkg-hook failed"),                 # the command itself broken
-    ("echo boom >&2; kill -9 $$", "--dpkg-hook failed"),
-])
+@pytest.mark.parametrize(
+    "body,shown",
+    [
+        ("exit 3", "--dpkg-hook failed"),  # the command itself broken
+        ("echo boom >&2; kill -9 $$", "--dpkg-hook failed"),
+    ],
+)
 def test_hook_never_fails_apt(tmp_path, body, shown):
     tool = tmp_path / "fix"
     tool.write_text(f"#!/bin/sh\n{body}\n")
     tool.chmod(0o755)
-    r = subprocess.run(["sh", "-c", post_invoke_command(hook_text(tool=str(tool), log=str(tmp_path / "log")))],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["sh", "-c", post_invoke_command(hook_text(tool=str(tool), log=str(tmp_path / "log")))],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0 and shown in r.stderr
     # no command installed (role removed, or not deployed yet): silent success
-    r = subprocess.run(["sh", "-c", post_invoke_command(hook_text(tool=str(tmp_path / "none")))],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["sh", "-c", post_invoke_command(hook_text(tool=str(tmp_path / "none")))], capture_output=True, text=True
+    )
     assert (r.returncode, r.stderr) == (0, "")
 
 
@@ -153,18 +170,48 @@ def test_dpkg_hook_mode_logs_refusal_and_exits_zero(tmp_path):
     _, header, env, _ = fact_output(tmp_path, "2.41", text)
     log = tmp_path / "log" / "cuda-header.log"
     env["GLM_FLASH_HOOK_LOG"] = str(log)
-    r = subprocess.run([sys.executable, str(REPO / "files" / cuda_header.TOOL), "--dpkg-hook",
-                        "--prefix", str(tmp_path / "usr-local")], capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "files" / cuda_header.TOOL),
+            "--dpkg-hook",
+            "--prefix",
+            str(tmp_path / "usr-local"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert r.returncode == 0
     assert "refused" in r.stderr and "FAILED after this dpkg run" in r.stderr and str(log) in r.stderr
     assert "refused" in log.read_text() and "Traceback" not in r.stderr
     # a header that needs the fix: fixed, said once on stderr and in the log
     header.write_text(cuda_assets.header_12_8())
-    r = subprocess.run([sys.executable, str(REPO / "files" / cuda_header.TOOL), "--dpkg-hook",
-                        "--prefix", str(tmp_path / "usr-local")], capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "files" / cuda_header.TOOL),
+            "--dpkg-hook",
+            "--prefix",
+            str(tmp_path / "usr-local"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert r.returncode == 0 and r.stderr.strip() == f"glm-flash: fixed     {header}"
     assert log.read_text().count("fixed     ") == 1
     # nothing to do: silent
-    r = subprocess.run([sys.executable, str(REPO / "files" / cuda_header.TOOL), "--dpkg-hook",
-                        "--prefix", str(tmp_path / "usr-local")], capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "files" / cuda_header.TOOL),
+            "--dpkg-hook",
+            "--prefix",
+            str(tmp_path / "usr-local"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")

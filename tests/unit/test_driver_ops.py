@@ -9,19 +9,33 @@ tests/sandbox/test_nvidia_sources.py; apt holds and the pin in tests/sandbox/tes
 """
 
 import pytest
+from fakehost import F, FakeHost, Recorder, commands, on
 from pyinfra.api import OperationError
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import FileContents, Sha256File
 from pyinfra.facts.server import KernelModules, Which
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from fakehost import F, FakeHost, Recorder, commands, on
-from roles import apt_hold, driver
-from roles.apt_hold import AptHeldPackages
-from roles.driver_facts import AptVersions, KernelState, LoadedModule, Kernels, NvidiaLoadedModule, \
-    NvidiaModuleFor, NvidiaModuleOnDisk, NvidiaPciDevices, NvidiaRepoState, PciDevice, RebootFlag, RebootRequired, \
-    SecureBoot, SecureBootState
-from roles.profile import Profile, build
+from control.profile import Profile, build
+from roles import driver
+from roles.facts.driver import (
+    AptVersions,
+    Kernels,
+    KernelState,
+    LoadedModule,
+    NvidiaLoadedModule,
+    NvidiaModuleFor,
+    NvidiaModuleOnDisk,
+    NvidiaPciDevices,
+    NvidiaRepoState,
+    PciDevice,
+    RebootFlag,
+    RebootRequired,
+    SecureBoot,
+    SecureBootState,
+)
+from roles.operations import apt_hold
+from roles.operations.apt_hold import AptHeldPackages
 
 RUNNING = "6.12.38+deb13-amd64"
 NEWER = "6.12.41+deb13-amd64"
@@ -30,12 +44,16 @@ KEY = REPO + "8793F200.pub"
 FPR = "02182E60104FCDC26EAE1B8597A5D4CB8793F200"
 MIRROR = "http://mirror.lan/nvidia/debian13/x86_64/"
 TOOL = "/opt/glm-flash/bin/glm-flash-nvidia-repo"
-INSTALL = ('DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" '
-           '-o Dpkg::Options::="--force-confold" install --no-install-recommends')
+INSTALL = (
+    'DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" '
+    '-o Dpkg::Options::="--force-confold" install --no-install-recommends'
+)
 OPEN = ["nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-persistenced"]
 L40S = [PciDevice("0000:01:00.0", "0x26b9", "0x030200"), PciDevice("0000:41:00.0", "0x26b9", "0x030200")]
-SETUP = (f"{TOOL} setup --repo {REPO} --key-url {KEY} --fingerprint {FPR} --branch 590 --package nvidia-driver-cuda "
-         f"--keyring {driver.KEYRING} --sources {driver.SOURCES_FILE}")
+SETUP = (
+    f"{TOOL} setup --repo {REPO} --key-url {KEY} --fingerprint {FPR} --branch 590 --package nvidia-driver-cuda "
+    f"--keyring {driver.KEYRING} --sources {driver.SOURCES_FILE}"
+)
 PINNING = "nvidia-driver-pinning-590"
 
 
@@ -44,15 +62,20 @@ def sha(text):
 
 
 def kernel_packages(*releases):
-    pkgs = {"linux-image-amd64": {"6.12.38-1"}}   # a bare install: no headers yet
+    pkgs = {"linux-image-amd64": {"6.12.38-1"}}  # a bare install: no headers yet
     for r in releases:
         pkgs[f"linux-image-{r}"] = {"6.12.38-1"}
     return pkgs
 
 
 def driver_packages(version):
-    return {"nvidia-driver-cuda": {version}, "nvidia-kernel-open-dkms": {version}, "nvidia-persistenced": {version},
-            "libcuda1": {version}, "nvidia-container-toolkit": {"1.17.8-1"}}
+    return {
+        "nvidia-driver-cuda": {version},
+        "nvidia-kernel-open-dkms": {version},
+        "nvidia-persistenced": {version},
+        "libcuda1": {version},
+        "nvidia-container-toolkit": {"1.17.8-1"},
+    }
 
 
 def repo_state(fingerprints=(FPR,), sources_current=True):
@@ -91,24 +114,32 @@ def fresh_host(over=None):
 
 def current_host(over=None):
     """Everything this role does is done and running: driver 590.48.01 loaded."""
-    pkgs = {**kernel_packages(RUNNING), f"linux-headers-{RUNNING}": {"6.12.38-1"}, "dkms": {"3.2.2-1"},
-            "linux-headers-amd64": {"6.12.38-1"}, "gpg": {"2.4.7-21"}, PINNING: {"590.48.01-1"},
-            **driver_packages("590.48.01-1")}
+    pkgs = {
+        **kernel_packages(RUNNING),
+        f"linux-headers-{RUNNING}": {"6.12.38-1"},
+        "dkms": {"3.2.2-1"},
+        "linux-headers-amd64": {"6.12.38-1"},
+        "gpg": {"2.4.7-21"},
+        PINNING: {"590.48.01-1"},
+        **driver_packages("590.48.01-1"),
+    }
     facts = fresh_host()
-    facts.update({
-        DebPackages: pkgs,
-        NvidiaRepoState: repo_state(),
-        NvidiaModuleFor: "590.48.01",
-        F(Sha256File, path=driver.BLACKLIST_FILE): sha(driver.BLACKLIST_CONTENT),
-        F(Sha256File, path=driver.PERSISTENCED_DROPIN): sha(driver.PERSISTENCED_CONTENT),
-        F(FileContents, path=driver.INITRAMFS_MARKER): [sha(driver.BLACKLIST_CONTENT)],
-        SystemdStatus: {"nvidia-persistenced.service": True},
-        SystemdEnabled: {"nvidia-persistenced.service": True},
-        AptHeldPackages: sorted(driver.hold_candidates(pkgs, "590", False)),
-        NvidiaLoadedModule: LoadedModule("590.48.01", True),
-        NvidiaModuleOnDisk: "590.48.01",
-        KernelModules: {"nvidia": {}, "nvidia_uvm": {}},
-    })
+    facts.update(
+        {
+            DebPackages: pkgs,
+            NvidiaRepoState: repo_state(),
+            NvidiaModuleFor: "590.48.01",
+            F(Sha256File, path=driver.BLACKLIST_FILE): sha(driver.BLACKLIST_CONTENT),
+            F(Sha256File, path=driver.PERSISTENCED_DROPIN): sha(driver.PERSISTENCED_CONTENT),
+            F(FileContents, path=driver.INITRAMFS_MARKER): [sha(driver.BLACKLIST_CONTENT)],
+            SystemdStatus: {"nvidia-persistenced.service": True},
+            SystemdEnabled: {"nvidia-persistenced.service": True},
+            AptHeldPackages: sorted(driver.hold_candidates(pkgs, "590", False)),
+            NvidiaLoadedModule: LoadedModule("590.48.01", True),
+            NvidiaModuleOnDisk: "590.48.01",
+            KernelModules: {"nvidia": {}, "nvidia_uvm": {}},
+        }
+    )
     facts.update(over or {})
     return facts
 
@@ -150,8 +181,18 @@ FRESH_COMMANDS = [
     "systemctl start nvidia-persistenced.service",
     "systemctl enable nvidia-persistenced.service",
 ]
-OPS = ["openpgp_tool", "secure_boot_ready", "nvidia_repository", "driver_branch_pinned", "driver_installed",
-       "driver_held", "modules_built", "nouveau_blacklisted", "persistence_mode", "rebooted_if_needed"]
+OPS = [
+    "openpgp_tool",
+    "secure_boot_ready",
+    "nvidia_repository",
+    "driver_branch_pinned",
+    "driver_installed",
+    "driver_held",
+    "modules_built",
+    "nouveau_blacklisted",
+    "persistence_mode",
+    "rebooted_if_needed",
+]
 
 
 def test_fresh_host(monkeypatch):
@@ -172,17 +213,29 @@ def test_driver_current_changes_nothing(monkeypatch):
 
 def test_wrong_key_on_host_is_checked_again():
     """A keyring holding another key (or one more key) is not trusted: the tool runs again."""
-    for state in (repo_state(fingerprints=("EB693B3035CD5710E231E123A4B469963BF863CC",)),
-                  repo_state(fingerprints=(FPR, "EB693B3035CD5710E231E123A4B469963BF863CC")),
-                  repo_state(sources_current=False)):
-        assert commands(driver.nvidia_repository, current_host({NvidiaRepoState: state}), tool=TOOL, repo_url=REPO,
-                        key_url=KEY, fingerprint=FPR, branch="590", package="nvidia-driver-cuda") == [SETUP]
+    for state in (
+        repo_state(fingerprints=("EB693B3035CD5710E231E123A4B469963BF863CC",)),
+        repo_state(fingerprints=(FPR, "EB693B3035CD5710E231E123A4B469963BF863CC")),
+        repo_state(sources_current=False),
+    ):
+        assert commands(
+            driver.nvidia_repository,
+            current_host({NvidiaRepoState: state}),
+            tool=TOOL,
+            repo_url=REPO,
+            key_url=KEY,
+            fingerprint=FPR,
+            branch="590",
+            package="nvidia-driver-cuda",
+        ) == [SETUP]
 
 
 def test_pin_file_where_the_repository_has_no_pinning_package():
     facts = fresh_host({F(AptVersions, package=PINNING): []})
     assert commands(driver.driver_branch_pinned, facts, branch="590") == [
-        f"upload {driver.PIN_FILE}\n{driver.pin_content('590')}", f"chmod 644 {driver.PIN_FILE}"]
+        f"upload {driver.PIN_FILE}\n{driver.pin_content('590')}",
+        f"chmod 644 {driver.PIN_FILE}",
+    ]
     # the pinning package replaces our pin file once the repository carries it
     facts = current_host({F(Sha256File, path=driver.PIN_FILE): sha(driver.pin_content("590"))})
     assert commands(driver.driver_branch_pinned, facts, branch="590") == [f"rm -f {driver.PIN_FILE}"]
@@ -192,12 +245,17 @@ def test_reboot_after_fresh_install():
     """Right after the install: DKMS built 590 for the running kernel, nouveau still loaded."""
     facts = current_host({NvidiaLoadedModule: None, KernelModules: {"nouveau": {}}})
     assert commands(driver.rebooted_if_needed, facts, allow_reboot=True) == [
-        "function remove_any_askpass_file", "function capture_uptime",
-        "( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &", "function wait_and_reconnect",
-        "function clean_sudo_info"]
+        "function remove_any_askpass_file",
+        "function capture_uptime",
+        "( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &",
+        "function wait_and_reconnect",
+        "function clean_sudo_info",
+    ]
     with on(FakeHost(facts)):
-        assert driver.reboot_reasons() == ["driver 590.48.01 is installed but not loaded",
-                                           "nouveau is loaded and holds the GPUs"]
+        assert driver.reboot_reasons() == [
+            "driver 590.48.01 is installed but not loaded",
+            "nouveau is loaded and holds the GPUs",
+        ]
 
 
 def test_no_reboot_into_a_kernel_without_the_module(caplog):
@@ -213,15 +271,32 @@ def test_no_reboot_into_a_kernel_without_the_module(caplog):
 
 def test_driver_present_but_old(monkeypatch):
     """570 installed and loaded, profile on 590: reinstall at 590 (downgrade/held allowed)."""
-    pkgs = {**kernel_packages(RUNNING), f"linux-headers-{RUNNING}": {"6.12.38-1"}, "dkms": {"3.2.2-1"},
-            "linux-headers-amd64": {"6.12.38-1"}, "gpg": {"2.4.7-21"}, PINNING: {"590.48.01-1"},
-            **driver_packages("570.172.08-1")}
-    facts = current_host({DebPackages: pkgs, AptHeldPackages: ["nvidia-driver-cuda", "nvidia-kernel-open-dkms"],
-                          NvidiaLoadedModule: LoadedModule("570.172.08", True), NvidiaModuleOnDisk: "570.172.08"})
+    pkgs = {
+        **kernel_packages(RUNNING),
+        f"linux-headers-{RUNNING}": {"6.12.38-1"},
+        "dkms": {"3.2.2-1"},
+        "linux-headers-amd64": {"6.12.38-1"},
+        "gpg": {"2.4.7-21"},
+        PINNING: {"590.48.01-1"},
+        **driver_packages("570.172.08-1"),
+    }
+    facts = current_host(
+        {
+            DebPackages: pkgs,
+            AptHeldPackages: ["nvidia-driver-cuda", "nvidia-kernel-open-dkms"],
+            NvidiaLoadedModule: LoadedModule("570.172.08", True),
+            NvidiaModuleOnDisk: "570.172.08",
+        }
+    )
     rec = simulate(monkeypatch, facts, profile())
     # the 570 packages are not of the branch: not held; the pinning package is
-    assert rec.all_commands == [SETUP, "apt-get update", FRESH_COMMANDS[6], FRESH_COMMANDS[7],
-                                f"apt-mark hold {PINNING}"]
+    assert rec.all_commands == [
+        SETUP,
+        "apt-get update",
+        FRESH_COMMANDS[6],
+        FRESH_COMMANDS[7],
+        f"apt-mark hold {PINNING}",
+    ]
     after = current_host({NvidiaLoadedModule: LoadedModule("570.172.08", True)})
     with on(FakeHost(after)):
         assert driver.reboot_reasons() == ["driver 590.48.01 is installed, 570.172.08 is loaded"]
@@ -235,8 +310,10 @@ def test_branch_flip_is_one_value(monkeypatch):
     cmds = rec.all_commands
     assert cmds[0] == SETUP.replace("--branch 590", "--branch 595")
     assert cmds[1] == f"{INSTALL} nvidia-driver-pinning-595"
-    assert cmds[3].endswith("install --no-install-recommends --allow-downgrades --allow-change-held-packages "
-                            "nvidia-driver-cuda nvidia-kernel-open-dkms nvidia-persistenced")
+    assert cmds[3].endswith(
+        "install --no-install-recommends --allow-downgrades --allow-change-held-packages "
+        "nvidia-driver-cuda nvidia-kernel-open-dkms nvidia-persistenced"
+    )
     assert "Pin: version /^([0-9]+:)?595\\./" in driver.pin_content("595")
 
 
@@ -244,8 +321,9 @@ def test_kernel_upgraded_reboot_pending():
     facts = current_host({Kernels: KernelState(RUNNING, (RUNNING, NEWER))})
     with on(FakeHost(facts)):
         assert driver.reboot_reasons() == [f"kernel {NEWER} is installed, {RUNNING} is running"]
-    assert "( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &" in \
-        commands(driver.rebooted_if_needed, facts, allow_reboot=True)
+    assert "( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &" in commands(
+        driver.rebooted_if_needed, facts, allow_reboot=True
+    )
 
 
 def test_older_kernel_installed_needs_no_reboot():
@@ -254,13 +332,16 @@ def test_older_kernel_installed_needs_no_reboot():
 
 
 def test_reboot_disallowed_says_why_and_does_not_reboot(caplog):
-    facts = current_host({Kernels: KernelState(RUNNING, (RUNNING, NEWER)),
-                            RebootRequired: RebootFlag(True, ("linux-image-" + NEWER,))})
+    facts = current_host(
+        {Kernels: KernelState(RUNNING, (RUNNING, NEWER)), RebootRequired: RebootFlag(True, ("linux-image-" + NEWER,))}
+    )
     fake = FakeHost(facts)
     with on(fake), caplog.at_level("WARNING", logger="pyinfra"):
         assert list(driver.rebooted_if_needed._inner(allow_reboot=False)) == []
-    assert (f"node1: reboot pending (allow_reboot is false, not rebooting): kernel {NEWER} is installed, "
-            f"{RUNNING} is running; /run/reboot-required was set by linux-image-{NEWER}") in caplog.text
+    assert (
+        f"node1: reboot pending (allow_reboot is false, not rebooting): kernel {NEWER} is installed, "
+        f"{RUNNING} is running; /run/reboot-required was set by linux-image-{NEWER}"
+    ) in caplog.text
     assert fake.noops[0].startswith("reboot pending: kernel")
 
 
@@ -268,19 +349,21 @@ def test_kernels_stay_patchable_unless_hold_kernel():
     pkgs = {**kernel_packages(RUNNING), **driver_packages("590.48.01-1")}
     driver_only = driver.hold_candidates(pkgs, "590", False)
     assert driver_only == ["libcuda1", "nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-persistenced"]
-    assert "nvidia-container-toolkit" not in driver_only     # not a driver package of branch 590
+    assert "nvidia-container-toolkit" not in driver_only  # not a driver package of branch 590
     with_kernel = driver.hold_candidates(pkgs, "590", True)
     assert set(with_kernel) - set(driver_only) == {f"linux-image-{RUNNING}", "linux-image-amd64"}
     facts = {DebPackages: pkgs, AptHeldPackages: driver_only}
     assert commands(driver.driver_held, facts, branch="590", hold_kernel=False) == []
     facts[AptHeldPackages] = ["nvidia-driver-cuda"]
     assert commands(driver.driver_held, facts, branch="590", hold_kernel=False) == [
-        "apt-mark hold libcuda1 nvidia-kernel-open-dkms nvidia-persistenced"]
+        "apt-mark hold libcuda1 nvidia-kernel-open-dkms nvidia-persistenced"
+    ]
     # kernel holds from an earlier profile (or by hand, as the forum posts advised) are released
     facts[AptHeldPackages] = driver_only + ["linux-image-amd64"]
     assert commands(driver.driver_held, facts, branch="590", hold_kernel=False) == ["apt-mark unhold linux-image-amd64"]
     assert commands(driver.driver_held, facts, branch="590", hold_kernel=True) == [
-        f"apt-mark hold linux-image-{RUNNING}"]
+        f"apt-mark hold linux-image-{RUNNING}"
+    ]
 
 
 def test_secure_boot_without_enrolled_key_stops_with_the_steps():
@@ -314,14 +397,22 @@ def test_debian_source_refused(monkeypatch, capsys):
 
 def test_preinstalled_too_old():
     facts = {NvidiaLoadedModule: LoadedModule("575.57.08", True)}
-    with pytest.raises(OperationError, match=r"node1: driver_min_version: the installed driver 575.57.08 is older than 580.0"):
+    with pytest.raises(
+        OperationError, match=r"node1: driver_min_version: the installed driver 575.57.08 is older than 580.0"
+    ):
         commands(driver.driver_at_least, facts, minimum="580.0")
 
 
 def test_preinstalled_current_checks_only(monkeypatch):
-    gb10 = build("spark", {"platform": "gb10", "vllm_ref": "0123456789abcdef0123456789abcdef01234567", "accept_drafter_license": True}, api_key_present=False)
-    facts = {NvidiaPciDevices: [PciDevice("000f:01:00.0", "0x2e12", "0x030000")],
-             NvidiaLoadedModule: LoadedModule("580.95.05", True)}
+    gb10 = build(
+        "spark",
+        {"platform": "gb10", "vllm_ref": "0123456789abcdef0123456789abcdef01234567", "accept_drafter_license": True},
+        api_key_present=False,
+    )
+    facts = {
+        NvidiaPciDevices: [PciDevice("000f:01:00.0", "0x2e12", "0x030000")],
+        NvidiaLoadedModule: LoadedModule("580.95.05", True),
+    }
     rec = simulate(monkeypatch, facts, gb10)
     assert rec.calls == [("driver_at_least", [])]
 
@@ -339,7 +430,7 @@ def test_no_gpu_test_box_installs_from_the_repository_and_skips_gpu_steps(monkey
     with caplog.at_level("WARNING", logger="pyinfra"):
         rec = simulate(monkeypatch, facts, profile(require_gpu=False))
     assert [name for name, _ in rec.calls] == OPS[:6]
-    assert f"linux-headers-{RUNNING}" not in " ".join(rec.all_commands)   # a container's kernel is not its own
+    assert f"linux-headers-{RUNNING}" not in " ".join(rec.all_commands)  # a container's kernel is not its own
     assert "skipped: nvidia module build per kernel, nouveau blacklist, persistence mode, reboot check" in caplog.text
     assert "no NVIDIA GPU on this host and require_gpu is false" in caplog.text
 
@@ -351,23 +442,35 @@ def test_missing_gpu_on_real_node_fails(monkeypatch):
 
 def test_local_mirror_with_its_own_key(monkeypatch):
     other = "0123456789ABCDEF0123456789ABCDEF01234567"
-    rec = simulate(monkeypatch, fresh_host(), profile(nvidia_repo_url=MIRROR, nvidia_repo_key_url="file:///srv/mirror/key.asc",
-                                                      nvidia_repo_key_fingerprint=other))
+    rec = simulate(
+        monkeypatch,
+        fresh_host(),
+        profile(
+            nvidia_repo_url=MIRROR, nvidia_repo_key_url="file:///srv/mirror/key.asc", nvidia_repo_key_fingerprint=other
+        ),
+    )
     setup = rec.calls[2][1][0]
     assert f"--repo {MIRROR} --key-url file:///srv/mirror/key.asc --fingerprint {other}" in setup
     assert "nvidia.com" not in setup
 
 
-@pytest.mark.parametrize("data, key", [
-    ({"nvidia_repo_key_url": "http://mirror.lan/key.asc"}, "nvidia_repo_key_url"),
-    ({"nvidia_repo_key_fingerprint": "8793F200"}, "nvidia_repo_key_fingerprint"),
-    ({"nvidia_repo_key_fingerprint": "02182E60 104FCDC2 6EAE1B85 97A5D4CB 8793F200"}, "nvidia_repo_key_fingerprint"),
-    ({"driver_branch": "latest"}, "driver_branch"),
-    ({"cuda_runfile_sha256": "abc"}, "cuda_runfile_sha256"),
-    ({"cuda_version": "12.9"}, "cuda_runfile_url"),
-])
+@pytest.mark.parametrize(
+    "data, key",
+    [
+        ({"nvidia_repo_key_url": "http://mirror.lan/key.asc"}, "nvidia_repo_key_url"),
+        ({"nvidia_repo_key_fingerprint": "8793F200"}, "nvidia_repo_key_fingerprint"),
+        (
+            {"nvidia_repo_key_fingerprint": "02182E60 104FCDC2 6EAE1B85 97A5D4CB 8793F200"},
+            "nvidia_repo_key_fingerprint",
+        ),
+        ({"driver_branch": "latest"}, "driver_branch"),
+        ({"cuda_runfile_sha256": "abc"}, "cuda_runfile_sha256"),
+        ({"cuda_version": "12.9"}, "cuda_runfile_url"),
+    ],
+)
 def test_nvidia_values_have_a_shape(data, key):
-    from roles.profile import ProfileError
+    from control.profile import ProfileError
+
     with pytest.raises(ProfileError) as e:
         profile(**data)
     assert [p.key for p in e.value.problems] == [key]
@@ -397,11 +500,19 @@ def test_module_built_for_every_installed_kernel():
 
 def test_fact_parsers_on_the_commands_output():
     # od -An -tu1 of an efivar: 4 attribute bytes, then the value
-    assert SecureBoot.parse(["sb 1", "key", "/var/lib/dkms/mok.pub is already enrolled"]) == SecureBootState(True, True, True)
+    assert SecureBoot.parse(["sb 1", "key", "/var/lib/dkms/mok.pub is already enrolled"]) == SecureBootState(
+        True, True, True
+    )
     assert SecureBoot.parse(["sb 0"]) == SecureBootState(False, False, False)
-    assert SecureBoot.parse(["sb 1", "key", "/var/lib/dkms/mok.pub is not enrolled"]) == SecureBootState(True, True, False)
-    assert AptVersions.parse([" nvidia-driver-cuda | 595.58.03-1 | http://r/ Packages",
-                              " nvidia-driver-cuda | 590.48.01-1 | http://r/ Packages"]) == ["595.58.03-1", "590.48.01-1"]
+    assert SecureBoot.parse(["sb 1", "key", "/var/lib/dkms/mok.pub is not enrolled"]) == SecureBootState(
+        True, True, False
+    )
+    assert AptVersions.parse(
+        [
+            " nvidia-driver-cuda | 595.58.03-1 | http://r/ Packages",
+            " nvidia-driver-cuda | 590.48.01-1 | http://r/ Packages",
+        ]
+    ) == ["595.58.03-1", "590.48.01-1"]
     assert AptVersions.parse([]) == []
     assert NvidiaRepoState.parse(["missing"]) is None
     assert NvidiaRepoState.parse(['{"fingerprints": ["AB"], "sources_current": true}']) == repo_state(("AB",))

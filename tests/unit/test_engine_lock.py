@@ -12,10 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from roles.defaults import KNOBS
-from roles.engine_facts import EngineEnvs, PythonArtifact, TransformersOwner, WheelhouseFiles
-from roles.engine_lock import (LockError, Pin, choose_file, env_id, load_lock, parse_env_id, parse_lock, pin_of,
-                               wheel_fits, target_tags, _verified)
+from control.defaults import KNOBS
+from control.engine_lock import (
+    LockError,
+    Pin,
+    _verified,
+    choose_file,
+    env_id,
+    load_lock,
+    parse_env_id,
+    parse_lock,
+    pin_of,
+    target_tags,
+    wheel_fits,
+)
+from roles.facts.engine import EngineEnvs, PythonArtifact, TransformersOwner, WheelhouseFiles
 
 REPO = Path(__file__).resolve().parents[2]
 H1, H2, H3 = ("a" * 64), ("b" * 64), ("c" * 64)
@@ -30,6 +41,7 @@ def host_tool():
 
 
 # --- the committed locks -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("engine_set", KNOBS["engine_set"].choices)
 def test_every_engine_set_has_a_lock_pinning_its_own_versions(engine_set):
@@ -58,27 +70,34 @@ def test_host_tool_reads_the_locks_like_the_control_machine():
         path = REPO / "locks" / "engine" / f"{engine_set}.txt"
         _, pins = load_lock(engine_set)
         theirs = tool.parse_lock(str(path))
-        assert {p.name: (p.version, list(p.hashes)) for p in pins} == \
-               {n: (v["version"], v["hashes"]) for n, v in theirs.items()}
+        assert {p.name: (p.version, list(p.hashes)) for p in pins} == {
+            n: (v["version"], v["hashes"]) for n, v in theirs.items()
+        }
 
 
 # --- parsing ---------------------------------------------------------------------------------
 
+
 def test_parse_lock_continuations_comments_and_extras():
-    text = (f"# header\nFoo_Bar[x]==1.0 \\\n    --hash=sha256:{H1} \\\n    --hash=sha256:{H2}\n"
-            f"    # via something\nbaz==2.0.post1 --hash=sha256:{H3}  # trailing\n")
+    text = (
+        f"# header\nFoo_Bar[x]==1.0 \\\n    --hash=sha256:{H1} \\\n    --hash=sha256:{H2}\n"
+        f"    # via something\nbaz==2.0.post1 --hash=sha256:{H3}  # trailing\n"
+    )
     pins = parse_lock(text)
     assert pins == [Pin("foo-bar", "1.0", (H1, H2)), Pin("baz", "2.0.post1", (H3,))]
     assert pins[1].lock_lines() == f"baz==2.0.post1 --hash=sha256:{H3}\n"
 
 
-@pytest.mark.parametrize("text, problem", [
-    ("foo>=1.0 --hash=sha256:" + H1, "not pinned"),
-    ("foo==1.0\n", "no --hash"),
-    (f"foo==1.0 --hash=sha256:{H1}\nFOO==1.0 --hash=sha256:{H1}\n", "pinned twice"),
-    (f"--index-url https://evil.example/simple\nfoo==1.0 --hash=sha256:{H1}\n", "option line"),
-    ("# nothing\n", "no pins"),
-])
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("foo>=1.0 --hash=sha256:" + H1, "not pinned"),
+        ("foo==1.0\n", "no --hash"),
+        (f"foo==1.0 --hash=sha256:{H1}\nFOO==1.0 --hash=sha256:{H1}\n", "pinned twice"),
+        (f"--index-url https://evil.example/simple\nfoo==1.0 --hash=sha256:{H1}\n", "option line"),
+        ("# nothing\n", "no pins"),
+    ],
+)
 def test_parse_lock_refuses(text, problem):
     with pytest.raises(LockError, match=problem):
         parse_lock(text)
@@ -86,31 +105,39 @@ def test_parse_lock_refuses(text, problem):
 
 # --- which file a pin installs ---------------------------------------------------------------
 
+
 def f(name, h=H1, yanked=False):
     return {"filename": name, "url": f"https://files.example/{name}", "hashes": {"sha256": h}, "yanked": yanked}
 
 
-@pytest.mark.parametrize("name, fits", [
-    ("kt_kernel-0.7.0.post1-cp311-cp311-manylinux_2_35_x86_64.whl", True),
-    ("kt_kernel-0.7.0.post1-cp312-cp312-manylinux_2_35_x86_64.whl", False),
-    ("x-1-cp311-cp311-manylinux_2_39_x86_64.whl", False),           # needs a newer glibc tag than we lock for
-    ("x-1-cp311-cp311-manylinux_2_28_aarch64.whl", False),
-    ("sgl_kernel-0.3.21-cp310-abi3-manylinux2014_x86_64.whl", True),
-    ("x-1-cp312-abi3-manylinux2014_x86_64.whl", False),              # abi3 built for a newer CPython
-    ("x-1-cp310-cp310-manylinux2014_x86_64.whl", False),
-    ("multiprocess-0.70.19-py311-none-any.whl", True),
-    ("x-1-py3-none-any.whl", True),
-    ("x-1-cp311-cp311-win_amd64.whl", False),
-    ("x-1-cp311-cp311-musllinux_1_2_x86_64.whl", False),
-])
+@pytest.mark.parametrize(
+    "name, fits",
+    [
+        ("kt_kernel-0.7.0.post1-cp311-cp311-manylinux_2_35_x86_64.whl", True),
+        ("kt_kernel-0.7.0.post1-cp312-cp312-manylinux_2_35_x86_64.whl", False),
+        ("x-1-cp311-cp311-manylinux_2_39_x86_64.whl", False),  # needs a newer glibc tag than we lock for
+        ("x-1-cp311-cp311-manylinux_2_28_aarch64.whl", False),
+        ("sgl_kernel-0.3.21-cp310-abi3-manylinux2014_x86_64.whl", True),
+        ("x-1-cp312-abi3-manylinux2014_x86_64.whl", False),  # abi3 built for a newer CPython
+        ("x-1-cp310-cp310-manylinux2014_x86_64.whl", False),
+        ("multiprocess-0.70.19-py311-none-any.whl", True),
+        ("x-1-py3-none-any.whl", True),
+        ("x-1-cp311-cp311-win_amd64.whl", False),
+        ("x-1-cp311-cp311-musllinux_1_2_x86_64.whl", False),
+    ],
+)
 def test_wheel_fits_cp311_manylinux_x86_64(name, fits):
     assert wheel_fits(name, target_tags("3.11")) is fits
 
 
 def test_choose_prefers_exact_interpreter_and_allowed_hash():
     pin = Pin("multiprocess", "0.70.19", (H1,))
-    files = [f("multiprocess-0.70.19-py39-none-any.whl"), f("multiprocess-0.70.19-py311-none-any.whl"),
-             f("multiprocess-0.70.19-py312-none-any.whl"), f("multiprocess-0.70.19.tar.gz")]
+    files = [
+        f("multiprocess-0.70.19-py39-none-any.whl"),
+        f("multiprocess-0.70.19-py311-none-any.whl"),
+        f("multiprocess-0.70.19-py312-none-any.whl"),
+        f("multiprocess-0.70.19.tar.gz"),
+    ]
     assert choose_file(pin, files)["filename"] == "multiprocess-0.70.19-py311-none-any.whl"
     # a file whose hash the lock does not allow is never chosen, even if it fits better
     files[1] = f("multiprocess-0.70.19-py311-none-any.whl", h=H2)
@@ -123,14 +150,18 @@ def test_choose_falls_back_to_the_sdist_and_skips_yanked():
     with pytest.raises(LockError, match="no file with a locked hash"):
         choose_file(pin, [f("ktransformers-0.7.0.post1.tar.gz", yanked=True)])
     with pytest.raises(LockError):
-        choose_file(Pin("kt-kernel", "0.7.0.post2", (H1,)), [f("kt_kernel-0.7.0.post2-cp312-cp312-manylinux_2_35_x86_64.whl")])
+        choose_file(
+            Pin("kt-kernel", "0.7.0.post2", (H1,)), [f("kt_kernel-0.7.0.post2-cp312-cp312-manylinux_2_35_x86_64.whl")]
+        )
 
 
 def test_choose_prefers_cp311_abi_over_abi3_and_newer_manylinux():
     pin = Pin("cryptography", "50.0.2", (H1,))
-    files = [f("cryptography-50.0.2-cp39-abi3-manylinux_2_28_x86_64.whl"),
-             f("cryptography-50.0.2-cp311-abi3-manylinux_2_34_x86_64.whl"),
-             f("cryptography-50.0.2-cp311-abi3-manylinux_2_28_x86_64.whl")]
+    files = [
+        f("cryptography-50.0.2-cp39-abi3-manylinux_2_28_x86_64.whl"),
+        f("cryptography-50.0.2-cp311-abi3-manylinux_2_34_x86_64.whl"),
+        f("cryptography-50.0.2-cp311-abi3-manylinux_2_28_x86_64.whl"),
+    ]
     assert choose_file(pin, files)["filename"] == "cryptography-50.0.2-cp311-abi3-manylinux_2_34_x86_64.whl"
 
 
@@ -139,13 +170,14 @@ def test_cached_file_must_carry_a_locked_hash(tmp_path):
     good.write_bytes(b"wheel")
     digest = hashlib.sha256(b"wheel").hexdigest()
     assert _verified(good, Pin("x", "1", (digest,)))
-    assert _verified(good, Pin("x", "1", (digest,)))          # from the stamp
+    assert _verified(good, Pin("x", "1", (digest,)))  # from the stamp
     good.write_bytes(b"tampered")
     assert not _verified(good, Pin("x", "1", (digest,)))
     assert not _verified(tmp_path / "missing.whl", Pin("x", "1", (digest,)))
 
 
 # --- environment names ------------------------------------------------------------------------
+
 
 def test_env_id_changes_with_lock_and_interpreter_only():
     a = env_id("0.7.0.post1", b"lock", "py1")
@@ -158,13 +190,18 @@ def test_env_id_changes_with_lock_and_interpreter_only():
 
 # --- facts -------------------------------------------------------------------------------------
 
+
 def test_engine_envs_fact_parser():
-    out = ["link current envs/0.7.0.post1-aaaaaaaaaaaa", "link previous envs/0.7.2-bbbbbbbbbbbb",
-           "env 0.7.0.post1-aaaaaaaaaaaa", "complete 0.7.0.post1-aaaaaaaaaaaa",
-           "dist 0.7.0.post1-aaaaaaaaaaaa nvidia_cudnn_cu12-9.16.0.29.dist-info",
-           "dist 0.7.0.post1-aaaaaaaaaaaa transformers_kt-5.6.0.post3.dist-info",
-           "dist 0.7.0.post1-aaaaaaaaaaaa numpy-2.4.6.dist-info",
-           "env 0.7.2-cccccccccccc"]
+    out = [
+        "link current envs/0.7.0.post1-aaaaaaaaaaaa",
+        "link previous envs/0.7.2-bbbbbbbbbbbb",
+        "env 0.7.0.post1-aaaaaaaaaaaa",
+        "complete 0.7.0.post1-aaaaaaaaaaaa",
+        "dist 0.7.0.post1-aaaaaaaaaaaa nvidia_cudnn_cu12-9.16.0.29.dist-info",
+        "dist 0.7.0.post1-aaaaaaaaaaaa transformers_kt-5.6.0.post3.dist-info",
+        "dist 0.7.0.post1-aaaaaaaaaaaa numpy-2.4.6.dist-info",
+        "env 0.7.2-cccccccccccc",
+    ]
     s = EngineEnvs.parse(out)
     assert s.current == "0.7.0.post1-aaaaaaaaaaaa" and s.previous == "0.7.2-bbbbbbbbbbbb"
     assert s.complete == ("0.7.0.post1-aaaaaaaaaaaa",) and "0.7.2-cccccccccccc" in s.present
@@ -175,8 +212,10 @@ def test_engine_envs_fact_parser():
 
 
 def test_small_fact_parsers():
-    assert WheelhouseFiles.parse(["a b-1-py3-none-any.whl 12", "torch.whl 899821446", "junk"]) == \
-        {"a b-1-py3-none-any.whl": 12, "torch.whl": 899821446}
+    assert WheelhouseFiles.parse(["a b-1-py3-none-any.whl 12", "torch.whl 899821446", "junk"]) == {
+        "a b-1-py3-none-any.whl": 12,
+        "torch.whl": 899821446,
+    }
     assert PythonArtifact().process(["f" * 64]) == "f" * 64
     assert PythonArtifact().process([]) is None and PythonArtifact().process(["garbage"]) is None
     assert TransformersOwner().process(["mismatch 0"]) is True

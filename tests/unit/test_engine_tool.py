@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from roles.engine_lock import fetch, load_lock
+from control.engine_lock import fetch, load_lock
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "files" / "glm-flash-engine"
@@ -34,8 +34,11 @@ def mini(tmp_path_factory):
     wheelhouse = d / "wheelhouse"
     wheelhouse.mkdir()
     for path in fetch(chosen, log=lambda *_: None):
-        os.link(path, wheelhouse / path.name) if path.stat().st_dev == wheelhouse.stat().st_dev \
-            else wheelhouse.joinpath(path.name).write_bytes(path.read_bytes())
+        os.link(
+            path, wheelhouse / path.name
+        ) if path.stat().st_dev == wheelhouse.stat().st_dev else wheelhouse.joinpath(path.name).write_bytes(
+            path.read_bytes()
+        )
     lock2 = d / "two.txt"
     lock2.write_text("".join(p.lock_lines() for p in chosen[:2]))
     lock3 = d / "three.txt"
@@ -59,8 +62,9 @@ def status(root: Path) -> dict:
 
 
 def build(root: Path, env: str, lock: Path, wheelhouse: Path, check: bool = True):
-    return tool(root, "build", env, "--python", base_python(), "--lock", str(lock), "--wheelhouse", str(wheelhouse),
-                check=check)
+    return tool(
+        root, "build", env, "--python", base_python(), "--lock", str(lock), "--wheelhouse", str(wheelhouse), check=check
+    )
 
 
 def test_build_switch_rollback_prune(tmp_path, mini):
@@ -71,7 +75,7 @@ def test_build_switch_rollback_prune(tmp_path, mini):
     assert json.loads(marker.read_text())["packages"] == 2
     stamp = marker.stat().st_mtime_ns
     assert "already complete" in build(root, a, mini["lock2"], mini["wheelhouse"]).stdout
-    assert marker.stat().st_mtime_ns == stamp                              # second build: nothing done
+    assert marker.stat().st_mtime_ns == stamp  # second build: nothing done
 
     assert status(root)["current"] is None
     tool(root, "switch", a)
@@ -96,7 +100,7 @@ def test_build_switch_rollback_prune(tmp_path, mini):
     tool(root, "rollback", "--no-restart")
     assert (status(root)["current"], status(root)["previous"]) == (b, a)
 
-    (root / "engine/envs" / c).mkdir()                                      # a failed upgrade's leftovers
+    (root / "engine/envs" / c).mkdir()  # a failed upgrade's leftovers
     tool(root, "prune")
     assert sorted(status(root)["envs"]) == sorted([a, b])
 
@@ -122,13 +126,20 @@ def test_verify_and_assert_pin(tmp_path, mini):
     manifest = root / "patch-state" / "manifests" / "x.json"
     manifest.parent.mkdir(parents=True)
     import hashlib
-    manifest.write_text(json.dumps({"files": {str(sp / "idna" / "core.py"): {
-        "patched_sha256": hashlib.sha256(b"# changed\n").hexdigest()}}}))
+
+    manifest.write_text(
+        json.dumps(
+            {"files": {str(sp / "idna" / "core.py"): {"patched_sha256": hashlib.sha256(b"# changed\n").hexdigest()}}}
+        )
+    )
     assert json.loads(tool(root, "verify", "--full", "--json").stdout)["problems"] == []
 
     # a pin removed by hand is put back from the wheelhouse; a right one is left alone
-    subprocess.run([str(root / "engine/current/bin/python"), "-m", "pip", "uninstall", "-y", "-q", "sniffio"],
-                   check=True, env=dict(os.environ, PIP_CONFIG_FILE=os.devnull))
+    subprocess.run(
+        [str(root / "engine/current/bin/python"), "-m", "pip", "uninstall", "-y", "-q", "sniffio"],
+        check=True,
+        env=dict(os.environ, PIP_CONFIG_FILE=os.devnull),
+    )
     report = json.loads(tool(root, "verify", "--json", check=False).stdout)
     assert any(p.startswith("sniffio: missing installed") for p in report["problems"])
     assert "reinstalling" in tool(root, "assert-pin", env, "sniffio", "--wheelhouse", str(mini["wheelhouse"])).stdout
@@ -143,6 +154,10 @@ def test_rollback_without_previous_is_refused(tmp_path):
 def test_called_as_glm_flash_rollback(tmp_path):
     link = tmp_path / "glm-flash-rollback"
     link.symlink_to(TOOL)
-    r = subprocess.run([sys.executable, str(link), "--no-restart"], capture_output=True, text=True,
-                       env=dict(os.environ, GLM_FLASH_ROOT=str(tmp_path)))
+    r = subprocess.run(
+        [sys.executable, str(link), "--no-restart"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, GLM_FLASH_ROOT=str(tmp_path)),
+    )
     assert r.returncode == 2 and "no previous environment" in r.stderr

@@ -3,7 +3,7 @@ sandbox; nvidia-smi output in its documented formats (no GPU here)."""
 
 from pathlib import Path
 
-from roles.facts import CpuInfo, CudaToolkits, GlibcVersion, GpuProcesses, Gpus, NumaNodes, UnitFiles
+from roles.facts.system import CpuInfo, CudaToolkits, GlibcVersion, GpuProcesses, Gpus, NumaNodes, UnitFiles
 
 DATA = Path(__file__).parent / "data"
 
@@ -15,7 +15,9 @@ def lines(name):
 def test_gpus_from_nvidia_smi_csv():
     gpus = Gpus.parse(lines("nvidia-smi-query-gpu-l40s.csv"))
     assert [(g.index, g.name, g.compute_capability, g.memory_mib) for g in gpus] == [
-        (0, "NVIDIA L40S", "8.9", 46068), (1, "NVIDIA L40S", "8.9", 46068)]
+        (0, "NVIDIA L40S", "8.9", 46068),
+        (1, "NVIDIA L40S", "8.9", 46068),
+    ]
     assert gpus[0].driver_version == "580.95.05"
 
 
@@ -51,7 +53,9 @@ def test_glibc_versions():
 
 def test_cuda_toolkits():
     assert CudaToolkits.parse(["/usr/local/cuda-12.8", "/usr/local/cuda-13.0/"]) == {
-        "12.8": "/usr/local/cuda-12.8", "13.0": "/usr/local/cuda-13.0"}
+        "12.8": "/usr/local/cuda-12.8",
+        "13.0": "/usr/local/cuda-13.0",
+    }
     assert CudaToolkits.parse(["/usr/local/cuda-[0-9]*"]) == {}
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from roles.profile import ProfileError, build
+from control.profile import ProfileError, build
 from tests.unit.first_contact import REPO, filled, load, user_home
 
 
@@ -20,7 +20,7 @@ def refused(run) -> str:
 
 @pytest.mark.parametrize("example, host", [("l40s.py", "gpu1.example.lan"), ("gb10.py", "gx10.example.lan")])
 def test_examples_as_shipped_are_refused_before_connecting(tmp_path, example, host):
-    home = tmp_path / "empty-home"          # no ~/.ssh/id_ed25519 yet
+    home = tmp_path / "empty-home"  # no ~/.ssh/id_ed25519 yet
     home.mkdir()
     out = refused(load(REPO / "inventory" / example, home, pyinfra=True))
     assert f"{host}: (host name): '{host}' is the example inventory's placeholder" in out
@@ -63,16 +63,21 @@ def test_gb10_licence_is_the_users_decision(tmp_path):
 
 
 def test_a_host_named_as_an_address_is_checked_too(tmp_path):
-    inv = filled("l40s.py", tmp_path, **{'"ssh_user": "root",': '"ssh_user": "root", "ssh_hostname": "10.0.0.5.example.lan",'})
+    inv = filled(
+        "l40s.py", tmp_path, **{'"ssh_user": "root",': '"ssh_user": "root", "ssh_hostname": "10.0.0.5.example.lan",'}
+    )
     out = refused(load(inv, user_home(tmp_path)))
     assert "gpu1.lan: ssh_hostname: '10.0.0.5.example.lan' is the example inventory's placeholder" in out
 
 
-@pytest.mark.parametrize("data, expected", [
-    ({"python_release": "3.12.8"}, "'3.12.8' is not a CPython 3.11.N release"),
-    ({"python_release": "3.11"}, "'3.11' is not a CPython 3.11.N release"),
-    ({"python_version": "3.12"}, "'3.11.18' is not a CPython 3.12.N release"),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        ({"python_release": "3.12.8"}, "'3.12.8' is not a CPython 3.11.N release"),
+        ({"python_release": "3.11"}, "'3.11' is not a CPython 3.11.N release"),
+        ({"python_version": "3.12"}, "'3.11.18' is not a CPython 3.12.N release"),
+    ],
+)
 def test_python_release_matches_python_version(data, expected):
     with pytest.raises(ProfileError) as e:
         build("gpu1", data, api_key_present=False)

@@ -18,17 +18,17 @@ import runpy
 from pathlib import Path
 
 import pytest
+from fakehost import F, FakeHost, on, render
 from pyinfra.api import OperationError
 from pyinfra.facts.files import File
 from pyinfra.facts.server import Arch
 
-from fakehost import F, FakeHost, on, render
+from control.profile import build
 from roles import engine_vllm
-from roles.driver_facts import Kernels, NvidiaLoadedModule, NvidiaModuleOnDisk, NvidiaPciDevices, RebootRequired
-from roles.engine_facts import EngineEnvs, EngineState
-from roles.facts import CudaToolkits, DefaultTarget, GpuProcesses, Gpus, NumaNodes, UnitFiles
-from roles.gb10_facts import MemTotalKiB, OsRelease
-from roles.profile import build
+from roles.facts.driver import Kernels, NvidiaLoadedModule, NvidiaModuleOnDisk, NvidiaPciDevices, RebootRequired
+from roles.facts.engine import EngineEnvs, EngineState
+from roles.facts.gb10 import MemTotalKiB, OsRelease
+from roles.facts.system import CudaToolkits, DefaultTarget, GpuProcesses, Gpus, NumaNodes, UnitFiles
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -86,12 +86,15 @@ class Plan:
 OURS = ("roles.",)
 
 
-def run_deploy(monkeypatch, facts, inventory=INVENTORY, extra_facts_for=None, patch_state=None) -> tuple[Plan, FakeHost]:
+def run_deploy(
+    monkeypatch, facts, inventory=INVENTORY, extra_facts_for=None, patch_state=None
+) -> tuple[Plan, FakeHost]:
     """Run deploy.py for one GB10 host on `facts`; return the recorded plan."""
     import pyinfra.operations.apt as apt
     import pyinfra.operations.files as files
     import pyinfra.operations.server as server
     import pyinfra.operations.systemd as systemd
+
     import roles
 
     plan = Plan()
@@ -111,6 +114,7 @@ def run_deploy(monkeypatch, facts, inventory=INVENTORY, extra_facts_for=None, pa
                 cmds = [render(c) for c in op._inner(*args, **kwargs)]
             plan.calls.append((op.__name__, name, kwargs, cmds, control))
             return Op()
+
         call._inner = op._inner
         call.__name__ = op.__name__
         return call
@@ -122,6 +126,7 @@ def run_deploy(monkeypatch, facts, inventory=INVENTORY, extra_facts_for=None, pa
                 monkeypatch.setattr(module, attr, recorder(obj))
     import importlib
     import pkgutil
+
     for info in pkgutil.iter_modules(roles.__path__):
         try:
             module = importlib.import_module(f"roles.{info.name}")
@@ -133,6 +138,7 @@ def run_deploy(monkeypatch, facts, inventory=INVENTORY, extra_facts_for=None, pa
                 monkeypatch.setattr(module, attr, recorder(obj))
     # engine_patches.engine_patched is a module-level op of roles/: the loop above records it
     from roles import engine_patches
+
     assert engine_patches.engine_patched.__module__ == __name__, "engine_patched is not recorded"
     fake.facts[engine_patches.EnginePatchCheck] = patch_state or {"exit": None, "files": {}, "lines": []}
     if extra_facts_for:
@@ -145,15 +151,19 @@ def run_deploy(monkeypatch, facts, inventory=INVENTORY, extra_facts_for=None, pa
 def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
     """The model role's facts: the staged 2-bit checkpoint, the drafter download marker."""
     from roles import model
+
     check = model.ModelCheck
     p = build("gx10.example.lan", INVENTORY, api_key_present=False)
     tool = f"{p.install_root}/bin/glm-flash-model-fetch"
     ok = {"exit": 0, "state": "ok", "reason": ""}
     missing = {"exit": 1, "state": "missing", "reason": "not downloaded"}
     fake.facts[F(check, tool=tool, dest=p.model_path)] = ok if main_ok else missing
-    fake.facts[F(check, tool=tool, dest=p.drafter_path, repo=p.drafter_model, revision=p.drafter_revision)] = \
+    fake.facts[F(check, tool=tool, dest=p.drafter_path, repo=p.drafter_model, revision=p.drafter_revision)] = (
         ok if drafter_ok else missing
-    fake.facts[F(File, path=f"{p.install_root}/tools/hf-hub/.glm-flash-complete")] = {"mode": 644} if drafter_ok else None
+    )
+    fake.facts[F(File, path=f"{p.install_root}/tools/hf-hub/.glm-flash-complete")] = (
+        {"mode": 644} if drafter_ok else None
+    )
     fake.facts[check] = missing
 
 
@@ -164,7 +174,8 @@ def profile():
 
 def test_facts_recognise_the_gb10_box():
     f = gb10_facts()
-    from roles.gb10_facts import Gb10View
+    from roles.facts.gb10 import Gb10View
+
     view = Gb10View(f[Arch], f[OsRelease], tuple(f[Gpus]), f[MemTotalKiB])
     assert view.problems() == []
     assert view.unified_memory and view.unified_gib == 121.6
@@ -187,19 +198,36 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     assert plan.find("Stop and disable gdm3")
     # fresh: build beside, patch, middleware, drafter, then switch
     build_cmd = plan.shell("Build vLLM-Moet")
-    assert build_cmd == [f"/opt/glm-flash/bin/glm-flash-vllm-build {env} --repo https://github.com/lrozewicz/vLLM-Moet-GB10 "
-                         f"--ref {REF} --python /usr/bin/python3.12 --torch-index https://download.pytorch.org/whl/cu130 "
-                         f"--arch 12.1 --cuda-home /usr/local/cuda-13.0"]
+    assert build_cmd == [
+        f"/opt/glm-flash/bin/glm-flash-vllm-build {env} --repo https://github.com/lrozewicz/vLLM-Moet-GB10 "
+        f"--ref {REF} --python /usr/bin/python3.12 --torch-index https://download.pytorch.org/whl/cu130 "
+        f"--arch 12.1 --cuda-home /usr/local/cuda-13.0"
+    ]
     patch = plan.find("vLLM patches in")[0]
-    assert patch[3] == [f"/opt/glm-flash/bin/glm-flash-patch apply /opt/glm-flash/engine/envs/{env}/glm-flash-patches/vllm-0.33.0-gb10.json"]
-    assert plan.find("Thinking-budget middleware")[0][2]["dest"] == \
-        f"/opt/glm-flash/engine/envs/{env}/lib/python3.12/site-packages/glm_flash_defaults.py"
+    assert patch[3] == [
+        f"/opt/glm-flash/bin/glm-flash-patch apply /opt/glm-flash/engine/envs/{env}/glm-flash-patches/vllm-0.33.0-gb10.json"
+    ]
+    assert (
+        plan.find("Thinking-budget middleware")[0][2]["dest"]
+        == f"/opt/glm-flash/engine/envs/{env}/lib/python3.12/site-packages/glm_flash_defaults.py"
+    )
     drafter = plan.shell("Download incoai/GLM-5.3-Flash-DFlash2@main into /srv/models/GLM-5.3-Flash-DFlash2")
     assert len(drafter) == 1 and "--repo incoai/GLM-5.3-Flash-DFlash2" in drafter[0]
-    assert plan.shell("Switch engine current") == [f"/opt/glm-flash/bin/glm-flash-engine switch {env}",
-                                                   f"/opt/glm-flash/bin/glm-flash-engine prune --keep {env}"]
-    order = [names.index(plan.find(t)[0][1]) for t in ("Build vLLM-Moet", "vLLM patches in", "Thinking-budget",
-                                                       "Download incoai", "Switch engine current", "glm-flash.service unit")]
+    assert plan.shell("Switch engine current") == [
+        f"/opt/glm-flash/bin/glm-flash-engine switch {env}",
+        f"/opt/glm-flash/bin/glm-flash-engine prune --keep {env}",
+    ]
+    order = [
+        names.index(plan.find(t)[0][1])
+        for t in (
+            "Build vLLM-Moet",
+            "vLLM patches in",
+            "Thinking-budget",
+            "Download incoai",
+            "Switch engine current",
+            "glm-flash.service unit",
+        )
+    ]
     assert order == sorted(order)
     # the service: launch spec with the vLLM flags, the budget in its environment, page cache flushed
     launch = plan.find("Launch flags")[0][2]["src"].getvalue()
@@ -216,11 +244,15 @@ def test_fork_already_built_at_the_pinned_ref_builds_nothing(monkeypatch, profil
     env = engine_vllm.env_id(profile)
     state = EngineState(current=env, previous=None, complete=(env,), present=(env,))
     done = {"exit": 0, "files": {"x": {"state": "applied"}}, "lines": []}
-    plan, _ = run_deploy(monkeypatch, gb10_facts({EngineEnvs: state}), patch_state=done,
-                         extra_facts_for=lambda f, m: model_facts(f, m, drafter_ok=True))
+    plan, _ = run_deploy(
+        monkeypatch,
+        gb10_facts({EngineEnvs: state}),
+        patch_state=done,
+        extra_facts_for=lambda f, m: model_facts(f, m, drafter_ok=True),
+    )
     assert not plan.find("Build vLLM-Moet")
     assert not plan.find("Switch engine current")
-    assert plan.find("vLLM patches in")[0][3] == []          # checked, nothing pending
+    assert plan.find("vLLM patches in")[0][3] == []  # checked, nothing pending
     assert not plan.find("Download incoai")
 
 
@@ -231,20 +263,33 @@ def test_ref_changed_builds_beside_and_switches(monkeypatch, profile):
     new_profile = build("gx10.example.lan", inv, api_key_present=False)
     new = engine_vllm.env_id(new_profile)
     assert new != old and new.startswith("vllm-moet-9b8a7c6d5e4f-")
-    plan, _ = run_deploy(monkeypatch, gb10_facts({EngineEnvs: state}), inventory=inv,
-                         extra_facts_for=lambda f, m: model_facts(f, m, drafter_ok=True))
+    plan, _ = run_deploy(
+        monkeypatch,
+        gb10_facts({EngineEnvs: state}),
+        inventory=inv,
+        extra_facts_for=lambda f, m: model_facts(f, m, drafter_ok=True),
+    )
     assert plan.shell("Build vLLM-Moet")[0].startswith(f"/opt/glm-flash/bin/glm-flash-vllm-build {new} ")
     assert f"--ref {NEW_REF}" in plan.shell("Build vLLM-Moet")[0]
-    assert plan.shell("Switch engine current") == [f"/opt/glm-flash/bin/glm-flash-engine switch {new}",
-                                                   f"/opt/glm-flash/bin/glm-flash-engine prune --keep {new}"]
+    assert plan.shell("Switch engine current") == [
+        f"/opt/glm-flash/bin/glm-flash-engine switch {new}",
+        f"/opt/glm-flash/bin/glm-flash-engine prune --keep {new}",
+    ]
     # the old environment is not touched before the switch (it keeps serving)
     assert not any(old in cmd for c in plan.calls for cmd in c[2].get("commands", []))
 
 
 def test_driver_too_old_fails_clearly(monkeypatch):
-    facts = gb10_facts({NvidiaLoadedModule: NvidiaLoadedModule.parse(
-        ["NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  570.133.20  Release Build  (dvs-builder@U16)  Mon Mar 10 2025"]),
-        NvidiaModuleOnDisk: "570.133.20"})
+    facts = gb10_facts(
+        {
+            NvidiaLoadedModule: NvidiaLoadedModule.parse(
+                [
+                    "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  570.133.20  Release Build  (dvs-builder@U16)  Mon Mar 10 2025"
+                ]
+            ),
+            NvidiaModuleOnDisk: "570.133.20",
+        }
+    )
     with pytest.raises(OperationError) as e:
         run_deploy(monkeypatch, facts, extra_facts_for=model_facts)
     msg = str(e.value)
@@ -262,7 +307,9 @@ def test_not_a_gb10_box_stops_before_anything_of_the_engine(monkeypatch, capsys)
 
 def test_licence_is_shown_at_deploy_time(monkeypatch, caplog):
     import logging
+
     caplog.set_level(logging.WARNING, logger="pyinfra")
     run_deploy(monkeypatch, gb10_facts(), extra_facts_for=model_facts)
-    assert any("CC-BY-NC-ND-4.0" in r.getMessage() and "incoai/GLM-5.3-Flash-DFlash2" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "CC-BY-NC-ND-4.0" in r.getMessage() and "incoai/GLM-5.3-Flash-DFlash2" in r.getMessage() for r in caplog.records
+    )

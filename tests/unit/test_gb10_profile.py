@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from roles.gb10_facts import Gb10View, MemTotalKiB, OsRelease
-from roles.facts import Gpus
-from roles.profile import ProfileError, build
+from control.profile import ProfileError, build
+from roles.facts.gb10 import Gb10View, MemTotalKiB, OsRelease
+from roles.facts.system import Gpus
 from tests.unit.first_contact import filled, load, user_home
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ def test_drafter_licence_must_be_accepted_before_anything_happens():
 
 
 def test_licence_is_a_gb10_rule_only():
-    build("gpu1", {}, api_key_present=False)       # L40S: no drafter, nothing to accept
+    build("gpu1", {}, api_key_present=False)  # L40S: no drafter, nothing to accept
 
 
 @pytest.mark.parametrize("ref", ["v0.3.0", "main", "0123abc", REF.upper(), REF + "0"])
@@ -50,11 +50,22 @@ def test_example_inventory_resolves_to_the_field_settings(tmp_path, monkeypatch)
     inv = filled("gb10.py", tmp_path)
     monkeypatch.setenv("HOME", str(user_home(tmp_path)))
     monkeypatch.chdir(inv.parent.parent)
-    (name, data), = runpy.run_path(str(inv))["hosts"]
+    ((name, data),) = runpy.run_path(str(inv))["hosts"]
     p = build(name, data, api_key_present=False)
-    assert (p.platform, p.driver_source, p.tp_size, p.gpu_count, p.gpu_compute_capability) == ("gb10", "preinstalled", 1, 1, "12.1")
+    assert (p.platform, p.driver_source, p.tp_size, p.gpu_count, p.gpu_compute_capability) == (
+        "gb10",
+        "preinstalled",
+        1,
+        1,
+        "12.1",
+    )
     assert (p.max_model_len, p.max_num_seqs, p.num_speculative_tokens, p.thinking_token_budget) == (204800, 1, 7, 1536)
-    assert (p.reasoning_effort, p.mamba_cache_mode, p.drop_page_cache, p.python_version) == ("low", "align", True, "3.12")
+    assert (p.reasoning_effort, p.mamba_cache_mode, p.drop_page_cache, p.python_version) == (
+        "low",
+        "align",
+        True,
+        "3.12",
+    )
 
 
 def read(name):
@@ -62,10 +73,12 @@ def read(name):
 
 
 def view(**over):
-    base = dict(arch=read("gb10-uname-m.txt")[0],
-                os=OsRelease.parse(read("gb10-os-release.txt") + [OsRelease.SEP] + read("gb10-dgx-release.txt")),
-                gpus=tuple(Gpus.parse(read("gb10-nvidia-smi-query-gpu.csv"))),
-                mem_total_kib=MemTotalKiB.parse(read("gb10-meminfo.txt")))
+    base = dict(
+        arch=read("gb10-uname-m.txt")[0],
+        os=OsRelease.parse(read("gb10-os-release.txt") + [OsRelease.SEP] + read("gb10-dgx-release.txt")),
+        gpus=tuple(Gpus.parse(read("gb10-nvidia-smi-query-gpu.csv"))),
+        mem_total_kib=MemTotalKiB.parse(read("gb10-meminfo.txt")),
+    )
     base.update(over)
     return Gb10View(**base)
 
@@ -80,10 +93,15 @@ def test_other_machines_are_not_taken_for_a_gb10():
     l40s = tuple(Gpus.parse(read("nvidia-smi-query-gpu-l40s.csv")))
     found = {what for what, _, _ in view(arch="x86_64", gpus=l40s).problems()}
     assert found == {"architecture", "GPU"}
-    debian = OsRelease.parse(['PRETTY_NAME="Debian GNU/Linux 13 (trixie)"', "ID=debian", 'VERSION_ID="13"', OsRelease.SEP])
+    debian = OsRelease.parse(
+        ['PRETTY_NAME="Debian GNU/Linux 13 (trixie)"', "ID=debian", 'VERSION_ID="13"', OsRelease.SEP]
+    )
     assert [w for w, _, _ in view(os=debian).problems()] == ["operating system"]
     assert not debian.is_dgx_os
     # a discrete card with its own memory reported at 12.1 is not unified memory
-    from roles.facts import Gpu
-    assert [w for w, _, _ in view(gpus=(Gpu(0, "NVIDIA X", "12.1", 98304, "580.95.05"),)).problems()] == ["unified memory"]
+    from roles.facts.system import Gpu
+
+    assert [w for w, _, _ in view(gpus=(Gpu(0, "NVIDIA X", "12.1", 98304, "580.95.05"),)).problems()] == [
+        "unified memory"
+    ]
     assert [w for w, _, _ in view(mem_total_kib=64 * 1048576).problems()] == ["memory"]

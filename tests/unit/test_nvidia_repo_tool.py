@@ -34,10 +34,11 @@ def keys(tmp_path_factory):
     """Two real OpenPGP keys, armored, and their fingerprints (gpg's homedir must be short)."""
     out = []
     for _ in range(2):
-        home = Path(tempfile.mkdtemp(prefix="gk", dir="/tmp"))   # gpg's agent socket needs a short path
+        home = Path(tempfile.mkdtemp(prefix="gk", dir="/tmp"))  # gpg's agent socket needs a short path
         fpr = signing_key(home)
-        armored = subprocess.run(["gpg", "--batch", "--homedir", str(home), "--armor", "--export", fpr],
-                                 capture_output=True, check=True).stdout
+        armored = subprocess.run(
+            ["gpg", "--batch", "--homedir", str(home), "--armor", "--export", fpr], capture_output=True, check=True
+        ).stdout
         out.append((fpr, armored))
     return out
 
@@ -47,7 +48,7 @@ def test_primary_fingerprints_of_a_key_file(keys, tmp_path):
     home = tmp_path / "g"
     home.mkdir(mode=0o700)
     assert tool.fingerprints(str(home), key1) == [fpr1]
-    assert tool.fingerprints(str(home), key1 + key2) == [fpr1, fpr2]      # one key too many is not "the" key
+    assert tool.fingerprints(str(home), key1 + key2) == [fpr1, fpr2]  # one key too many is not "the" key
     assert tool.fingerprints(str(home), b"<html>not found</html>") == []
     binary = tool.binary_key(str(home), key1)
     assert not binary.startswith(b"-----") and tool.fingerprints(str(home), binary) == [fpr1]
@@ -60,6 +61,7 @@ def setup_args(tmp_path, key_file, fingerprint):
         branch, package = "590", "nvidia-driver-cuda"
         keyring = str(tmp_path / "etc/keyrings/nvidia.gpg")
         sources = str(tmp_path / "etc/sources.list.d/nvidia.sources")
+
     Args.fingerprint = fingerprint
     return Args
 
@@ -99,15 +101,18 @@ def test_runfile_refused_on_sha256_then_installed_toolkit_only(tmp_path, monkeyp
     assert not dest.exists() and not list((tmp_path / "cache").iterdir())
     assert tool.cmd_runfile(RunArgs(f"file://{run}", digest, str(dest))) == 0
     assert (dest / "targets/x86_64-linux/include/crt/math_functions.h").read_bytes() == b"/* a header */\n"
-    assert "release 12.8," in subprocess.run([str(dest / "bin/nvcc"), "--version"], capture_output=True, text=True).stdout
+    assert (
+        "release 12.8," in subprocess.run([str(dest / "bin/nvcc"), "--version"], capture_output=True, text=True).stdout
+    )
     assert (dest / ".glm-flash-runfile").read_text().strip() == digest
-    assert not list((tmp_path / "cache").iterdir())          # the 5 GB runfile does not stay
-    run.unlink()                                             # converged: no download, no run
+    assert not list((tmp_path / "cache").iterdir())  # the 5 GB runfile does not stay
+    run.unlink()  # converged: no download, no run
     assert tool.cmd_runfile(RunArgs(f"file://{run}", digest, str(dest))) == 0
 
 
 def test_the_runfile_standin_refuses_the_driver(tmp_path):
     run, _ = make_runfile(tmp_path)
-    r = subprocess.run(["sh", str(run), "--silent", "--driver", f"--toolkitpath={tmp_path}/x"], capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        ["sh", str(run), "--silent", "--driver", f"--toolkitpath={tmp_path}/x"], capture_output=True, text=True
+    )
     assert r.returncode != 0 and not (tmp_path / "x").exists()

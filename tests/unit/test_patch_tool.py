@@ -42,8 +42,9 @@ def env(tmp_path):
 
 
 def run(env, action, *sets, extra=()):
-    return subprocess.run([sys.executable, str(TOOL), action, *map(str, sets), *extra], env=env,
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, str(TOOL), action, *map(str, sets), *extra], env=env, capture_output=True, text=True
+    )
 
 
 def write_set(path, **pset):
@@ -52,16 +53,29 @@ def write_set(path, **pset):
 
 
 def text_set(tmp_path, root, name="demo", replace="x = 2  # patched\n", fname="set.json"):
-    return write_set(tmp_path / fname, name=name, package="demo-pkg", version="1.0", root=str(root),
-                     files=[{"path": "a.py", "edits": [{"id": "x", "anchor": "x = 1\n", "replace": replace}]}])
+    return write_set(
+        tmp_path / fname,
+        name=name,
+        package="demo-pkg",
+        version="1.0",
+        root=str(root),
+        files=[{"path": "a.py", "edits": [{"id": "x", "anchor": "x = 1\n", "replace": replace}]}],
+    )
 
 
 def json_set(tmp_path, root, name="model", **edit_extra):
-    edits = [{"id": "top", "json_path": ["index_share_for_mtp_iteration"], "expect": True, "value": False},
-             {"id": "nested", "json_path": ["text_config", "index_share_for_mtp_iteration"], "expect": True,
-              "value": False}]
-    return write_set(tmp_path / f"{name}.json", name=name, package="zai-org/GLM-5.3-Flash", version="rev1",
-                     root=str(root), files=[{"path": "config.json", "edits": edits}])
+    edits = [
+        {"id": "top", "json_path": ["index_share_for_mtp_iteration"], "expect": True, "value": False},
+        {"id": "nested", "json_path": ["text_config", "index_share_for_mtp_iteration"], "expect": True, "value": False},
+    ]
+    return write_set(
+        tmp_path / f"{name}.json",
+        name=name,
+        package="zai-org/GLM-5.3-Flash",
+        version="rev1",
+        root=str(root),
+        files=[{"path": "config.json", "edits": edits}],
+    )
 
 
 @pytest.fixture
@@ -110,15 +124,24 @@ def test_json_edit_changes_only_the_values(tmp_path, tree, env):
     assert orig.read_text() == CONFIG
 
 
-@pytest.mark.parametrize("config,needle", [
-    (CONFIG.replace('"index_share_for_mtp_iteration": true,\n  "num', '"num'), "missing"),
-    (CONFIG.replace('"index_topk": 2048', '"index_topk": 2048, "index_share_for_mtp_iteration": true'), "2 times"),
-    (CONFIG.replace('"index_share_for_mtp_iteration": true,\n  "num', '"index_share_for_mtp_iteration": 1,\n  "num'),
-     "is 1, expected true"),
-    (CONFIG[:-3], "not valid JSON"),
-    (CONFIG.replace('"text_config": {', '"text_config": [').replace('"rope_theta": 1000000.0\n  }', '"r": 1]'),
-     "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "config,needle",
+    [
+        (CONFIG.replace('"index_share_for_mtp_iteration": true,\n  "num', '"num'), "missing"),
+        (CONFIG.replace('"index_topk": 2048', '"index_topk": 2048, "index_share_for_mtp_iteration": true'), "2 times"),
+        (
+            CONFIG.replace(
+                '"index_share_for_mtp_iteration": true,\n  "num', '"index_share_for_mtp_iteration": 1,\n  "num'
+            ),
+            "is 1, expected true",
+        ),
+        (CONFIG[:-3], "not valid JSON"),
+        (
+            CONFIG.replace('"text_config": {', '"text_config": [').replace('"rope_theta": 1000000.0\n  }', '"r": 1]'),
+            "not valid JSON",
+        ),
+    ],
+)
 def test_json_drift_is_refused(tmp_path, tree, env, config, needle):
     (tree / "config.json").write_text(config)
     s = json_set(tmp_path, tree)
@@ -131,19 +154,37 @@ def test_json_drift_is_refused(tmp_path, tree, env, config, needle):
 
 def test_json_path_into_a_list_and_wrong_container(tmp_path, tree, env):
     (tree / "config.json").write_text('{"layers": [ {"a": true}, {"a": true} ]}')
-    ok = write_set(tmp_path / "l.json", name="l", root=str(tree), files=[{"path": "config.json", "edits": [
-        {"id": "second", "json_path": ["layers", 1, "a"], "expect": True, "value": False}]}])
+    ok = write_set(
+        tmp_path / "l.json",
+        name="l",
+        root=str(tree),
+        files=[
+            {
+                "path": "config.json",
+                "edits": [{"id": "second", "json_path": ["layers", 1, "a"], "expect": True, "value": False}],
+            }
+        ],
+    )
     assert run(env, "apply", ok).returncode == 0
     assert (tree / "config.json").read_text() == '{"layers": [ {"a": true}, {"a": false} ]}'
-    bad = write_set(tmp_path / "b.json", name="b", root=str(tree), files=[{"path": "config.json", "edits": [
-        {"id": "w", "json_path": ["layers", "a"], "expect": True, "value": False}]}])
+    bad = write_set(
+        tmp_path / "b.json",
+        name="b",
+        root=str(tree),
+        files=[
+            {
+                "path": "config.json",
+                "edits": [{"id": "w", "json_path": ["layers", "a"], "expect": True, "value": False}],
+            }
+        ],
+    )
     r = run(env, "check", bad)
     assert r.returncode == 2 and "not an object/list" in r.stderr
 
 
 def test_one_drifted_set_refuses_every_set_of_the_run(tmp_path, tree, env):
     a = text_set(tmp_path, tree)
-    (tree / "config.json").write_text(CONFIG.replace("true", "false", 1))   # top level already changed by hand
+    (tree / "config.json").write_text(CONFIG.replace("true", "false", 1))  # top level already changed by hand
     b = json_set(tmp_path, tree)
     before = {p: sha(p) for p in (tree / "a.py", tree / "config.json")}
     r = run(env, "apply", a, b, extra=["--json"])
@@ -159,10 +200,20 @@ def test_one_drifted_set_refuses_every_set_of_the_run(tmp_path, tree, env):
 
 def test_require_edit_checks_without_writing(tmp_path, tree, env):
     (tree / "METADATA").write_text("Name: demo\nVersion: 1.0\n")
+
     def s(version):
-        return write_set(tmp_path / f"r{version}.json", name="r", package="demo", version=version, root=str(tree),
-                         files=[{"path": "METADATA", "edits": [{"id": "installed", "require": f"Version: {version}\n"}]},
-                                {"path": "a.py", "edits": [{"id": "x", "anchor": "x = 1\n", "replace": "x = 5\n"}]}])
+        return write_set(
+            tmp_path / f"r{version}.json",
+            name="r",
+            package="demo",
+            version=version,
+            root=str(tree),
+            files=[
+                {"path": "METADATA", "edits": [{"id": "installed", "require": f"Version: {version}\n"}]},
+                {"path": "a.py", "edits": [{"id": "x", "anchor": "x = 1\n", "replace": "x = 5\n"}]},
+            ],
+        )
+
     r = run(env, "apply", s("2.0"))
     assert r.returncode == 2 and "Version: 2.0" in r.stderr and "demo 2.0" in r.stderr
     assert (tree / "a.py").read_text() == "a = 0\nx = 1\ny = 3\n"
@@ -192,8 +243,14 @@ def test_earlier_edition_is_repatched_from_the_original(tmp_path, tree, env):
 def test_bad_sets_are_refused_with_a_message(tmp_path, tree, env):
     bad = [
         {"name": "b", "files": [{"path": "a.py", "edits": [{"id": "e", "anchor": "x"}]}]},
-        {"name": "b", "files": [{"path": "a.py", "edits": [{"id": "e", "anchor": "x", "replace": "y", "require": "z"}]}]},
-        {"name": "b", "files": [{"path": "config.json", "edits": [{"id": "e", "json_path": ["a"], "expect": 1, "value": 1}]}]},
+        {
+            "name": "b",
+            "files": [{"path": "a.py", "edits": [{"id": "e", "anchor": "x", "replace": "y", "require": "z"}]}],
+        },
+        {
+            "name": "b",
+            "files": [{"path": "config.json", "edits": [{"id": "e", "json_path": ["a"], "expect": 1, "value": 1}]}],
+        },
         {"files": []},
     ]
     for i, pset in enumerate(bad):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from roles.defaults import KNOBS
-from roles.profile import ProfileError, build
+from control.defaults import KNOBS
+from control.profile import ProfileError, build
 
 
 def problems(data, **kw):
@@ -17,7 +17,12 @@ def test_defaults_are_the_field_reports_best_configuration():
     assert (p.platform, p.tp_size, p.kt_cpuinfer, p.kt_max_deferred_experts_per_token) == ("l40s", 2, 152, 4)
     assert (p.kt_gpu_prefill_token_threshold, p.chunked_prefill_size, p.max_mamba_cache_size) == (2048, 32768, 16)
     assert (p.mem_fraction_static, p.context_length, p.kv_cache_dtype) == (0.55, 524288, "fp8_e4m3")
-    assert (p.kt_transport, p.engine_set, p.cuda_version, p.listen_host) == ("native", "0.7.0.post1", "12.8", "127.0.0.1")
+    assert (p.kt_transport, p.engine_set, p.cuda_version, p.listen_host) == (
+        "native",
+        "0.7.0.post1",
+        "12.8",
+        "127.0.0.1",
+    )
 
 
 def test_every_knob_says_why_and_its_default_is_valid():
@@ -27,8 +32,15 @@ def test_every_knob_says_why_and_its_default_is_valid():
 
 
 def test_inventory_overrides_and_platform_overlay():
-    p = build("spark", {"platform": "gb10", "vllm_ref": "0123456789abcdef0123456789abcdef01234567", "max_num_seqs": 2,
-                       "accept_drafter_license": True})
+    p = build(
+        "spark",
+        {
+            "platform": "gb10",
+            "vllm_ref": "0123456789abcdef0123456789abcdef01234567",
+            "max_num_seqs": 2,
+            "accept_drafter_license": True,
+        },
+    )
     assert (p.tp_size, p.driver_source, p.gpu_compute_capability, p.port) == (1, "preinstalled", "12.1", 8000)
     assert p.max_num_seqs == 2 and p.kt_cpuinfer == 152
 
@@ -37,32 +49,43 @@ def test_connection_keys_pass_through():
     build("gpu1", {"ssh_user": "admin", "ssh_port": 2200, "_sudo": True})
 
 
-@pytest.mark.parametrize("data, key, words", [
-    ({"tp_szie": 2}, "tp_szie", "did you mean 'tp_size'"),
-    ({"flux_capacitor": 1}, "flux_capacitor", "roles/defaults.py lists every key"),
-    ({"tp_size": "2"}, "tp_size", "expected a whole number"),
-    ({"tp_size": True}, "tp_size", "expected a whole number"),
-    ({"headless": "yes"}, "headless", "expected true or false"),
-    ({"kt_transport": "Native"}, "kt_transport", "did you mean 'native'"),
-    ({"engine_set": "0.8"}, "engine_set", "is not one of"),
-    ({"port": 70000}, "port", "above the maximum"),
-    ({"mem_fraction_static": 0}, "mem_fraction_static", "below the minimum"),
-    ({"tp_size": None}, "tp_size", "must not be None"),
-    ({"chunked_prefill_size": 40960}, "chunked_prefill_size", "runs out of memory"),
-    ({"pytorch_alloc_conf": "expandable_segments:True"}, "pytorch_alloc_conf", "breaks CUDA graph capture"),
-    ({"tp_size": 4}, "tp_size", "exceeds gpu_count 2"),
-    ({"gpu_compute_capability": "9.0"}, "gpu_compute_capability", "rejects sm_90"),
-    ({"driver_source": "debian"}, "driver_source", "ships driver 550"),
-    ({"cuda_graph_bs": [32, 64]}, "cuda_graph_bs", "no CUDA graph would be captured"),
-    ({"cuda_graph_bs": [1, "2"]}, "cuda_graph_bs", "positive whole numbers"),
-    ({"kt_gpu_prefill_token_threshold": 65536}, "kt_gpu_prefill_token_threshold", "GPU prefill never runs"),
-    ({"install_root": "opt/glm"}, "install_root", "not an absolute path"),
-    ({"service_user": "root"}, "service_user", "must not run as root"),
-    ({"platform": "gb10", "accept_drafter_license": True}, "vllm_ref", "pinned ref"),
-    ({"platform": "gb10", "vllm_ref": "0123456789abcdef0123456789abcdef01234567", "driver_source": "nvidia-repo",
-      "accept_drafter_license": True}, "driver_source", "DGX OS"),
-    ({"platform": "tpu"}, "platform", "is not one of"),
-])
+@pytest.mark.parametrize(
+    "data, key, words",
+    [
+        ({"tp_szie": 2}, "tp_szie", "did you mean 'tp_size'"),
+        ({"flux_capacitor": 1}, "flux_capacitor", "control/defaults.py lists every key"),
+        ({"tp_size": "2"}, "tp_size", "expected a whole number"),
+        ({"tp_size": True}, "tp_size", "expected a whole number"),
+        ({"headless": "yes"}, "headless", "expected true or false"),
+        ({"kt_transport": "Native"}, "kt_transport", "did you mean 'native'"),
+        ({"engine_set": "0.8"}, "engine_set", "is not one of"),
+        ({"port": 70000}, "port", "above the maximum"),
+        ({"mem_fraction_static": 0}, "mem_fraction_static", "below the minimum"),
+        ({"tp_size": None}, "tp_size", "must not be None"),
+        ({"chunked_prefill_size": 40960}, "chunked_prefill_size", "runs out of memory"),
+        ({"pytorch_alloc_conf": "expandable_segments:True"}, "pytorch_alloc_conf", "breaks CUDA graph capture"),
+        ({"tp_size": 4}, "tp_size", "exceeds gpu_count 2"),
+        ({"gpu_compute_capability": "9.0"}, "gpu_compute_capability", "rejects sm_90"),
+        ({"driver_source": "debian"}, "driver_source", "ships driver 550"),
+        ({"cuda_graph_bs": [32, 64]}, "cuda_graph_bs", "no CUDA graph would be captured"),
+        ({"cuda_graph_bs": [1, "2"]}, "cuda_graph_bs", "positive whole numbers"),
+        ({"kt_gpu_prefill_token_threshold": 65536}, "kt_gpu_prefill_token_threshold", "GPU prefill never runs"),
+        ({"install_root": "opt/glm"}, "install_root", "not an absolute path"),
+        ({"service_user": "root"}, "service_user", "must not run as root"),
+        ({"platform": "gb10", "accept_drafter_license": True}, "vllm_ref", "pinned ref"),
+        (
+            {
+                "platform": "gb10",
+                "vllm_ref": "0123456789abcdef0123456789abcdef01234567",
+                "driver_source": "nvidia-repo",
+                "accept_drafter_license": True,
+            },
+            "driver_source",
+            "DGX OS",
+        ),
+        ({"platform": "tpu"}, "platform", "is not one of"),
+    ],
+)
 def test_mistakes_name_key_problem_and_fix(data, key, words):
     found = problems(data)
     assert len(found) == 1, found
@@ -99,7 +122,7 @@ def test_profile_is_read_only():
 
 
 def test_gpus_that_do_not_match_the_profile_are_named():
-    from roles.facts import Gpu
+    from roles.facts.system import Gpu
     from roles.hardware import mismatches
 
     l40s = [Gpu(i, "NVIDIA L40S", "8.9", 46068, "580.95.05") for i in range(2)]

@@ -4,15 +4,16 @@ from pathlib import Path
 
 import jinja2
 
+from control.profile import build
 from roles import launch, service
-from roles.profile import build
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
 
 def render(name, **ctx):
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined, keep_trailing_newline=True
+    )
     return env.get_template(name).render(**ctx)
 
 

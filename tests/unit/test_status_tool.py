@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from roles.defaults import KNOBS, PLATFORMS
+from control.defaults import KNOBS, PLATFORMS
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -35,24 +35,33 @@ def data(name: str) -> str:
 def cfg(platform: str = "l40s", **over) -> dict:
     """The status.json values of a profile (roles/status.py writes the same keys)."""
     from roles.status import KEYS
+
     values = {k: PLATFORMS[platform].get(k, KNOBS[k].default) for k in KEYS}
-    values.update(platform=platform, nvidia_keyring="/etc/apt/keyrings/glm-flash-nvidia-cuda.gpg",
-                  nvidia_sources="/etc/apt/sources.list.d/glm-flash-nvidia-cuda.sources", **over)
+    values.update(
+        platform=platform,
+        nvidia_keyring="/etc/apt/keyrings/glm-flash-nvidia-cuda.gpg",
+        nvidia_sources="/etc/apt/sources.list.d/glm-flash-nvidia-cuda.sources",
+        **over,
+    )
     return values
 
 
-SANDBOX = dict(require_gpu=False, model_download=False,
-               nvidia_repo_key_fingerprint=json.loads(data("status/nvidia-repo-status.json"))["fingerprints"][0])
+SANDBOX = dict(
+    require_gpu=False,
+    model_download=False,
+    nvidia_repo_key_fingerprint=json.loads(data("status/nvidia-repo-status.json"))["fingerprints"][0],
+)
 
 
 # --- GPUs, driver, persistence, modules ---------------------------------------------------------
+
 
 def test_gpus_of_the_l40s_box_are_ok_and_a_missing_one_is_a_problem():
     gpus = st.parse_gpus(data("nvidia-smi-query-gpu-l40s.csv"))
     assert st.decide_gpus(cfg(), 2, gpus)["state"] == "ok"
     one = st.decide_gpus(cfg(), 2, gpus[:1])
     assert one["state"] == "problem" and "expects 2" in one["detail"] and one["fix"]
-    assert st.decide_gpus(cfg(), 2, [])["state"] == "problem"   # on the bus, but the driver answers none
+    assert st.decide_gpus(cfg(), 2, [])["state"] == "problem"  # on the bus, but the driver answers none
 
 
 def test_no_gpu_is_not_applicable_only_where_the_profile_allows_it():
@@ -79,7 +88,7 @@ def test_driver_branch_from_the_installed_packages_and_the_loaded_module():
     assert packages and all(v.startswith("590.") for v in packages.values())
     assert st.decide_driver(cfg(), [], packages)["state"] == "ok"
     assert st.decide_driver(cfg(driver_branch="595"), [], packages)["state"] == "problem"
-    field = st.parse_gpus(data("nvidia-smi-query-gpu-l40s.csv"))   # the field box ran 580
+    field = st.parse_gpus(data("nvidia-smi-query-gpu-l40s.csv"))  # the field box ran 580
     running = st.decide_driver(cfg(driver_branch="580"), field, {p: "580.95.05-1" for p in packages})
     assert running["state"] == "ok"
     reboot = st.decide_driver(cfg(), field, packages)
@@ -104,10 +113,11 @@ def test_a_kernel_without_the_module_is_a_problem_with_its_dkms_command():
 
 # --- repository, CUDA ------------------------------------------------------------------------------
 
+
 def test_nvidia_repository_key():
     state = json.loads(data("status/nvidia-repo-status.json"))
     assert st.decide_repo(cfg(**SANDBOX), 0, state)["state"] == "ok"
-    other = st.decide_repo(cfg(), 0, state)   # NVIDIA's real fingerprint: the stand-in key is not it
+    other = st.decide_repo(cfg(), 0, state)  # NVIDIA's real fingerprint: the stand-in key is not it
     assert other["state"] == "problem" and "want only" in other["detail"]
     assert st.decide_repo(cfg(**SANDBOX), 0, dict(state, sources_current=False))["state"] == "problem"
     assert st.decide_repo(cfg("gb10"), None, None)["state"] == "n/a"
@@ -131,6 +141,7 @@ def test_toolkit_version_from_nvcc():
 
 
 # --- engine, patches, model ----------------------------------------------------------------------
+
 
 def test_engine_set_and_cudnn():
     state = st.last_json(data("status/engine-status.json"))
@@ -178,6 +189,7 @@ def test_model():
 
 # --- service, readiness, disk, output --------------------------------------------------------------
 
+
 def test_service_and_readiness():
     assert st.decide_service(True, "enabled", "active")["state"] == "ok"
     off = st.decide_service(False, "disabled", "inactive")
@@ -201,8 +213,9 @@ def test_text_output_one_line_per_item_with_the_fix():
 
 
 def test_profile_values_are_those_the_tool_reads(tmp_path):
-    from roles.profile import build
+    from control.profile import build
     from roles.status import values
+
     v = values(build("node1", {}))
     assert {"driver_branch", "cudnn_version", "nvidia_keyring", "model_path"} <= set(v)
     assert not [k for k in v if "token" in k or "api_key" in k]
@@ -210,4 +223,4 @@ def test_profile_values_are_those_the_tool_reads(tmp_path):
     link.symlink_to(tmp_path / "elsewhere.json")
     (tmp_path / "elsewhere.json").write_text(json.dumps(v))
     with pytest.raises(OSError):
-        st.load_config(str(link))      # a planted symlink is never followed
+        st.load_config(str(link))  # a planted symlink is never followed

@@ -6,15 +6,16 @@ guard's shell in tests/sandbox/test_apt_hold_rootfs.py.
 """
 
 import pytest
+from fakehost import F, FakeHost, Recorder, commands, on
 from pyinfra.api import OperationError
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import FileContents
 
-from fakehost import F, FakeHost, Recorder, commands, on
-from roles import apt_hold, driver, toolkit
-from roles.driver_facts import AptVersions, NvidiaPciDevices, PciDevice
-from roles.facts import CudaToolkits
-from roles.profile import build
+from control.profile import build
+from roles import driver, toolkit
+from roles.facts.driver import AptVersions, NvidiaPciDevices, PciDevice
+from roles.facts.system import CudaToolkits
+from roles.operations import apt_hold
 
 L40S = [PciDevice("0000:01:00.0", "0x26b9", "0x030200"), PciDevice("0000:41:00.0", "0x26b9", "0x030200")]
 DEFAULTS = build("n", {}, api_key_present=False)
@@ -50,8 +51,11 @@ def test_package_is_the_toolkit_not_the_driver_pulling_meta():
 
 
 def test_toolkit_from_the_repository_when_it_carries_it(monkeypatch):
-    facts = {DebPackages: {"nvidia-driver-cuda": {"590.48.01-1"}}, MARKER: None,
-             F(AptVersions, package="cuda-toolkit-12-8"): ["12.8.1-1"]}
+    facts = {
+        DebPackages: {"nvidia-driver-cuda": {"590.48.01-1"}},
+        MARKER: None,
+        F(AptVersions, package="cuda-toolkit-12-8"): ["12.8.1-1"],
+    }
     rec = simulate(monkeypatch, facts, profile())
     assert rec.calls[0][0] == "toolkit_installed"
     assert rec.calls[0][1] == [
@@ -73,9 +77,14 @@ def test_runfile_where_the_repository_has_no_such_toolkit(monkeypatch):
     rec = simulate(monkeypatch, facts, profile(require_gpu=False))
     assert rec.all_commands == [
         f"{TOOL} runfile --url {DEFAULTS.cuda_runfile_url} --sha256 {DEFAULTS.cuda_runfile_sha256} "
-        "--toolkitpath /usr/local/cuda-12.8"]
-    args = dict(cuda_version="12.8", tool=TOOL, runfile_url=DEFAULTS.cuda_runfile_url,
-                runfile_sha256=DEFAULTS.cuda_runfile_sha256)
+        "--toolkitpath /usr/local/cuda-12.8"
+    ]
+    args = dict(
+        cuda_version="12.8",
+        tool=TOOL,
+        runfile_url=DEFAULTS.cuda_runfile_url,
+        runfile_sha256=DEFAULTS.cuda_runfile_sha256,
+    )
     # converged: the marker holds the runfile's sha256
     assert commands(toolkit.toolkit_installed, {**facts, MARKER: [DEFAULTS.cuda_runfile_sha256]}, **args) == []
     # a different runfile pinned in the profile installs again
@@ -88,9 +97,15 @@ def test_installed_toolkit_changes_nothing(monkeypatch):
 
 
 def test_preinstalled_toolkit_is_checked_not_installed(monkeypatch):
-    gb10 = build("spark", {"platform": "gb10", "vllm_ref": "0123456789abcdef0123456789abcdef01234567", "accept_drafter_license": True}, api_key_present=False)
-    facts = {NvidiaPciDevices: [PciDevice("000f:01:00.0", "0x2e12", "0x030000")],
-             CudaToolkits: {"13.0": "/usr/local/cuda-13.0"}}
+    gb10 = build(
+        "spark",
+        {"platform": "gb10", "vllm_ref": "0123456789abcdef0123456789abcdef01234567", "accept_drafter_license": True},
+        api_key_present=False,
+    )
+    facts = {
+        NvidiaPciDevices: [PciDevice("000f:01:00.0", "0x2e12", "0x030000")],
+        CudaToolkits: {"13.0": "/usr/local/cuda-13.0"},
+    }
     assert simulate(monkeypatch, facts, gb10).calls == [("toolkit_present", [])]
     facts[CudaToolkits] = {"12.8": "/usr/local/cuda-12.8"}
     with pytest.raises(OperationError, match=r"node1: cuda_version: no CUDA 13.0 .*found: 12.8"):

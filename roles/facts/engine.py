@@ -53,10 +53,10 @@ class WheelhouseFiles(FactBase):
 
 @dataclass(frozen=True)
 class EngineState:
-    current: str | None = None                 # env name `current` points at
+    current: str | None = None  # env name `current` points at
     previous: str | None = None
-    complete: tuple = ()                       # env names holding the completion marker
-    present: tuple = ()                        # every env directory
+    complete: tuple = ()  # env names holding the completion marker
+    present: tuple = ()  # every env directory
     dists: dict = field(default_factory=dict)  # {env: {canonical name: version}} of watched packages
 
     def version(self, env: str | None, name: str) -> str | None:
@@ -73,11 +73,13 @@ class EngineEnvs(FactBase):
 
     def command(self, install_root):
         e = shlex.quote(install_root + "/engine")
-        return (f"e={e}; for l in current previous; do [ -L $e/$l ] && echo \"link $l $(readlink $e/$l)\"; done; "
-                f"for d in $e/envs/*/; do [ -d \"$d\" ] || continue; n=$(basename \"$d\"); echo \"env $n\"; "
-                f"[ -f \"$d{MARKER}\" ] && echo \"complete $n\"; "
-                f"for i in \"$d\"lib/python3*/site-packages/*.dist-info; do [ -d \"$i\" ] && echo \"dist $n $(basename \"$i\")\"; done; "
-                f"done; true")
+        return (
+            f"e={e}; for l in current previous; do [ -L $e/$l ] && echo \"link $l $(readlink $e/$l)\"; done; "
+            f"for d in $e/envs/*/; do [ -d \"$d\" ] || continue; n=$(basename \"$d\"); echo \"env $n\"; "
+            f"[ -f \"$d{MARKER}\" ] && echo \"complete $n\"; "
+            f"for i in \"$d\"lib/python3*/site-packages/*.dist-info; do [ -d \"$i\" ] && echo \"dist $n $(basename \"$i\")\"; done; "
+            f"done; true"
+        )
 
     @staticmethod
     def default():

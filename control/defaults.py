@@ -15,11 +15,11 @@ from typing import Any
 class Knob:
     default: Any
     why: str
-    kind: type | tuple = str          # accepted Python type(s)
-    choices: tuple = ()               # allowed values, when a closed set
-    low: float | None = None          # inclusive bounds for numbers
+    kind: type | tuple = str  # accepted Python type(s)
+    choices: tuple = ()  # allowed values, when a closed set
+    low: float | None = None  # inclusive bounds for numbers
     high: float | None = None
-    optional: bool = False            # None is allowed
+    optional: bool = False  # None is allowed
 
 
 K = Knob
@@ -27,63 +27,137 @@ KNOBS: dict[str, Knob] = {
     # --- what the host is -----------------------------------------------------------
     "platform": K("l40s", "picks the engine and the platform defaults below", choices=("l40s", "gb10")),
     "gpu_count": K(2, "GPUs the profile expects; the field box has two L40S", int, low=0, high=16),
-    "gpu_compute_capability": K("8.9", "sm_89 is Ada (L40S); the patches below depend on it", choices=("8.6", "8.9", "9.0", "10.0", "12.0", "12.1")),
+    "gpu_compute_capability": K(
+        "8.9",
+        "sm_89 is Ada (L40S); the patches below depend on it",
+        choices=("8.6", "8.9", "9.0", "10.0", "12.0", "12.1"),
+    ),
     "require_gpu": K(True, "a real node must have its GPUs; the sandbox sets False to skip GPU steps", bool),
     # --- operating system -----------------------------------------------------------
     "apt_mirror": K("http://deb.debian.org/debian", "Debian mirror; point at a local one for air-gapped hosts"),
     "apt_security_mirror": K("http://deb.debian.org/debian-security", "security updates mirror"),
     "debian_suite": K("trixie", "Debian 13 is what the field report ran", choices=("trixie",)),
-    "base_packages": K(["ca-certificates", "curl", "python3", "build-essential", "pciutils", "numactl", "jq"],
-                       "python3 runs our host tools; build-essential is needed by JIT kernel compiles", list),
-    "headless": K(True, "a desktop session held 0.5-0.7 GiB on GPU 0 in the field; TP is limited by the fullest card", bool),
-    "display_managers": K(["gdm3", "gdm", "sddm", "lightdm", "xdm", "lxdm"], "units stopped and disabled when headless", list),
+    "base_packages": K(
+        ["ca-certificates", "curl", "python3", "build-essential", "pciutils", "numactl", "jq"],
+        "python3 runs our host tools; build-essential is needed by JIT kernel compiles",
+        list,
+    ),
+    "headless": K(
+        True, "a desktop session held 0.5-0.7 GiB on GPU 0 in the field; TP is limited by the fullest card", bool
+    ),
+    "display_managers": K(
+        ["gdm3", "gdm", "sddm", "lightdm", "xdm", "lxdm"], "units stopped and disabled when headless", list
+    ),
     "allow_reboot": K(True, "reboot when a new driver or kernel is installed but not running", bool),
     # --- NVIDIA driver and CUDA (docs/sources.md §6, §7) ----------------------------------
-    "driver_source": K("nvidia-repo", "Debian 13 ships 550, CUDA 12.8 needs >= 570.26", choices=("nvidia-repo", "debian", "preinstalled")),
-    "driver_branch": K("590", "the first branch NVIDIA's debian13 repository carried (580 is not in it); runs CUDA 12.8 and 13.x"),
+    "driver_source": K(
+        "nvidia-repo",
+        "Debian 13 ships 550, CUDA 12.8 needs >= 570.26",
+        choices=("nvidia-repo", "debian", "preinstalled"),
+    ),
+    "driver_branch": K(
+        "590", "the first branch NVIDIA's debian13 repository carried (580 is not in it); runs CUDA 12.8 and 13.x"
+    ),
     "driver_min_version": K("570.26", "oldest driver CUDA 12.8 runs on"),
     "driver_open_modules": K(True, "Ada and newer run NVIDIA's open kernel modules", bool),
-    "nvidia_repo_url": K("https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/",
-                         "NVIDIA's CUDA apt repository; a local mirror URL works for air-gapped hosts"),
-    "nvidia_repo_key_url": K("https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/8793F200.pub",
-                             "signing key of that repository (https://, or file:// for a key staged on the host)"),
-    "nvidia_repo_key_fingerprint": K("02182E60104FCDC26EAE1B8597A5D4CB8793F200",
-                                     "the only key apt may trust for that repository: NVIDIA's Debian 13 key"),
-    "hold_kernel": K(False, "holding linux-* blocks kernel security updates; DKMS builds the module for each new kernel", bool),
-    "cuda_version": K("12.8", "toolkit the engine's JIT compiles use, beside the driver", choices=("12.8", "12.9", "13.0")),
-    "cuda_runfile_url": K("https://developer.download.nvidia.com/compute/cuda/12.8.1/local_installers/cuda_12.8.1_570.124.06_linux.run",
-                          "NVIDIA's debian13 repository has no 12.x toolkit: the runfile installs it toolkit-only"),
-    "cuda_runfile_sha256": K("228f6bcaf5b7618d032939f431914fc92d0e5ed39ebe37098a24502f26a19797",
-                             "checked before the runfile runs (docs/sources.md §7)"),
+    "nvidia_repo_url": K(
+        "https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/",
+        "NVIDIA's CUDA apt repository; a local mirror URL works for air-gapped hosts",
+    ),
+    "nvidia_repo_key_url": K(
+        "https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/8793F200.pub",
+        "signing key of that repository (https://, or file:// for a key staged on the host)",
+    ),
+    "nvidia_repo_key_fingerprint": K(
+        "02182E60104FCDC26EAE1B8597A5D4CB8793F200",
+        "the only key apt may trust for that repository: NVIDIA's Debian 13 key",
+    ),
+    "hold_kernel": K(
+        False, "holding linux-* blocks kernel security updates; DKMS builds the module for each new kernel", bool
+    ),
+    "cuda_version": K(
+        "12.8", "toolkit the engine's JIT compiles use, beside the driver", choices=("12.8", "12.9", "13.0")
+    ),
+    "cuda_runfile_url": K(
+        "https://developer.download.nvidia.com/compute/cuda/12.8.1/local_installers/cuda_12.8.1_570.124.06_linux.run",
+        "NVIDIA's debian13 repository has no 12.x toolkit: the runfile installs it toolkit-only",
+    ),
+    "cuda_runfile_sha256": K(
+        "228f6bcaf5b7618d032939f431914fc92d0e5ed39ebe37098a24502f26a19797",
+        "checked before the runfile runs (docs/sources.md §7)",
+    ),
     "fix_cuda_header": K(True, "CUDA 12.x math_functions.h breaks every JIT compile on glibc >= 2.41", bool),
     # --- engine, L40S path (docs/sources.md §2-5) ----------------------------------------
-    "engine_set": K("0.7.0.post1", "the field-validated ktransformers/kt-kernel/sglang-kt set", choices=("0.7.0.post1", "0.7.0.post4", "0.7.2")),
+    "engine_set": K(
+        "0.7.0.post1",
+        "the field-validated ktransformers/kt-kernel/sglang-kt set",
+        choices=("0.7.0.post1", "0.7.0.post4", "0.7.2"),
+    ),
     "python_version": K("3.11", "kt-kernel ships cp311 and cp312 wheels only", choices=("3.11", "3.12")),
-    "python_source": K("", "a CPython 3.11/3.12 install tree on the control machine to pack instead of downloading one "
-                       "(control machines without internet); empty: python_release", optional=True),
-    "python_release": K("3.11.18", "the CPython the pinned uv (locks/tools.txt) downloads when python_source is empty, "
-                        "checked against the sha256 uv carries; packed and uploaded, hosts need no internet"),
+    "python_source": K(
+        "",
+        "a CPython 3.11/3.12 install tree on the control machine to pack instead of downloading one "
+        "(control machines without internet); empty: python_release",
+        optional=True,
+    ),
+    "python_release": K(
+        "3.11.18",
+        "the CPython the pinned uv (locks/tools.txt) downloads when python_source is empty, "
+        "checked against the sha256 uv carries; packed and uploaded, hosts need no internet",
+    ),
     "cudnn_version": K("9.16.0.29", "torch 2.9.1 pins cuDNN 9.10, which sglang-kt refuses for this model"),
     "install_root": K("/opt/glm-flash", "engine environments, host tools and their state live here"),
-    "python_runtime_packages": K(["libssl3t64", "libffi8", "libsqlite3-0", "libbz2-1.0", "liblzma5", "zlib1g",
-                                  "libreadline8t64", "libncursesw6", "libtinfo6", "libuuid1", "libnsl2",
-                                  "libtirpc3t64", "libcrypt1", "libexpat1", "libgomp1", "libnuma1"],
-                                 "trixie libraries the uploaded CPython's extension modules and the engine wheels link against", list),
+    "python_runtime_packages": K(
+        [
+            "libssl3t64",
+            "libffi8",
+            "libsqlite3-0",
+            "libbz2-1.0",
+            "liblzma5",
+            "zlib1g",
+            "libreadline8t64",
+            "libncursesw6",
+            "libtinfo6",
+            "libuuid1",
+            "libnsl2",
+            "libtirpc3t64",
+            "libcrypt1",
+            "libexpat1",
+            "libgomp1",
+            "libnuma1",
+        ],
+        "trixie libraries the uploaded CPython's extension modules and the engine wheels link against",
+        list,
+    ),
     "tp_size": K(2, "tensor parallel over both L40S", int, low=1, high=8),
     "kt_method": K("FP8", "native FP8 checkpoint, CPU experts on the AVX512-BF16 backend", choices=("FP8",)),
-    "kt_cpuinfer": K(152, "of 160 cores on the EPYC 9845, leaving a few for the OS and GPU feeders", int, low=1, high=1024),
-    "kt_threadpool_count": K(None, "one pool per NUMA node; None reads the node count from the host", int, low=1, high=64, optional=True),
+    "kt_cpuinfer": K(
+        152, "of 160 cores on the EPYC 9845, leaving a few for the OS and GPU feeders", int, low=1, high=1024
+    ),
+    "kt_threadpool_count": K(
+        None, "one pool per NUMA node; None reads the node count from the host", int, low=1, high=64, optional=True
+    ),
     "kt_max_deferred_experts_per_token": K(4, "+15% decode; 0 gives bit-exact expert application", int, low=0, high=8),
     "kt_gpu_prefill_token_threshold": K(2048, "layerwise GPU prefill above this many tokens", int, low=1),
-    "kt_transport": K("native", "native overlaps H2D with attention: 85 s vs 105 s legacy on 68k", choices=("auto", "native", "legacy")),
+    "kt_transport": K(
+        "native",
+        "native overlaps H2D with attention: 85 s vs 105 s legacy on 68k",
+        choices=("auto", "native", "legacy"),
+    ),
     "chunked_prefill_size": K(32768, "measured optimum on sm_89; 40960 runs out of memory", int, low=1024),
     "max_mamba_cache_size": K(16, "requests in flight; CUDA graphs above it are dropped", int, low=1, high=256),
     "cuda_graph_bs": K([1, 2, 4, 8, 16, 24], "decode without graphs collapses to 3.8 tok/s/user at n=5", list),
     "mem_fraction_static": K(0.55, "field value with TP=2 and the KV pool below", float, low=0.05, high=0.95),
     "context_length": K(524288, "524k per request, no degradation measured at 200k", int, low=4096),
     "kv_cache_dtype": K("fp8_e4m3", "2.11M-token KV pool in fp8", choices=("fp8_e4m3", "fp8_e5m2", "bfloat16", "auto")),
-    "pytorch_alloc_conf": K("", "expandable_segments breaks CUDA graph capture with TP > 1; empty unsets both variables", optional=True),
-    "triton_configs_dir": K("", "tuned Triton configs for this GPU (dir on the control machine, repo-relative or absolute); empty: engine defaults", optional=True),
+    "pytorch_alloc_conf": K(
+        "", "expandable_segments breaks CUDA graph capture with TP > 1; empty unsets both variables", optional=True
+    ),
+    "triton_configs_dir": K(
+        "",
+        "tuned Triton configs for this GPU (dir on the control machine, repo-relative or absolute); empty: engine defaults",
+        optional=True,
+    ),
     "tool_call_parser": K("glm47", "tool calls of GLM-5.x"),
     "reasoning_parser": K("glm45", "reasoning of GLM-5.x"),
     # --- model ---------------------------------------------------------------------
@@ -91,8 +165,14 @@ KNOBS: dict[str, Knob] = {
     "model_revision": K("main", "pin a commit for reproducible deploys"),
     "model_path": K("/srv/models/GLM-5.3-Flash", "where the 306 GiB checkpoint lives on the host"),
     "model_download": K(True, "False: the checkpoint is staged on the host by other means", bool),
-    "hf_token_env": K("HF_TOKEN", "control-machine variable with a Hugging Face token (gated or private repos), read at deploy time"),
-    "hf_token_vault": K("", "ansible-vault encrypted file in the repo holding the token; password from ANSIBLE_VAULT_PASSWORD_FILE", optional=True),
+    "hf_token_env": K(
+        "HF_TOKEN", "control-machine variable with a Hugging Face token (gated or private repos), read at deploy time"
+    ),
+    "hf_token_vault": K(
+        "",
+        "ansible-vault encrypted file in the repo holding the token; password from ANSIBLE_VAULT_PASSWORD_FILE",
+        optional=True,
+    ),
     "huggingface_hub_version": K("1.33.0", "the downloader on the host; the engine locks pin the same version"),
     "served_model_name": K("glm-5.3-flash", "model name clients send"),
     # --- service -------------------------------------------------------------------
@@ -110,17 +190,34 @@ KNOBS: dict[str, Knob] = {
     "accept_drafter_license": K(False, "the drafter is CC-BY-NC-ND-4.0: accept it explicitly", bool),
     "num_speculative_tokens": K(7, "k=7: acceptance length 5.5 on code", int, low=1, high=16),
     "max_model_len": K(204800, "200K context fits 121.6 GiB with one stream", int, low=4096),
-    "reasoning_effort": K("low", "the default max is far too slow for local agent work", choices=("low", "medium", "high", "max")),
+    "reasoning_effort": K(
+        "low", "the default max is far too slow for local agent work", choices=("low", "medium", "high", "max")
+    ),
     "thinking_token_budget": K(1536, "caps thinking when low is ignored; 1536 works for coding", int, low=0),
     "max_num_seqs": K(1, "DFlash2 k=7 leaves room for one long stream", int, low=1, high=64),
-    "gpu_memory_utilization": K(0.90, "of 121.6 GiB unified memory: model 99.6 GiB + KV 6-7.5 GiB", float, low=0.1, high=0.98),
-    "mamba_cache_mode": K("align", "prefix caching with the KDA checkpoints every 7168 tokens", choices=("align", "all", "none")),
+    "gpu_memory_utilization": K(
+        0.90, "of 121.6 GiB unified memory: model 99.6 GiB + KV 6-7.5 GiB", float, low=0.1, high=0.98
+    ),
+    "mamba_cache_mode": K(
+        "align", "prefix caching with the KDA checkpoints every 7168 tokens", choices=("align", "all", "none")
+    ),
     "drafter_revision": K("main", "pin a commit of the drafter for reproducible deploys"),
     "drafter_path": K("/srv/models/GLM-5.3-Flash-DFlash2", "where the drafter is downloaded on the host"),
-    "vllm_torch_index_url": K("https://download.pytorch.org/whl/cu130",
-                              "extra pip index with CUDA 13 torch builds for aarch64 (the fork's build pulls torch from it)"),
-    "vllm_build_jobs": K(None, "parallel compile jobs for the fork's kernels; None: the host's core count", int, low=1, high=256, optional=True),
-    "drop_page_cache": K(False, "flush the page cache before the engine loads: on unified memory it competes with the model", bool),
+    "vllm_torch_index_url": K(
+        "https://download.pytorch.org/whl/cu130",
+        "extra pip index with CUDA 13 torch builds for aarch64 (the fork's build pulls torch from it)",
+    ),
+    "vllm_build_jobs": K(
+        None,
+        "parallel compile jobs for the fork's kernels; None: the host's core count",
+        int,
+        low=1,
+        high=256,
+        optional=True,
+    ),
+    "drop_page_cache": K(
+        False, "flush the page cache before the engine loads: on unified memory it competes with the model", bool
+    ),
 }
 
 # What the GB10 box changes relative to the L40S defaults.
@@ -141,8 +238,18 @@ PLATFORMS: dict[str, dict[str, Any]] = {
         # The fork serves its 2-bit-expert checkpoint (its tools make it from the FP8 one); stage it there.
         "model_path": "/srv/models/GLM-5.3-Flash-Moet",
         "model_download": False,
-        "base_packages": ["ca-certificates", "curl", "git", "python3.12-venv", "python3.12-dev", "build-essential",
-                          "cmake", "ninja-build", "pciutils", "jq"],
+        "base_packages": [
+            "ca-certificates",
+            "curl",
+            "git",
+            "python3.12-venv",
+            "python3.12-dev",
+            "build-essential",
+            "cmake",
+            "ninja-build",
+            "pciutils",
+            "jq",
+        ],
     },
 }
 

@@ -1,17 +1,16 @@
 """Facts the driver role reads: NVIDIA PCI devices, the loaded and the on-disk kernel
 module, running and installed kernels, and Debian's reboot-required flag.
 
-GPU inventory through nvidia-smi and the CUDA toolkits are in roles/facts.py (Gpus,
+GPU inventory through nvidia-smi and the CUDA toolkits are in roles/facts/system.py (Gpus,
 CudaToolkits); these facts work before any driver is installed. Parsers are static
 methods so unit tests feed them real command output.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
-
-import json
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
@@ -49,8 +48,10 @@ class NvidiaPciDevices(FactBase):
     """
 
     def command(self):
-        return ("for d in /sys/bus/pci/devices/*; do [ -r \"$d/vendor\" ] || continue; "
-                "echo \"${d##*/} $(cat \"$d/vendor\") $(cat \"$d/device\") $(cat \"$d/class\")\"; done; true")
+        return (
+            "for d in /sys/bus/pci/devices/*; do [ -r \"$d/vendor\" ] || continue; "
+            "echo \"${d##*/} $(cat \"$d/vendor\") $(cat \"$d/device\") $(cat \"$d/class\")\"; done; true"
+        )
 
     @staticmethod
     def default():
@@ -75,7 +76,7 @@ class NvidiaPciDevices(FactBase):
 @dataclass(frozen=True)
 class LoadedModule:
     version: str
-    open: bool          # NVIDIA's open kernel modules ("Open Kernel Module")
+    open: bool  # NVIDIA's open kernel modules ("Open Kernel Module")
 
 
 class NvidiaLoadedModule(FactBase):
@@ -123,7 +124,7 @@ class NvidiaModuleOnDisk(FactBase):
 @dataclass(frozen=True)
 class KernelState:
     running: str
-    installed: tuple[str, ...]       # releases with a /boot/vmlinuz-*, oldest first
+    installed: tuple[str, ...]  # releases with a /boot/vmlinuz-*, oldest first
 
     @property
     def newest(self) -> str | None:
@@ -169,8 +170,7 @@ class RebootRequired(FactBase):
     """Debian/Ubuntu's /run/reboot-required flag and the packages that set it."""
 
     def command(self):
-        return ("if [ -e /run/reboot-required ]; then echo required; "
-                "cat /run/reboot-required.pkgs 2>/dev/null; fi; true")
+        return "if [ -e /run/reboot-required ]; then echo required; cat /run/reboot-required.pkgs 2>/dev/null; fi; true"
 
     @staticmethod
     def default():
@@ -194,8 +194,19 @@ class NvidiaRepoState(FactBase):
 
     def command(self, tool: str, repo: str, keyring: str, sources: str):
         q = QuoteString(tool)
-        return StringCommand("if [ -x", q, "]; then", q, "status --repo", QuoteString(repo), "--keyring",
-                             QuoteString(keyring), "--sources", QuoteString(sources), "; else echo missing; fi")
+        return StringCommand(
+            "if [ -x",
+            q,
+            "]; then",
+            q,
+            "status --repo",
+            QuoteString(repo),
+            "--keyring",
+            QuoteString(keyring),
+            "--sources",
+            QuoteString(sources),
+            "; else echo missing; fi",
+        )
 
     @staticmethod
     def parse(lines) -> dict | None:
@@ -248,8 +259,8 @@ class NvidiaModuleFor(FactBase):
 @dataclass(frozen=True)
 class SecureBootState:
     enabled: bool
-    key_exists: bool     # DKMS's signing certificate
-    enrolled: bool       # known to the firmware (mokutil --test-key)
+    key_exists: bool  # DKMS's signing certificate
+    enrolled: bool  # known to the firmware (mokutil --test-key)
 
 
 class SecureBoot(FactBase):
@@ -261,8 +272,15 @@ class SecureBoot(FactBase):
         return StringCommand(
             "v=$(ls /sys/firmware/efi/efivars/SecureBoot-* 2>/dev/null | head -n1);",
             "if [ -n \"$v\" ]; then echo \"sb $(od -An -tu1 \"$v\" | awk '{print $NF}')\"; fi;",
-            "[ -e", q, "] && echo key;",
-            "command -v mokutil >/dev/null && [ -e", q, "] && mokutil --test-key", q, "2>&1 | head -n1; true")
+            "[ -e",
+            q,
+            "] && echo key;",
+            "command -v mokutil >/dev/null && [ -e",
+            q,
+            "] && mokutil --test-key",
+            q,
+            "2>&1 | head -n1; true",
+        )
 
     @staticmethod
     def default():

@@ -1,9 +1,9 @@
 """Recognising the GB10 box (ASUS Ascent GX10 / DGX Spark) from what it reports.
 
 - `uname -m`: aarch64 (pyinfra's own `server.Arch` fact);
-- `nvidia-smi --query-gpu=...`: one GPU with compute capability 12.1 (roles/facts.py Gpus);
+- `nvidia-smi --query-gpu=...`: one GPU with compute capability 12.1 (roles/facts/system.py Gpus);
   its memory.total is "[N/A]": the GPU has no memory of its own, it shares the system's
-  (unified memory; roles/facts.py parses that as 0 MiB);
+  (unified memory; roles/facts/system.py parses that as 0 MiB);
 - /proc/meminfo MemTotal: what that unified pool is (121.6 GiB usable on the field box);
 - /etc/os-release (Ubuntu 24.04, the base of DGX OS) and /etc/dgx-release (DGX OS's own
   release file, from its dgx-release package).
@@ -67,7 +67,7 @@ class OsRelease(FactBase):
     def parse(lines) -> OsInfo:
         lines = list(lines)
         cut = lines.index(OsRelease.SEP) if OsRelease.SEP in lines else len(lines)
-        osr, dgx = _kv(lines[:cut]), _kv(lines[cut + 1:])
+        osr, dgx = _kv(lines[:cut]), _kv(lines[cut + 1 :])
         return OsInfo(osr.get("ID", ""), osr.get("VERSION_ID", ""), osr.get("PRETTY_NAME", ""), dgx)
 
     def process(self, output):
@@ -112,19 +112,39 @@ class Gb10View:
         """(what, found, fix) for everything that is not a GB10 box as the profile needs it."""
         out = []
         if self.arch != ARCH:
-            out.append(("architecture", f"uname -m says {self.arch or 'nothing'}",
-                        "point the GB10 profile (platform: gb10) at the GB10 box, or use platform: l40s here"))
+            out.append(
+                (
+                    "architecture",
+                    f"uname -m says {self.arch or 'nothing'}",
+                    "point the GB10 profile (platform: gb10) at the GB10 box, or use platform: l40s here",
+                )
+            )
         if self.os.id != OS_ID or self.os.version_id != OS_VERSION:
-            out.append(("operating system", f"{self.os.pretty or 'unknown'}",
-                        "the GB10 path is written for DGX OS (Ubuntu 24.04); reinstall DGX OS from NVIDIA's recovery image"))
+            out.append(
+                (
+                    "operating system",
+                    f"{self.os.pretty or 'unknown'}",
+                    "the GB10 path is written for DGX OS (Ubuntu 24.04); reinstall DGX OS from NVIDIA's recovery image",
+                )
+            )
         if self.gpus:
             caps = sorted({g.compute_capability for g in self.gpus})
             if caps != [GB10_CAPABILITY]:
                 out.append(("GPU", f"compute capability {', '.join(caps)}", "this is not a GB10 (sm_121)"))
             elif not self.unified_memory:
-                out.append(("unified memory", f"nvidia-smi reports {self.gpus[0].memory_mib} MiB of GPU memory",
-                            "a GB10 reports none of its own ([N/A]); check nvidia-smi"))
+                out.append(
+                    (
+                        "unified memory",
+                        f"nvidia-smi reports {self.gpus[0].memory_mib} MiB of GPU memory",
+                        "a GB10 reports none of its own ([N/A]); check nvidia-smi",
+                    )
+                )
         if self.mem_total_kib and self.unified_gib < min_gib:
-            out.append(("memory", f"{self.unified_gib} GiB in /proc/meminfo",
-                        "the model (99.6 GiB) and its KV cache need the box's full 128 GB"))
+            out.append(
+                (
+                    "memory",
+                    f"{self.unified_gib} GiB in /proc/meminfo",
+                    "the model (99.6 GiB) and its KV cache need the box's full 128 GB",
+                )
+            )
         return out

@@ -1,6 +1,6 @@
 """Files from PyPI in the control machine's cache, each checked against its sha256.
 
-One place for what roles/engine_lock.py (the engine wheelhouse), roles/python.py and the test
+One place for what control/engine_lock.py (the engine wheelhouse), roles/python.py and the test
 helpers tests/engine/pypi.py and tests/cuda/cuda_assets.py (single wheels) share:
 
 - cache_root() / cache_dir(): ${GLM_FLASH_CACHE:-~/.cache/glm-flash} (cache_dir() creates it);
@@ -70,8 +70,10 @@ def release_wheel(name: str, version: str, accept: tuple[str, ...] = ("x86_64",)
     files = r.json()["releases"].get(version) or []
     wheels = [f for f in files if f["filename"].endswith(".whl") and any(a in f["filename"] for a in accept)]
     if len(wheels) != 1:
-        raise RuntimeError(f"{name}=={version}: expected one {' or '.join(accept)} wheel on PyPI, found "
-                           f"{[f['filename'] for f in files]}")
+        raise RuntimeError(
+            f"{name}=={version}: expected one {' or '.join(accept)} wheel on PyPI, found "
+            f"{[f['filename'] for f in files]}"
+        )
     w = wheels[0]
     return {"filename": w["filename"], "url": urllib.parse.urljoin(url, w["url"]), "sha256": w["digests"]["sha256"]}
 
@@ -106,7 +108,7 @@ def wheel(name: str, version: str, accept: tuple[str, ...] = ("x86_64",), fetche
     (resuming a partial download). The filename is appended to `fetched` when it was downloaded."""
     d = cache_dir() / "wheels"
     d.mkdir(exist_ok=True)
-    stamp = d / f"{name}-{version}.sha256"        # filename + sha256, so a cached run needs no network
+    stamp = d / f"{name}-{version}.sha256"  # filename + sha256, so a cached run needs no network
     if stamp.exists():
         fname, digest = stamp.read_text().split()
         path = d / fname

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
-from roles.pypi_cache import HashMismatch, cache_root, download, progress, sha256_file
+from control.pypi_cache import HashMismatch, cache_root, download, progress, sha256_file
 
 REPO = Path(__file__).resolve().parent.parent
 LOCK_DIR = REPO / "locks" / "engine"
@@ -38,9 +38,9 @@ class LockError(Exception):
 
 @dataclass(frozen=True)
 class Pin:
-    name: str          # canonical name (lower case, dashes)
+    name: str  # canonical name (lower case, dashes)
     version: str
-    hashes: tuple      # sha256 hex digests the lock allows
+    hashes: tuple  # sha256 hex digests the lock allows
 
     @property
     def requirement(self) -> str:
@@ -74,8 +74,10 @@ def parse_lock(text: str, source: str = "lock") -> list[Pin]:
     seen: set[str] = set()
     for entry in logical:
         if entry.startswith("-"):
-            raise LockError(f"{source}: option line {entry[:60]!r} is not allowed in an engine lock; "
-                            "regenerate it with `make engine-locks`")
+            raise LockError(
+                f"{source}: option line {entry[:60]!r} is not allowed in an engine lock; "
+                "regenerate it with `make engine-locks`"
+            )
         m = _PIN.match(entry)
         if not m:
             raise LockError(f"{source}: {entry[:60]!r} is not pinned with ==; regenerate it with `make engine-locks`")
@@ -99,8 +101,10 @@ def lock_path(engine_set: str) -> Path:
 def load_lock(engine_set: str) -> tuple[bytes, list[Pin]]:
     path = lock_path(engine_set)
     if not path.exists():
-        raise LockError(f"{path.relative_to(REPO)}: missing for engine_set {engine_set!r}; "
-                        f"run `make engine-locks` and commit the file")
+        raise LockError(
+            f"{path.relative_to(REPO)}: missing for engine_set {engine_set!r}; "
+            f"run `make engine-locks` and commit the file"
+        )
     data = path.read_bytes()
     return data, parse_lock(data.decode(), str(path.relative_to(REPO)))
 
@@ -112,11 +116,12 @@ def pin_of(pins: list[Pin], name: str) -> Pin | None:
 
 # --- which file of a pin installs on the target ------------------------------------------
 
+
 def target_tags(py: str = "3.11", glibc_max: tuple[int, int] = (2, 35)) -> dict[str, set[str]]:
     """Interpreter, ABI and platform tags a CPython `py` on manylinux x86_64 accepts."""
     major, minor = (int(x) for x in py.split("."))
     interp = {f"cp{major}{minor}", f"py{major}{minor}", f"py{major}", "py2.py3"}
-    interp |= {f"cp{major}{m}" for m in range(2, minor + 1)}          # abi3 wheels built for older CPython
+    interp |= {f"cp{major}{m}" for m in range(2, minor + 1)}  # abi3 wheels built for older CPython
     interp |= {f"py{major}{m}" for m in range(0, minor + 1)}
     abis = {f"cp{major}{minor}", "abi3", "none"}
     plats = {"any", "manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64"}
@@ -150,8 +155,11 @@ def _wheel_rank(filename: str) -> tuple:
         m = re.fullmatch(r"(?:cp|py)3(\d+)", t.interpreter)
         interp = 100 + int(m.group(1)) if m else 1 if t.interpreter == "py3" else 0
         m = re.match(r"manylinux_\d+_(\d+)_", t.platform)
-        glibc = int(m.group(1)) if m else {"manylinux2014_x86_64": 17, "manylinux2010_x86_64": 12,
-                                            "manylinux1_x86_64": 5}.get(t.platform, 0)
+        glibc = (
+            int(m.group(1))
+            if m
+            else {"manylinux2014_x86_64": 17, "manylinux2010_x86_64": 12, "manylinux1_x86_64": 5}.get(t.platform, 0)
+        )
         best = max(best, (abi, interp, glibc))
     return best
 
@@ -167,8 +175,11 @@ def choose_file(pin: Pin, files: list[dict], py: str = "3.11", glibc_max: tuple[
         fn = f["filename"]
         if fn.endswith(".whl"):
             name, version, _, _ = parse_wheel_filename(fn)
-            if canonicalize_name(name) == pin.name and str(version) == str(_norm_version(pin.version)) \
-                    and wheel_fits(fn, tags, py):
+            if (
+                canonicalize_name(name) == pin.name
+                and str(version) == str(_norm_version(pin.version))
+                and wheel_fits(fn, tags, py)
+            ):
                 wheels.append(f)
         elif fn.endswith((".tar.gz", ".zip")):
             try:
@@ -181,16 +192,20 @@ def choose_file(pin: Pin, files: list[dict], py: str = "3.11", glibc_max: tuple[
         return max(wheels, key=lambda f: (_wheel_rank(f["filename"]), f["filename"]))
     if sdists:
         return sorted(sdists, key=lambda f: f["filename"])[0]
-    raise LockError(f"{pin.requirement}: no file with a locked hash installs on CPython {py} manylinux x86_64 "
-                    f"(PyPI has {len(files)} files, {len(allowed)} with a locked hash)")
+    raise LockError(
+        f"{pin.requirement}: no file with a locked hash installs on CPython {py} manylinux x86_64 "
+        f"(PyPI has {len(files)} files, {len(allowed)} with a locked hash)"
+    )
 
 
 def _norm_version(v: str):
     from packaging.version import Version
+
     return Version(v)
 
 
 # --- the environment a lock builds --------------------------------------------------------
+
 
 def env_id(engine_set: str, lock_bytes: bytes, python_id: str, extra: str = "") -> str:
     """Directory name of the environment: `<engine_set>-<12 hex>`. The hash covers the lock,
@@ -207,7 +222,8 @@ def parse_env_id(name: str) -> tuple[str, str] | None:
     return (m.group(1), m.group(2)) if m else None
 
 
-# --- the cache on the control machine (roles/pypi_cache.py) ------------------------------------
+# --- the cache on the control machine (control/pypi_cache.py) ------------------------------------
+
 
 def _verified(path: Path, pin: Pin) -> bool:
     """A cached file counts when its hash is one the lock allows (checked once, then stamped)."""
@@ -241,7 +257,7 @@ def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progr
 
     dest = dest or cache_root() / "wheelhouse"
     dest.mkdir(parents=True, exist_ok=True)
-    index_file = dest / "index.txt"   # "<name>==<version> <filename>" lines remembered from earlier runs
+    index_file = dest / "index.txt"  # "<name>==<version> <filename>" lines remembered from earlier runs
     known: dict[str, str] = {}
     if index_file.exists():
         for line in index_file.read_text().splitlines():
@@ -257,7 +273,7 @@ def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progr
         chosen = choose_file(pin, _project_files(session, pin.name), py)
         path = dest / chosen["filename"]
         if not _verified(path, pin):
-            digest = chosen["hashes"]["sha256"]     # one the lock allows (choose_file picks only those)
+            digest = chosen["hashes"]["sha256"]  # one the lock allows (choose_file picks only those)
             log(f"fetching {chosen['filename']}")
             try:
                 download(chosen["url"], path, digest, session=session, timeout=300)
@@ -285,8 +301,20 @@ def tools_bin() -> Path:
     if not (stamp.exists() and stamp.read_text() == want):
         env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_FIND_LINKS="")
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--only-binary=:all:",
-                        "--require-hashes", "-r", str(REPO / "locks" / "tools.txt")], check=True, env=env)
+        subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--only-binary=:all:",
+                "--require-hashes",
+                "-r",
+                str(REPO / "locks" / "tools.txt"),
+            ],
+            check=True,
+            env=env,
+        )
         stamp.write_text(want)
     return venv / "bin"
-

@@ -3,7 +3,7 @@
 A held package is skipped by `apt upgrade` and unattended-upgrades, so a driver or
 kernel cannot move under a running engine and cause a driver/library version mismatch.
 
-    from roles import apt_hold
+    from roles.operations import apt_hold
     apt_hold.held(name="Hold the driver", packages=["nvidia-driver-cuda", "libcuda1"])
     apt_hold.held(name="Release it", packages=["nvidia-driver-cuda"], present=False)
 """
@@ -69,7 +69,8 @@ def validate_packages(packages) -> list[str]:
         packages = [packages]
     if not isinstance(packages, (list, tuple)):
         raise OperationValueError(
-            f"apt_hold.held: packages must be a package name or a list of names, not {type(packages).__name__}")
+            f"apt_hold.held: packages must be a package name or a list of names, not {type(packages).__name__}"
+        )
     names: list[str] = []
     bad = []
     for package in packages:
@@ -80,7 +81,8 @@ def validate_packages(packages) -> list[str]:
     if bad:
         raise OperationValueError(
             f"apt_hold.held: not a Debian package name: {', '.join(bad)} "
-            "(lower case letters, digits, + - . and an optional :arch)")
+            "(lower case letters, digits, + - . and an optional :arch)"
+        )
     return names
 
 

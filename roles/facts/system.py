@@ -24,7 +24,7 @@ class Gpu:
 class GpuProcess:
     bus_id: str
     pid: int
-    kind: str            # C (compute), G (graphics), C+G
+    kind: str  # C (compute), G (graphics), C+G
     name: str
     used_mib: int
 
@@ -37,9 +37,11 @@ class Gpus(FactBase):
     """GPUs nvidia-smi sees; an empty list where there is no driver or no GPU."""
 
     def command(self):
-        return ("command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi "
-                "--query-gpu=index,name,compute_cap,memory.total,driver_version "
-                "--format=csv,noheader,nounits 2>/dev/null || true")
+        return (
+            "command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi "
+            "--query-gpu=index,name,compute_cap,memory.total,driver_version "
+            "--format=csv,noheader,nounits 2>/dev/null || true"
+        )
 
     @staticmethod
     def default():
@@ -77,8 +79,11 @@ class GpuProcesses(FactBase):
 
         def flush():
             if "pid" in current:
-                procs.append(GpuProcess(bus, current["pid"], current.get("kind", "?"),
-                                        current.get("name", "?"), current.get("used", 0)))
+                procs.append(
+                    GpuProcess(
+                        bus, current["pid"], current.get("kind", "?"), current.get("name", "?"), current.get("used", 0)
+                    )
+                )
             current.clear()
 
         for raw in lines:
@@ -187,7 +192,7 @@ class CudaToolkits(FactBase):
     """Installed side-by-side CUDA toolkits: {version: install dir}."""
 
     def command(self):
-        return ("for d in /usr/local/cuda-[0-9]*; do [ -d \"$d\" ] && [ ! -L \"$d\" ] && echo \"$d\"; done; true")
+        return "for d in /usr/local/cuda-[0-9]*; do [ -d \"$d\" ] && [ ! -L \"$d\" ] && echo \"$d\"; done; true"
 
     @staticmethod
     def default():
@@ -247,7 +252,7 @@ class ToolResult(FactBase):
             return {"exit": None, "lines": []}
         code = None
         if lines and lines[-1].startswith("exit="):
-            code = int(lines.pop()[len("exit="):])
+            code = int(lines.pop()[len("exit=") :])
         return {"exit": code, "lines": lines}
 
     def process(self, output):

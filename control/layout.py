@@ -1,0 +1,49 @@
+"""Where things live, on the host and on the control machine: every path the roles agree on.
+
+Host paths derive from two knobs (install_root, service_user); nothing else builds them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FILES = REPO / "files"  # host tools, uploaded as they are
+TEMPLATES = REPO / "templates"
+PATCHES = REPO / "patches"
+LOCKS = REPO / "locks"
+
+SBIN = "/usr/local/sbin"  # links to our host tools, on root's PATH
+CONF_DIR = "/etc/glm-flash"  # root-owned; the service user may read, never write
+STATUS_FILE = f"{CONF_DIR}/status.json"
+UNIT = "/etc/systemd/system/glm-flash.service"
+
+
+def bin_dir(profile) -> str:
+    return f"{profile.install_root}/bin"
+
+
+def tool(profile, name: str) -> str:
+    return f"{bin_dir(profile)}/{name}"
+
+
+def engine_root(profile) -> str:
+    return f"{profile.install_root}/engine"
+
+
+def engine_python(profile) -> str:
+    """The interpreter of the environment `current` points at: what the service runs."""
+    return f"{engine_root(profile)}/current/bin/python"
+
+
+def hub_venv(profile) -> str:
+    return f"{profile.install_root}/tools/hf-hub"
+
+
+def triton_moe_dir(profile) -> str:
+    return f"{profile.install_root}/triton-configs/moe"
+
+
+def service_home(profile) -> str:
+    """The service user's HOME and working directory: everything here is the engine's to write."""
+    return f"/var/lib/{profile.service_user}"
