@@ -33,6 +33,7 @@ from pyinfra.facts.server import KernelModules, Which
 from pyinfra.operations import server, systemd
 
 from control.report import skipped
+from roles.facts.apt import AptHeldPackages
 from roles.facts.driver import (
     AptVersions,
     Kernels,
@@ -351,7 +352,7 @@ def driver_held(branch: str, hold_kernel: bool):
     installed = host.get_fact(DebPackages)
     names = hold_candidates(installed, branch, hold_kernel)
     if not hold_kernel:
-        held = set(host.get_fact(apt_hold.AptHeldPackages))
+        held = set(host.get_fact(AptHeldPackages))
         stale = sorted(n for n in installed if KERNEL_PACKAGE_RE.match(n) and n in held)
         if stale:
             yield StringCommand("apt-mark", "unhold", *[QuoteString(n) for n in stale])

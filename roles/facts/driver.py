@@ -12,7 +12,9 @@ import json
 import re
 from dataclasses import dataclass
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api import QuoteString, StringCommand
+
+from roles.facts import ParsedFact
 
 _NUMBERS = re.compile(r"\d+|\D+")
 
@@ -41,7 +43,7 @@ class PciDevice:
     pci_class: str
 
 
-class NvidiaPciDevices(FactBase):
+class NvidiaPciDevices(ParsedFact):
     """NVIDIA display/3D controllers on the PCI bus (vendor 0x10de, class 0x03xxxx).
 
     Read from sysfs, so it answers before any driver or pciutils is installed.
@@ -69,9 +71,6 @@ class NvidiaPciDevices(FactBase):
                 devices.append(PciDevice(address, device.lower(), pci_class.lower()))
         return devices
 
-    def process(self, output):
-        return self.parse(output)
-
 
 @dataclass(frozen=True)
 class LoadedModule:
@@ -79,7 +78,7 @@ class LoadedModule:
     open: bool  # NVIDIA's open kernel modules ("Open Kernel Module")
 
 
-class NvidiaLoadedModule(FactBase):
+class NvidiaLoadedModule(ParsedFact):
     """The nvidia kernel module running now (/proc/driver/nvidia/version), or None."""
 
     def command(self):
@@ -95,11 +94,8 @@ class NvidiaLoadedModule(FactBase):
                 return LoadedModule(m.group(1), "Open Kernel Module" in line)
         return None
 
-    def process(self, output):
-        return self.parse(output)
 
-
-class NvidiaModuleOnDisk(FactBase):
+class NvidiaModuleOnDisk(ParsedFact):
     """Version of the nvidia module the running kernel would load (`modinfo`), or None.
 
     DKMS builds it for each kernel with headers; None on a running kernel means the
@@ -116,9 +112,6 @@ class NvidiaModuleOnDisk(FactBase):
             if re.match(r"^\d{3}\.\d+(\.\d+)?$", line):
                 return line
         return None
-
-    def process(self, output):
-        return self.parse(output)
 
 
 @dataclass(frozen=True)
@@ -139,7 +132,7 @@ class KernelState:
         return None
 
 
-class Kernels(FactBase):
+class Kernels(ParsedFact):
     """Running kernel release and the kernels installed under /boot."""
 
     def command(self):
@@ -156,9 +149,6 @@ class Kernels(FactBase):
                 installed.append(release)
         return KernelState(running, tuple(sorted(set(installed), key=version_key)))
 
-    def process(self, output):
-        return self.parse(output)
-
 
 @dataclass(frozen=True)
 class RebootFlag:
@@ -166,7 +156,7 @@ class RebootFlag:
     packages: tuple[str, ...]
 
 
-class RebootRequired(FactBase):
+class RebootRequired(ParsedFact):
     """Debian/Ubuntu's /run/reboot-required flag and the packages that set it."""
 
     def command(self):
@@ -183,11 +173,8 @@ class RebootRequired(FactBase):
             return RebootFlag(False, ())
         return RebootFlag(True, tuple(dict.fromkeys(lines[1:])))
 
-    def process(self, output):
-        return self.parse(output)
 
-
-class NvidiaRepoState(FactBase):
+class NvidiaRepoState(ParsedFact):
     """`glm-flash-nvidia-repo status`: the keyring's primary fingerprints (None when there is
     no keyring) and whether the sources file is the one the tool writes; None as a whole when
     the tool is not on the host yet (a first deploy installs it earlier in the same run)."""
@@ -215,11 +202,8 @@ class NvidiaRepoState(FactBase):
             return None
         return json.loads(text)
 
-    def process(self, output):
-        return self.parse(output)
 
-
-class AptVersions(FactBase):
+class AptVersions(ParsedFact):
     """Versions of a package apt can install (`apt-cache madison`), newest first; [] if none."""
 
     def command(self, package: str):
@@ -238,11 +222,8 @@ class AptVersions(FactBase):
                 out.append(parts[1])
         return out
 
-    def process(self, output):
-        return self.parse(output)
 
-
-class NvidiaModuleFor(FactBase):
+class NvidiaModuleFor(ParsedFact):
     """Version of the nvidia module built for kernel release `kernel` (None when there is none)."""
 
     def command(self, kernel: str):
@@ -252,9 +233,6 @@ class NvidiaModuleFor(FactBase):
     def parse(lines) -> str | None:
         return NvidiaModuleOnDisk.parse(lines)
 
-    def process(self, output):
-        return self.parse(output)
-
 
 @dataclass(frozen=True)
 class SecureBootState:
@@ -263,7 +241,7 @@ class SecureBootState:
     enrolled: bool  # known to the firmware (mokutil --test-key)
 
 
-class SecureBoot(FactBase):
+class SecureBoot(ParsedFact):
     """Secure Boot from the firmware's SecureBoot variable (its last byte is 1 when on), and
     whether DKMS's module signing key `mok` exists and is enrolled."""
 
@@ -298,6 +276,3 @@ class SecureBoot(FactBase):
             elif "is already enrolled" in line:
                 enrolled = True
         return SecureBootState(enabled, key, enrolled)
-
-    def process(self, output):
-        return self.parse(output)

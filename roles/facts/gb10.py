@@ -16,7 +16,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from pyinfra.api import FactBase
+from roles.facts import ParsedFact
 
 GB10_CAPABILITY = "12.1"
 ARCH = "aarch64"
@@ -55,7 +55,7 @@ class OsInfo:
         return f"{self.pretty}" + (f" ({dgx} {version})" if dgx else "")
 
 
-class OsRelease(FactBase):
+class OsRelease(ParsedFact):
     """/etc/os-release plus DGX OS's /etc/dgx-release (empty elsewhere)."""
 
     SEP = "--- /etc/dgx-release ---"
@@ -70,11 +70,8 @@ class OsRelease(FactBase):
         osr, dgx = _kv(lines[:cut]), _kv(lines[cut + 1 :])
         return OsInfo(osr.get("ID", ""), osr.get("VERSION_ID", ""), osr.get("PRETTY_NAME", ""), dgx)
 
-    def process(self, output):
-        return self.parse(output)
 
-
-class MemTotalKiB(FactBase):
+class MemTotalKiB(ParsedFact):
     """MemTotal of /proc/meminfo in KiB (on GB10: the unified pool CPU and GPU share)."""
 
     def command(self):
@@ -87,9 +84,6 @@ class MemTotalKiB(FactBase):
             if len(parts) >= 2 and parts[0] == "MemTotal:" and parts[1].isdigit():
                 return int(parts[1])
         return 0
-
-    def process(self, output):
-        return self.parse(output)
 
 
 @dataclass(frozen=True)

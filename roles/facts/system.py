@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 from pyinfra.api import FactBase
 
+from roles.facts import ParsedFact
+
 
 @dataclass(frozen=True)
 class Gpu:
@@ -33,7 +35,7 @@ class GpuProcess:
         return "G" in self.kind
 
 
-class Gpus(FactBase):
+class Gpus(ParsedFact):
     """GPUs nvidia-smi sees; an empty list where there is no driver or no GPU."""
 
     def command(self):
@@ -58,11 +60,8 @@ class Gpus(FactBase):
             gpus.append(Gpu(int(parts[0]), parts[1], parts[2], memory, parts[4]))
         return gpus
 
-    def process(self, output):
-        return self.parse(output)
 
-
-class GpuProcesses(FactBase):
+class GpuProcesses(ParsedFact):
     """Processes holding GPU memory, graphics ones included (`nvidia-smi -q -d PIDS`)."""
 
     def command(self):
@@ -108,9 +107,6 @@ class GpuProcesses(FactBase):
         flush()
         return procs
 
-    def process(self, output):
-        return self.parse(output)
-
 
 @dataclass(frozen=True)
 class Cpu:
@@ -122,7 +118,7 @@ class Cpu:
         return all(f in self.flags for f in flags)
 
 
-class CpuInfo(FactBase):
+class CpuInfo(ParsedFact):
     """CPU model, logical processor count and feature flags from /proc/cpuinfo."""
 
     def command(self):
@@ -142,11 +138,8 @@ class CpuInfo(FactBase):
                 flags = frozenset(value.split())
         return Cpu(model, count, flags)
 
-    def process(self, output):
-        return self.parse(output)
 
-
-class NumaNodes(FactBase):
+class NumaNodes(ParsedFact):
     """Number of NUMA nodes (1 where the kernel shows none)."""
 
     def command(self):
@@ -155,27 +148,6 @@ class NumaNodes(FactBase):
     @staticmethod
     def parse(lines) -> int:
         return max(1, sum(1 for line in lines if re.search(r"/node\d+$", line.strip())))
-
-    def process(self, output):
-        return self.parse(output)
-
-
-class GlibcVersion(FactBase):
-    """glibc version as a (major, minor) tuple."""
-
-    def command(self):
-        return "getconf GNU_LIBC_VERSION"
-
-    @staticmethod
-    def parse(lines) -> tuple[int, int] | None:
-        for line in lines:
-            m = re.match(r"glibc (\d+)\.(\d+)", line.strip())
-            if m:
-                return int(m.group(1)), int(m.group(2))
-        return None
-
-    def process(self, output):
-        return self.parse(output)
 
 
 class DefaultTarget(FactBase):
@@ -188,7 +160,7 @@ class DefaultTarget(FactBase):
         return output[0].strip() if output else ""
 
 
-class CudaToolkits(FactBase):
+class CudaToolkits(ParsedFact):
     """Installed side-by-side CUDA toolkits: {version: install dir}."""
 
     def command(self):
@@ -207,11 +179,8 @@ class CudaToolkits(FactBase):
                 found[m.group(2)] = m.group(1)
         return found
 
-    def process(self, output):
-        return self.parse(output)
 
-
-class UnitFiles(FactBase):
+class UnitFiles(ParsedFact):
     """Unit files systemd knows, with their enablement state: {name: state}."""
 
     def command(self):
@@ -230,11 +199,8 @@ class UnitFiles(FactBase):
                 units[parts[0]] = parts[1]
         return units
 
-    def process(self, output):
-        return self.parse(output)
 
-
-class ToolResult(FactBase):
+class ToolResult(ParsedFact):
     """Base of facts that run one of our host tools: {"exit": its exit code, "lines": its output}.
 
     Their commands print `missing` where the tool is not on the host yet (a first deploy
@@ -254,6 +220,3 @@ class ToolResult(FactBase):
         if lines and lines[-1].startswith("exit="):
             code = int(lines.pop()[len("exit=") :])
         return {"exit": code, "lines": lines}
-
-    def process(self, output):
-        return self.parse(output)

@@ -1,4 +1,4 @@
-"""apt holds as a pyinfra fact and operation (pyinfra 3.10 has neither).
+"""apt holds as a pyinfra operation (pyinfra 3.10 has none; the fact is roles/facts/apt.py).
 
 A held package is skipped by `apt upgrade` and unattended-upgrades, so a driver or
 kernel cannot move under a running engine and cause a driver/library version mismatch.
@@ -10,49 +10,10 @@ kernel cannot move under a running engine and cause a driver/library version mis
 
 from __future__ import annotations
 
-import re
-
 from pyinfra import host
-from pyinfra.api import FactBase, OperationValueError, QuoteString, StringCommand, operation
-from pyinfra.api.exceptions import FactProcessError
+from pyinfra.api import OperationValueError, QuoteString, StringCommand, operation
 
-# Debian policy 5.6.1: lower case letters, digits, + - . ; at least two characters,
-# starting with a letter or digit. apt-mark also takes an architecture qualifier.
-PACKAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?$")
-
-
-class AptHeldPackages(FactBase):
-    """Packages on hold (`apt-mark showhold`): a sorted list of names.
-
-    Native-architecture packages appear bare (`libc6`), foreign ones qualified
-    (`libc6:i386`), as apt-mark prints them.
-    """
-
-    def command(self):
-        return "apt-mark showhold"
-
-    def requires_command(self):
-        return "apt-mark"
-
-    @staticmethod
-    def default():
-        return []
-
-    @staticmethod
-    def parse(lines) -> list[str]:
-        names = set()
-        for line in lines:
-            name = line.strip()
-            if not name:
-                continue
-            if not PACKAGE_NAME.match(name):
-                # apt-mark prints one name per line; anything else is not its output.
-                raise FactProcessError(f"unexpected line in `apt-mark showhold` output: {line!r}")
-            names.add(name)
-        return sorted(names)
-
-    def process(self, output):
-        return self.parse(output)
+from roles.facts.apt import PACKAGE_NAME, AptHeldPackages
 
 
 def _is_held(package: str, held: set[str]) -> bool:

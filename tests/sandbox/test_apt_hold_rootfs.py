@@ -35,8 +35,8 @@ from pyinfra.facts.deb import DebPackages  # noqa: E402
 from pyinfra.facts.files import FileContents  # noqa: E402
 
 from roles import driver, toolkit  # noqa: E402
+from roles.facts.apt import AptHeldPackages  # noqa: E402
 from roles.facts.driver import AptVersions, Kernels, KernelState  # noqa: E402
-from roles.operations.apt_hold import AptHeldPackages  # noqa: E402
 
 SOURCES = "deb http://deb.debian.org/debian trixie main contrib non-free"
 CACHE = Path(os.environ.get("GLM_FLASH_CACHE", Path.home() / ".cache" / "glm-flash")) / "rootfs"

@@ -7,7 +7,8 @@ from fakehost import FakeHost, commands, on, render
 from pyinfra.api import OperationValueError
 from pyinfra.api.exceptions import FactProcessError
 
-from roles.operations.apt_hold import AptHeldPackages, held, validate_packages
+from roles.facts.apt import AptHeldPackages
+from roles.operations.apt_hold import held, validate_packages
 
 # Output of `apt-mark showhold` in a trixie rootfs after `apt-mark hold sed hostname libc6:amd64`.
 SHOWHOLD = ["hostname", "libc6", "sed"]

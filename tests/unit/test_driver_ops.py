@@ -18,6 +18,7 @@ from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from control.profile import Profile, build
 from roles import driver
+from roles.facts.apt import AptHeldPackages
 from roles.facts.driver import (
     AptVersions,
     Kernels,
@@ -35,7 +36,6 @@ from roles.facts.driver import (
     SecureBootState,
 )
 from roles.operations import apt_hold
-from roles.operations.apt_hold import AptHeldPackages
 
 RUNNING = "6.12.38+deb13-amd64"
 NEWER = "6.12.41+deb13-amd64"

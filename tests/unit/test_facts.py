@@ -3,7 +3,7 @@ sandbox; nvidia-smi output in its documented formats (no GPU here)."""
 
 from pathlib import Path
 
-from roles.facts.system import CpuInfo, CudaToolkits, GlibcVersion, GpuProcesses, Gpus, NumaNodes, UnitFiles
+from roles.facts.system import CpuInfo, CudaToolkits, GpuProcesses, Gpus, NumaNodes, UnitFiles
 
 DATA = Path(__file__).parent / "data"
 
@@ -43,12 +43,6 @@ def test_numa_nodes():
     assert NumaNodes.parse(lines("numa-host.txt")) == 1
     assert NumaNodes.parse(["/sys/devices/system/node/node0", "/sys/devices/system/node/node1"]) == 2
     assert NumaNodes.parse([]) == 1
-
-
-def test_glibc_versions():
-    assert GlibcVersion.parse(lines("getconf-trixie.txt")) == (2, 41)
-    assert GlibcVersion.parse(lines("getconf-host.txt")) == (2, 36)
-    assert GlibcVersion.parse(["garbage"]) is None
 
 
 def test_cuda_toolkits():

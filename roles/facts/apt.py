@@ -1,0 +1,44 @@
+"""apt's view of held packages (pyinfra 3.10 has no such fact)."""
+
+from __future__ import annotations
+
+import re
+
+from pyinfra.api.exceptions import FactProcessError
+
+from roles.facts import ParsedFact
+
+# Debian policy 5.6.1: lower case letters, digits, + - . ; at least two characters,
+# starting with a letter or digit. apt-mark also takes an architecture qualifier.
+PACKAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?$")
+
+
+class AptHeldPackages(ParsedFact):
+    """Packages on hold (`apt-mark showhold`): a sorted list of names.
+
+    Native-architecture packages appear bare (`libc6`), foreign ones qualified
+    (`libc6:i386`), as apt-mark prints them.
+    """
+
+    def command(self):
+        return "apt-mark showhold"
+
+    def requires_command(self):
+        return "apt-mark"
+
+    @staticmethod
+    def default():
+        return []
+
+    @staticmethod
+    def parse(lines) -> list[str]:
+        names = set()
+        for line in lines:
+            name = line.strip()
+            if not name:
+                continue
+            if not PACKAGE_NAME.match(name):
+                # apt-mark prints one name per line; anything else is not its output.
+                raise FactProcessError(f"unexpected line in `apt-mark showhold` output: {line!r}")
+            names.add(name)
+        return sorted(names)
