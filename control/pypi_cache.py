@@ -34,6 +34,24 @@ class HashMismatch(RuntimeError):
         self.filename, self.got, self.want = filename, got, want
 
 
+class FetchError(RuntimeError):
+    """A file or index page that could not be fetched: one line naming what and from where."""
+
+    def __init__(self, what: str, url: str, reason: str):
+        super().__init__(f"could not fetch {what} from {url}: {reason}")
+        self.what, self.url, self.reason = what, url, reason
+
+
+def network_reason(e: Exception) -> str:
+    """The innermost cause of a requests/urllib error, without the traceback's noise."""
+    while e.__cause__ is not None or e.__context__ is not None:
+        inner = e.__cause__ or e.__context__
+        if not str(inner):
+            break
+        e = inner
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else 'no answer'}"
+
+
 def progress(msg: str) -> None:
     """Progress of control-machine work: stderr, since stdout belongs to pyinfra (--json)."""
     print(f"glm-flash: {msg}", file=sys.stderr, flush=True)

@@ -22,6 +22,7 @@ from fakehost import F, FakeHost, on, render
 from pyinfra.api import OperationError
 from pyinfra.facts.files import File
 from pyinfra.facts.server import Arch
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from control.profile import build
 from roles import engine_vllm
@@ -58,6 +59,8 @@ def gb10_facts(over=None):
         CudaToolkits: {"13.0": "/usr/local/cuda-13.0"},
         DefaultTarget: "graphical.target",
         UnitFiles: {"gdm3.service": "enabled", "ssh.service": "enabled"},
+        SystemdStatus: {"gdm3.service": True},
+        SystemdEnabled: {"gdm3.service": True},
         EngineEnvs: EngineState(),
     }
     facts.update(over or {})
@@ -194,10 +197,13 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     assert plan.find("Driver is 580.0 or newer") and plan.find("Driver is 580.0 or newer")[0][3] == []
     assert not plan.find("Driver 580 with headers")
     # headless as on the L40S box
-    assert plan.shell("Boot into multi-user.target") == ["systemctl set-default multi-user.target"]
-    assert plan.find("Stop and disable gdm3")
+    assert plan.commands("Boot into multi-user.target") == ["systemctl set-default multi-user.target"]
+    assert plan.commands("Display managers stopped") == [
+        "systemctl stop gdm3.service",
+        "systemctl disable gdm3.service",
+    ]
     # fresh: build beside, patch, middleware, drafter, then switch
-    build_cmd = plan.shell("Build vLLM-Moet")
+    build_cmd = plan.commands("vLLM-Moet")
     assert build_cmd == [
         f"/opt/glm-flash/bin/glm-flash-vllm-build {env} --repo https://github.com/lrozewicz/vLLM-Moet-GB10 "
         f"--ref {REF} --python /usr/bin/python3.12 --torch-index https://download.pytorch.org/whl/cu130 "
@@ -213,14 +219,14 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     )
     drafter = plan.shell("Download incoai/GLM-5.3-Flash-DFlash2@main into /srv/models/GLM-5.3-Flash-DFlash2")
     assert len(drafter) == 1 and "--repo incoai/GLM-5.3-Flash-DFlash2" in drafter[0]
-    assert plan.shell("Switch engine current") == [
+    assert plan.commands("Switch engine current") == [
         f"/opt/glm-flash/bin/glm-flash-engine switch {env}",
         f"/opt/glm-flash/bin/glm-flash-engine prune --keep {env}",
     ]
     order = [
         names.index(plan.find(t)[0][1])
         for t in (
-            "Build vLLM-Moet",
+            "built into",
             "vLLM patches in",
             "Thinking-budget",
             "Download incoai",
@@ -250,8 +256,8 @@ def test_fork_already_built_at_the_pinned_ref_builds_nothing(monkeypatch, profil
         patch_state=done,
         extra_facts_for=lambda f, m: model_facts(f, m, drafter_ok=True),
     )
-    assert not plan.find("Build vLLM-Moet")
-    assert not plan.find("Switch engine current")
+    assert plan.commands("built into") == []  # checked on the host, nothing to build
+    assert plan.commands("Switch engine current") == []
     assert plan.find("vLLM patches in")[0][3] == []  # checked, nothing pending
     assert not plan.find("Download incoai")
 
@@ -269,14 +275,14 @@ def test_ref_changed_builds_beside_and_switches(monkeypatch, profile):
         inventory=inv,
         extra_facts_for=lambda f, m: model_facts(f, m, drafter_ok=True),
     )
-    assert plan.shell("Build vLLM-Moet")[0].startswith(f"/opt/glm-flash/bin/glm-flash-vllm-build {new} ")
-    assert f"--ref {NEW_REF}" in plan.shell("Build vLLM-Moet")[0]
-    assert plan.shell("Switch engine current") == [
+    assert plan.commands("built into")[0].startswith(f"/opt/glm-flash/bin/glm-flash-vllm-build {new} ")
+    assert f"--ref {NEW_REF}" in plan.commands("built into")[0]
+    assert plan.commands("Switch engine current") == [
         f"/opt/glm-flash/bin/glm-flash-engine switch {new}",
         f"/opt/glm-flash/bin/glm-flash-engine prune --keep {new}",
     ]
     # the old environment is not touched before the switch (it keeps serving)
-    assert not any(old in cmd for c in plan.calls for cmd in c[2].get("commands", []))
+    assert not any(old in cmd for c in plan.calls for cmd in (c[3] or []) + c[2].get("commands", []))
 
 
 def test_driver_too_old_fails_clearly(monkeypatch):
