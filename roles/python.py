@@ -33,7 +33,7 @@ from pyinfra.operations import apt, files
 from control import layout
 from control.engine_lock import tools_bin
 from control.profile import Problem, Profile, ProfileError, fail
-from control.pypi_cache import cache_root, progress, sha256_file
+from control.pypi_cache import FetchError, cache_root, progress, sha256_file
 from control.report import skipped
 from control.run import dry_run
 from roles.facts.engine import PythonArtifact
@@ -359,9 +359,8 @@ def apply(profile: Profile) -> Artifact | None:
     (None in a dry run that finds it not packed yet: nothing is packed then)."""
     try:
         art = cached_artifact(profile) if dry_run() else artifact(profile)
-    except PythonSourceError as e:
+    except (PythonSourceError, FetchError) as e:
         refuse(profile, e)
-        raise
     apt.packages(
         name="Libraries the engine's CPython links against",
         packages=list(profile.python_runtime_packages) + ["python3"],
