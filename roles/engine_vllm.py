@@ -5,8 +5,10 @@ Per run (platform gb10):
    capability 12.1 with unified memory, DGX OS (Ubuntu 24.04). Anything else stops this
    host's deploy with what was found and how to fix it;
 2. the environment `vllm-moet-<ref12>-<hash>` (the hash covers repository, commit, Python,
-   torch index and GPU architecture) is built beside the others by files/glm-flash-vllm-build
-   only when it is not complete: the same commit is never built twice, a new vllm_ref builds
+   torch index, GPU architecture and the build's hash lock locks/vllm/<ref>.json, made by
+   `make vllm-lock`) is built beside the others by files/glm-flash-vllm-build, every
+   requirement from that lock (--require-hashes, each name from one index), only when it is
+   not complete: the same commit is never built twice, a new vllm_ref builds
    a new environment while the old one keeps serving;
    (the `environment built` operation of roles/engine.py reads the host at run time);
 3. our edits go in through the patch tool (patches/vllm/0.33.0.yaml, via the engine_patches
@@ -24,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from pathlib import Path
 
 import yaml
 from pyinfra import host, logger
@@ -40,6 +43,7 @@ from roles.toolkit import toolkit_path
 
 NAME = "vLLM"
 PATCH_SET = layout.PATCHES / "vllm" / "0.33.0.yaml"
+LOCK_DIR = layout.LOCKS / "vllm"  # <ref>.json: what the build installs, hash-locked (scripts/vllm_lock.py)
 BUILD_TOOL = "glm-flash-vllm-build"
 MIDDLEWARE_FILE = layout.FILES / "glm_flash_defaults.py"
 DRAFTER_LICENSE = "CC-BY-NC-ND-4.0"
@@ -50,6 +54,21 @@ def arch_list(profile: Profile) -> str:
     return profile.gpu_compute_capability  # "12.1" -> TORCH_CUDA_ARCH_LIST
 
 
+class VllmLockError(Exception):
+    pass
+
+
+def build_lock(profile: Profile) -> Path:
+    """locks/vllm/<vllm_ref>.json, made for this repository and commit."""
+    path = LOCK_DIR / f"{profile.vllm_ref}.json"
+    if not path.is_file():
+        raise VllmLockError(f"locks/vllm/{path.name} is missing: nothing the build installs is locked yet")
+    data = json.loads(path.read_text())
+    if (data.get("repo"), data.get("ref")) != (profile.vllm_repo_url, profile.vllm_ref):
+        raise VllmLockError(f"locks/vllm/{path.name} locks {data.get('repo')}, not {profile.vllm_repo_url}")
+    return path
+
+
 def env_id(profile: Profile) -> str:
     inputs = json.dumps(
         [
@@ -58,9 +77,14 @@ def env_id(profile: Profile) -> str:
             profile.python_version,
             profile.vllm_torch_index_url,
             arch_list(profile),
+            hashlib.sha256(build_lock(profile).read_bytes()).hexdigest(),
         ]
     )
     return f"vllm-moet-{profile.vllm_ref[:12]}-{hashlib.sha256(inputs.encode()).hexdigest()[:8]}"
+
+
+def lock_dest(profile: Profile, env: str) -> str:
+    return f"{layout.engine_root(profile)}/locks/{env}.vllm.json"
 
 
 def build_argv(profile: Profile, env: str) -> list[str]:
@@ -73,8 +97,8 @@ def build_argv(profile: Profile, env: str) -> list[str]:
         profile.vllm_ref,
         "--python",
         f"/usr/bin/python{profile.python_version}",
-        "--torch-index",
-        profile.vllm_torch_index_url,
+        "--lock",
+        lock_dest(profile, env),
         "--arch",
         arch_list(profile),
         "--cuda-home",
@@ -138,15 +162,34 @@ def launch_spec(profile: Profile, numa_nodes: int) -> dict:
 
 def apply(profile: Profile) -> engine.EngineResult:
     view = recognise(profile)
+    try:
+        env = env_id(profile)
+    except VllmLockError as e:
+        fail(
+            ProfileError(
+                [
+                    Problem(
+                        profile.host,
+                        "vllm_ref",
+                        str(e),
+                        "run `make vllm-lock INVENTORY=<this inventory>` on a machine that reaches the fork, "
+                        "PyPI and vllm_torch_index_url, and commit locks/vllm/",
+                    )
+                ]
+            )
+        )
     logger.info(
         f"[{host.name}] GB10 box: {view.arch}, {view.os.describe()}, "
         f"{len(view.gpus)} GPU sm_{profile.gpu_compute_capability.replace('.', '')}, "
         f"{view.unified_gib} GiB unified memory"
     )
-    env = env_id(profile)
     env_dir = engine.env_dir(profile, env)
     host_tool(BUILD_TOOL, layout.bin_dir(profile))
     engine.layout_on_host(profile)
+    files.directory(
+        name=f"Directory {layout.engine_root(profile)}/locks", path=f"{layout.engine_root(profile)}/locks", mode="755"
+    )
+    files.put(name=f"Build lock of {env}", src=str(build_lock(profile)), dest=lock_dest(profile, env), mode="644")
     engine.environment_built(
         name=f"vLLM-Moet {profile.vllm_ref[:12]} built into {env} (beside the serving environment)",
         tool=engine.engine_tool(profile),

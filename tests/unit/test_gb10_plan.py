@@ -14,6 +14,7 @@ real system is tested elsewhere (tests/sandbox, tests/gb10 against real vLLM fil
 
 from __future__ import annotations
 
+import json
 import runpy
 from pathlib import Path
 
@@ -170,6 +171,27 @@ def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
     fake.facts[check] = missing
 
 
+@pytest.fixture(autouse=True)
+def vllm_locks(tmp_path, monkeypatch):
+    """locks/vllm/<ref>.json for the two refs of these tests, in the format scripts/vllm_lock.py
+    writes (the real ones need the fork's commit, PyPI and the torch index)."""
+    d = tmp_path / "vllm-locks"
+    d.mkdir()
+    for ref in (REF, NEW_REF):
+        lock = {
+            "repo": "https://github.com/lrozewicz/vLLM-Moet-GB10",
+            "ref": ref,
+            "python": "3.12",
+            "indexes": {
+                "https://pypi.org/simple": ["ninja==1.13.0 --hash=sha256:" + "1" * 64],
+                "https://download.pytorch.org/whl/cu130/": ["torch==2.14.0+cu130 --hash=sha256:" + "2" * 64],
+            },
+        }
+        (d / f"{ref}.json").write_text(json.dumps(lock))
+    monkeypatch.setattr(engine_vllm, "LOCK_DIR", d)
+    return d
+
+
 @pytest.fixture
 def profile():
     return build("gx10.example.lan", INVENTORY, api_key_present=False)
@@ -206,7 +228,7 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     build_cmd = plan.commands("vLLM-Moet")
     assert build_cmd == [
         f"/opt/glm-flash/bin/glm-flash-vllm-build {env} --repo https://github.com/lrozewicz/vLLM-Moet-GB10 "
-        f"--ref {REF} --python /usr/bin/python3.12 --torch-index https://download.pytorch.org/whl/cu130 "
+        f"--ref {REF} --python /usr/bin/python3.12 --lock /opt/glm-flash/engine/locks/{env}.vllm.json "
         f"--arch 12.1 --cuda-home /usr/local/cuda-13.0"
     ]
     patch = plan.find("vLLM patches in")[0]
@@ -319,3 +341,22 @@ def test_licence_is_shown_at_deploy_time(monkeypatch, caplog):
     assert any(
         "CC-BY-NC-ND-4.0" in r.getMessage() and "incoai/GLM-5.3-Flash-DFlash2" in r.getMessage() for r in caplog.records
     )
+
+
+def test_build_without_a_hash_lock_is_refused(monkeypatch, vllm_locks, capsys):
+    (vllm_locks / f"{REF}.json").unlink()
+    with pytest.raises(SystemExit) as e:
+        run_deploy(monkeypatch, gb10_facts(), extra_facts_for=model_facts)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"vllm_ref: locks/vllm/{REF}.json is missing" in err and "make vllm-lock" in err
+
+
+def test_the_lock_goes_up_beside_the_build_and_names_the_environment(monkeypatch, vllm_locks, profile):
+    plan, _ = run_deploy(monkeypatch, gb10_facts(), extra_facts_for=model_facts)
+    env = engine_vllm.env_id(profile)
+    up = plan.find(f"Build lock of {env}")[0][2]
+    assert up["src"] == str(vllm_locks / f"{REF}.json") and up["dest"] == f"/opt/glm-flash/engine/locks/{env}.vllm.json"
+    lock = vllm_locks / f"{REF}.json"
+    lock.write_text(lock.read_text().replace("ninja==1.13.0", "ninja==1.13.1"))
+    assert engine_vllm.env_id(profile) != env  # another lock: another environment, built beside
