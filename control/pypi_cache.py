@@ -23,6 +23,8 @@ import sys
 import urllib.parse
 from pathlib import Path
 
+import requests
+
 PYPI_JSON = os.environ.get("GLM_FLASH_PYPI", "https://pypi.org/pypi")
 
 
@@ -80,8 +82,6 @@ def sha256_file(path: Path) -> str:
 def release_wheel(name: str, version: str, accept: tuple[str, ...] = ("x86_64",)) -> dict:
     """{filename, url, sha256} of the one wheel of name==version on PyPI whose filename contains
     one of `accept` (e.g. "x86_64", "none-any"); more or fewer than one is an error."""
-    import requests
-
     url = f"{PYPI_JSON}/{name}/json"
     r = requests.get(url, timeout=60)
     r.raise_for_status()
@@ -100,8 +100,7 @@ def download(url: str, path: Path, sha256: str, *, session=None, timeout: int = 
     """Fetch `url` into `<path>.part` and rename it to `path` once its sha256 is `sha256`; on a
     mismatch the partial file is deleted and HashMismatch raised. resume: continue a partial
     file left by an interrupted run (HTTP Range), when the server allows it."""
-    if session is None:
-        import requests as session
+    session = session or requests
     part = path.with_name(path.name + ".part")
     have = part.stat().st_size if resume and part.exists() else 0
     if have and sha256_file(part) == sha256:  # complete, but the run died before the rename
