@@ -8,7 +8,10 @@ the engine with the sha256 of each file PyPI has for that version. This module:
   manylinux x86_64, glibc <= 2.35 tags): a compatible wheel, else the sdist;
 - downloads that file once into `${GLM_FLASH_CACHE}/wheelhouse`, checked against the lock's
   hash, so a second run needs no network;
-- names the environment a lock builds: `<engine_set>-<12 hex of lock + interpreter + steps>`.
+- names the environment a lock builds: `<engine_set>-<12 hex of lock + interpreter + steps>`;
+- writes the parsed lock as JSON for the host (`lock_json`: files/glm-flash-engine reads it and
+  parses nothing);
+- tells a dry run which files the cache holds without writing or fetching (`cached`).
 
 It runs on the control machine only (stdlib, `packaging` and `requests`).
 """

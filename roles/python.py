@@ -241,11 +241,27 @@ def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
         _relocate(stage, major_minor, info["prefix"])
         part = Path(tmp) / "out.tar.gz"
         # deterministic: sorted names, fixed owner and mtime, gzip without a timestamp
-        subprocess.run(
-            f"tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C {stage} -cf - . | gzip -n -6 > {part}",
-            shell=True,
-            check=True,
-        )
+        with open(part, "wb") as out:
+            tar = subprocess.Popen(
+                [
+                    "tar",
+                    "--sort=name",
+                    "--mtime=@0",
+                    "--owner=0",
+                    "--group=0",
+                    "--numeric-owner",
+                    "-C",
+                    stage,
+                    "-cf",
+                    "-",
+                    ".",
+                ],
+                stdout=subprocess.PIPE,
+            )
+            gz = subprocess.run(["gzip", "-n", "-6"], stdin=tar.stdout, stdout=out)
+            tar.stdout.close()
+            if tar.wait() or gz.returncode:
+                raise PythonSourceError(f"packing {source} failed (tar {tar.returncode}, gzip {gz.returncode})")
         digest = sha256_file(part)
         part.replace(tarball)
     meta.write_text(
