@@ -66,6 +66,14 @@ bench-lock: venv  ## regenerate locks/bench.txt from locks/bench.in (uv pinned i
 	$$($(BIN)/python -c 'from control.engine_lock import tools_bin; print(tools_bin())')/uv pip compile \
 	  --generate-hashes --no-config --python-version 3.11 --no-header --quiet locks/bench.in -o locks/bench.txt
 
+.PHONY: fetch
+fetch: venv  ## fetch the engine's CPython and wheels into the cache for INVENTORY's hosts (the deploy uploads them)
+	$(BIN)/python scripts/fetch.py $(if $(filter-out file,$(origin INVENTORY)),'$(INVENTORY)',inventory/l40s.py)
+
+.PHONY: vllm-lock
+vllm-lock: venv  ## hash-lock the GB10 build's requirements (locks/vllm/<vllm_ref>.json) for INVENTORY's GB10 hosts
+	$(BIN)/python scripts/vllm_lock.py $(if $(filter-out file,$(origin INVENTORY)),'$(INVENTORY)',inventory/gb10.py)
+
 .PHONY: engine-locks
 engine-locks: venv  ## regenerate locks/engine/*.txt (uv pinned in locks/tools.txt; needs PyPI)
 	$(BIN)/python scripts/engine_locks.py

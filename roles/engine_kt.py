@@ -1,42 +1,44 @@
 """KTransformers + SGLang-kt in their own environment, from a lock in the repo (L40S path).
 
 Per run, for the profile's `engine_set`:
-1. control machine: the lock locks/engine/<engine_set>.txt is parsed, the file of every pin is
-   fetched once into ${GLM_FLASH_CACHE}/wheelhouse (sha256 checked against the lock);
-2. host: the wheelhouse under install_root/engine/wheelhouse gets the files it lacks;
-3. host: if envs/<engine_set>-<hash> is not complete, it is built beside the others, offline:
-   `pip install --no-index --find-links wheelhouse --require-hashes --no-deps -r lock`
-   (the lock already carries cuDNN 9.16.0.29 over torch's pin, docs/sources.md §3), then
-   transformers-kt is reinstalled last when upstream transformers shares transformers/
-   (docs/sources.md §2), then every version is checked and a completion marker written;
-4. the patch role edits the new environment (engine_patches.apply(profile, env_dir), when
-   that module exists), and only then `current` is switched to it; the old one stays as
-   `previous` for `glm-flash-rollback`, older ones are deleted;
-5. on every run the current environment's cuDNN version and the owner of transformers/
-   are read and put back when they drifted.
-A failed build stops the host's deploy before the switch: `current` and the running
-service are untouched. Building needs no network on the host.
+1. control machine: the lock locks/engine/<engine_set>.txt is parsed once (control/engine_lock.py),
+   the file of every pin is fetched once into ${GLM_FLASH_CACHE}/wheelhouse (sha256 checked
+   against the lock; a dry run fetches nothing and shows what is missing);
+2. host: the lock goes up as JSON (what the host tool reads: nothing parses it twice);
+3. host: `environment built`: unless envs/<engine_set>-<hash> is complete, the wheelhouse gets
+   the files it lacks and the environment is built beside the others, offline:
+   `pip install --no-index --find-links wheelhouse --require-hashes --no-deps` (the lock
+   already carries cuDNN 9.16.0.29 over torch's pin, docs/sources.md §3), then transformers-kt
+   is reinstalled last when upstream transformers shares transformers/ (docs/sources.md §2),
+   then every version is checked and a completion marker written;
+4. host: `pins asserted`: the environment's cuDNN version and the owner of transformers/ are
+   read on every run and put back when they drifted;
+5. the patch sets (roles/engine_patches.py) and tuned Triton configs (roles/triton_configs.py)
+   go into the new environment, the engine's own parser checks the launch flags
+   (roles/flag_check.py), and only then `current` is switched (roles/engine.py).
+A failed build stops the host's deploy before the switch: `current` and the running service
+are untouched. Building needs no network on the host.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import io
 
-from control.engine_lock import LockError, env_id, fetch, load_lock, lock_path, pin_of
+from pyinfra import host
+from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.operations import files
+
+from control import layout
+from control.engine_lock import PYPI_SIMPLE, LockError, cached, env_id, fetch, load_lock, lock_json, lock_path, pin_of
 from control.profile import Problem, Profile, ProfileError, fail
+from control.pypi_cache import FetchError
+from control.report import skipped
+from control.run import dry_run
+from roles import engine, engine_patches, flag_check, launch, python, triton_configs
+from roles.facts.engine import EngineEnvs
+from roles.facts.system import NumaNodes
 
-
-@dataclass
-class EngineResult:
-    env: str  # <engine_set>-<hash>
-    env_dir: str  # install_root/engine/envs/<env>
-    python: str  # the env's interpreter (what the service runs, through current/)
-    switch_op: Any  # pyinfra op that moved `current` (None when already current); restart the service _if it changed
-
-
-def engine_dir(profile: Profile) -> str:
-    return f"{profile.install_root}/engine"
+NAME = "KTransformers + SGLang-kt"
 
 
 def plan(profile: Profile, python_sha256: str) -> tuple[str, bytes, list]:
@@ -59,94 +61,115 @@ def plan(profile: Profile, python_sha256: str) -> tuple[str, bytes, list]:
     return env_id(profile.engine_set, data, python_sha256), data, pins
 
 
-def decide(state, env: str, cudnn_version: str, owner_ok: bool | None = None) -> list[str]:
-    """What a run does, from the host's facts, in order: "build" (env not complete), else
-    "assert-cudnn" / "assert-owner" (a complete env that drifted), then "switch" (env not
-    current). A complete, current env with the right cuDNN and owner: []."""
-    actions = []
+@operation()
+def pin_asserted(tool: str, env: str, package: str, version: str, owns: str | None = None):
+    """
+    Put `package` back as locked in a complete environment when it drifted.
+
+    + tool: glm-flash-engine on the host
+    + env: the environment
+    + package: the distribution (canonical name)
+    + version: the version the lock pins
+    + owns: a directory `package` must have written last (shared with another distribution);
+      when another one did, `package` is reinstalled over it
+    """
+    state = host.get_fact(EngineEnvs, tool=tool)
     if env not in state.complete:
-        actions.append("build")
-    else:
-        if state.version(env, "nvidia-cudnn-cu12") != cudnn_version:
-            actions.append("assert-cudnn")
-        if owner_ok is False:
-            actions.append("assert-owner")
-    if state.current != env:
-        actions.append("switch")
-    return actions
+        host.noop(f"{package} in {env}: installed as locked by the build")
+        return
+    wrong_owner = owns is not None and state.owner_ok(env, owns) is False
+    if state.version(env, package) == version and not wrong_owner:
+        host.noop(f"{package} {version} in {env}" + (f", owner of {owns}/" if owns else ""))
+        return
+    force = ["--force"] if wrong_owner else []
+    yield StringCommand(QuoteString(tool), "assert-pin", QuoteString(env), QuoteString(package), *force)
 
 
-def apply(profile: Profile, python_artifact=None) -> EngineResult | None:
-    if profile.platform != "l40s":
-        return None
-    from pyinfra import host
-    from pyinfra.operations import files, server
+def launch_spec(profile: Profile, numa_nodes: int) -> dict:
+    return launch.launch_spec(profile, numa_nodes)
 
-    from roles import engine_patches, flag_check, launch
-    from roles import python as python_role
-    from roles.facts.engine import EngineEnvs, TransformersOwner, WheelhouseFiles
-    from roles.facts.system import NumaNodes
 
+def _refuse(profile: Profile, key: str, e: Exception, fix: str) -> None:
+    fail(ProfileError([Problem(profile.host, key, str(e), fix)]))
+
+
+def _wheels(profile: Profile, pins: list) -> list:
+    """The lock's files in the control machine's cache: fetched now, or in a dry run only the
+    ones already there (the rest is reported, nothing is fetched)."""
+    if not dry_run():
+        return fetch(pins)
+    have, missing = cached(pins)
+    if missing:
+        skipped(
+            f"fetching {len(missing)} of {len(pins)} engine files",
+            f"dry run: the real run fetches them from {PYPI_SIMPLE} into the cache",
+        )
+    return have
+
+
+def apply(profile: Profile) -> engine.EngineResult:
+    art = python.apply(profile)  # the interpreter the environment is built with
     try:
-        art = python_artifact or python_role.artifact(profile)
-        env, lock_bytes, pins = plan(profile, art.sha256)
-        wheels = fetch(pins)
-    except (LockError, python_role.PythonSourceError) as e:
-        fail(ProfileError([Problem(profile.host, "engine_set", str(e), "see the message")]))
-        raise
-
-    e = engine_dir(profile)
-    env_dir, lock_dest, wheelhouse = f"{e}/envs/{env}", f"{e}/locks/{env}.txt", f"{e}/wheelhouse"
-    tool = f"{profile.install_root}/bin/glm-flash-engine"
-    for d in (e, f"{e}/envs", f"{e}/locks", wheelhouse):
+        env, _, pins = plan(profile, art.sha256 if art else "")
+        wheels = _wheels(profile, pins)
+    except LockError as e:
+        _refuse(profile, "engine_set", e, "regenerate the locks with `make engine-locks`, or pick another engine_set")
+    except FetchError as e:
+        _refuse(
+            profile,
+            "engine_set",
+            e,
+            "check this machine's network access to that address (GLM_FLASH_PYPI_SIMPLE names a mirror), "
+            "then run the deploy again",
+        )
+    if art is None:
+        env = f"{profile.engine_set}-(interpreter not packed yet)"
+    root = layout.engine_root(profile)
+    env_dir = engine.env_dir(profile, env)
+    lock_dest, wheelhouse, tool = f"{root}/locks/{env}.json", f"{root}/wheelhouse", engine.engine_tool(profile)
+    engine.layout_on_host(profile)
+    for d in (f"{root}/locks", wheelhouse):
         files.directory(name=f"Directory {d}", path=d, mode="755")
-    files.put(name=f"Lock of {env}", src=str(lock_path(profile.engine_set)), dest=lock_dest, mode="644")
-    for link in (
-        f"{profile.install_root}/bin/glm-flash-rollback",
-        "/usr/local/sbin/glm-flash-rollback",
-        "/usr/local/sbin/glm-flash-engine",
-    ):
-        files.link(name=f"Link {link}", path=link, target=tool)
-
-    state = host.get_fact(EngineEnvs, install_root=profile.install_root)
+    files.put(name=f"Lock of {env}", src=io.StringIO(lock_json(pins)), dest=lock_dest, mode="644")
+    host_python = art.host_python(profile.install_root) if art else f"{profile.install_root}/python/(not packed)"
+    engine.environment_built(
+        name=f"Engine environment {env} built offline ({len(pins)} pinned packages)",
+        tool=tool,
+        env=env,
+        build=[tool, "build", env, "--python", host_python, "--lock", lock_dest, "--wheelhouse", wheelhouse],
+        wheels=[str(w) for w in wheels],
+        wheelhouse=wheelhouse,
+    )
     cudnn = pin_of(pins, "nvidia-cudnn-cu12")
-    owner_ok = None
-    if env in state.complete and pin_of(pins, "transformers-kt"):
-        owner_ok = host.get_fact(TransformersOwner, env_dir=env_dir)
-    actions = decide(state, env, cudnn.version, owner_ok)
-    if "build" in actions:
-        have = host.get_fact(WheelhouseFiles, path=wheelhouse)
-        missing = [w for w in wheels if have.get(w.name) != w.stat().st_size]
-        for w in missing:
-            files.put(name=f"Wheelhouse: {w.name}", src=str(w), dest=f"{wheelhouse}/{w.name}", mode="644")
-        server.shell(
-            name=f"Build engine environment {env} offline ({len(pins)} pinned packages)",
-            commands=[
-                f"{tool} build {env} --python {art.host_python(profile.install_root)} "
-                f"--lock {lock_dest} --wheelhouse {wheelhouse}"
-            ],
+    pin_asserted(
+        name=f"nvidia-cudnn-cu12=={cudnn.version} in {env}",
+        tool=tool,
+        env=env,
+        package=cudnn.name,
+        version=cudnn.version,
+    )
+    kt = pin_of(pins, "transformers-kt")
+    if kt:
+        pin_asserted(
+            name=f"transformers-kt=={kt.version} owns transformers/ in {env}",
+            tool=tool,
+            env=env,
+            package=kt.name,
+            version=kt.version,
+            owns="transformers",
         )
-
-    if "assert-cudnn" in actions:
-        server.shell(
-            name=f"Re-assert nvidia-cudnn-cu12=={cudnn.version} in {env}",
-            commands=[f"{tool} assert-pin {env} nvidia-cudnn-cu12"],
+    try:
+        engine_patches.apply(profile, env_dir, pin_of(pins, "sglang-kt").version)
+        triton = pin_of(pins, "triton")
+        triton_configs.apply(profile, engine.site_packages(profile, env_dir), triton.version if triton else None)
+    except engine_patches.PatchSetError as e:
+        _refuse(profile, "engine_set", e, "write a patch set for that version, or pick an engine_set that has one")
+    except triton_configs.TritonConfigError as e:
+        _refuse(
+            profile, "triton_configs_dir", e, "fix or remove the file, or set triton_configs_dir: '' to install none"
         )
-    if "assert-owner" in actions:
-        server.shell(
-            name=f"Re-assert transformers-kt as the owner of transformers/ in {env}",
-            commands=[f"{tool} assert-pin {env} transformers-kt --force"],
-        )
-
-    engine_patches.apply(profile, env_dir)
-    # The new environment's own parser accepts the flags before it becomes `current`.
+    # The new environment's own parser accepts the flags before it becomes `current`;
+    # the service then runs exactly this spec through current/.
     spec = launch.launch_spec(profile, host.get_fact(NumaNodes))
     flag_check.apply(profile, {**spec, "python": f"{env_dir}/bin/python"})
-
-    switch_op = None
-    if "switch" in actions:
-        switch_op = server.shell(
-            name=f"Switch engine current -> {env} (previous kept for glm-flash-rollback)",
-            commands=[f"{tool} switch {env}", f"{tool} prune --keep {env}"],
-        )
-    return EngineResult(env, env_dir, f"{env_dir}/bin/python", switch_op)
+    return engine.EngineResult(NAME, env, env_dir, spec, launch.kt_env(profile), engine.switch(profile, env))

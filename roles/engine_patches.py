@@ -12,8 +12,9 @@ every file of every set before it writes any, so one changed upstream file refus
 whole run (message: package, version, file, patch) and leaves every file as it was.
 The manifests (package version, file hashes) land in /var/lib/glm-flash/patches/manifests.
 
-roles/engine_kt.py calls apply(profile, env_dir) on a newly built environment before it
-switches `current`, and on every later run (then it is a no-op unless something drifted).
+roles/engine_kt.py calls apply(profile, env_dir, version) on the environment it deploys, before
+it switches `current`, on every run (a no-op unless something drifted); roles/engine_vllm.py
+uploads its one set and calls engine_patched itself.
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ import jinja2
 import yaml
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.operations import files
 
+from control import layout
 from control.profile import Profile
+from roles.engine import site_packages
 from roles.facts.system import ToolResult
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,22 +43,6 @@ STATE_DIR = "/var/lib/glm-flash/patches"
 
 class PatchSetError(Exception):
     """No patch set for the installed version, or a set that cannot be rendered."""
-
-
-def site_packages(profile: Profile, env_dir: str) -> str:
-    return f"{env_dir}/lib/python{profile.python_version}/site-packages"
-
-
-def engine_version(profile: Profile) -> str:
-    """The sglang-kt version the profile's lock installs (what the environment holds)."""
-    try:
-        from control.engine_lock import LockError, load_lock, pin_of
-
-        _, pins = load_lock(profile.engine_set)
-        pin = pin_of(pins, "sglang-kt")
-    except (ImportError, OSError, LockError):
-        pin = None
-    return pin.version if pin else profile.engine_set
 
 
 def available_versions(package: str = "sglang-kt") -> list[str]:
@@ -94,9 +82,9 @@ def render(raw: dict, values: dict, root: str, version: str | None = None) -> di
     return pset
 
 
-def patch_sets(profile: Profile, env_dir: str, version: str | None = None) -> list[dict]:
-    """Every rendered set of a run: the engine's for the installed version, then its model sets."""
-    version = version or engine_version(profile)
+def patch_sets(profile: Profile, env_dir: str, version: str) -> list[dict]:
+    """Every rendered set of a run: the engine's for sglang-kt `version` (what the lock
+    installs), then its model sets."""
     path = PATCHES / "sglang-kt" / f"{version}.yaml"
     if not path.exists():
         raise PatchSetError(
@@ -190,17 +178,10 @@ def engine_patched(tool: str, sets: list[str]):
     yield StringCommand(QuoteString(tool), "apply", *[QuoteString(s) for s in sets])
 
 
-def apply(profile: Profile, env_dir: str) -> None:
-    from pyinfra.operations import files
-
-    from control.layout import bin_dir
-    from control.profile import Problem, ProfileError, fail
-
-    try:
-        sets = patch_sets(profile, env_dir)
-    except PatchSetError as e:
-        fail(ProfileError([Problem(profile.host, "engine_set", str(e), "see the message")]))
-        raise
+def apply(profile: Profile, env_dir: str, version: str) -> None:
+    """Upload the sets for sglang-kt `version` into `env_dir` and apply them when pending;
+    PatchSetError when there is no set for that version (the caller refuses the host)."""
+    sets = patch_sets(profile, env_dir, version)
     d = set_dir(env_dir)
     files.directory(name=f"Patch sets directory {d}", path=d, mode="755", user="root", group="root")
     dests = []
@@ -217,13 +198,6 @@ def apply(profile: Profile, env_dir: str) -> None:
         dests.append(dest)
     engine_patched(
         name=f"Engine and model patched ({', '.join(p['name'] for p in sets)})",
-        tool=f"{bin_dir(profile)}/glm-flash-patch",
+        tool=layout.tool(profile, "glm-flash-patch"),
         sets=dests,
     )
-    triton_configs(profile, env_dir)
-
-
-def triton_configs(profile: Profile, env_dir: str) -> None:
-    from roles import triton_configs as tc
-
-    tc.apply(profile, env_dir)

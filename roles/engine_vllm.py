@@ -5,9 +5,12 @@ Per run (platform gb10):
    capability 12.1 with unified memory, DGX OS (Ubuntu 24.04). Anything else stops this
    host's deploy with what was found and how to fix it;
 2. the environment `vllm-moet-<ref12>-<hash>` (the hash covers repository, commit, Python,
-   torch index and GPU architecture) is built beside the others by files/glm-flash-vllm-build
-   only when it is not complete: the same commit is never built twice, a new vllm_ref builds
+   torch index, GPU architecture and the build's hash lock locks/vllm/<ref>.json, made by
+   `make vllm-lock`) is built beside the others by files/glm-flash-vllm-build, every
+   requirement from that lock (--require-hashes, each name from one index), only when it is
+   not complete: the same commit is never built twice, a new vllm_ref builds
    a new environment while the old one keeps serving;
+   (the `environment built` operation of roles/engine.py reads the host at run time);
 3. our edits go in through the patch tool (patches/vllm/0.33.0.yaml, via the engine_patches
    fact and operation): applied when the source lacks them, seen as `applied` or `upstream`
    when it has them, refused (nothing written, deploy stops) when the file drifted;
@@ -15,7 +18,7 @@ Per run (platform gb10):
 5. the drafter (licence shown in the log, accepted by the profile) is downloaded and
    verified by the model role's downloader;
 6. only then `current` is switched by files/glm-flash-engine (`previous` kept for
-   glm-flash-rollback, older environments pruned), as on the L40S box.
+   glm-flash-rollback, older environments pruned), as on the L40S box (roles/engine.py).
 """
 
 from __future__ import annotations
@@ -23,38 +26,47 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
+from pyinfra import host, logger
+from pyinfra.facts.server import Arch
+from pyinfra.operations import files
 
+from control import layout
 from control.profile import Problem, Profile, ProfileError, fail
+from roles import engine, engine_patches, model, vllm_launch
+from roles.facts.gb10 import Gb10View, MemTotalKiB, OsRelease
+from roles.facts.system import Gpus
+from roles.operations.uploads import host_tool
 from roles.toolkit import toolkit_path
 
-REPO = Path(__file__).resolve().parent.parent
-PATCH_SET = REPO / "patches" / "vllm" / "0.33.0.yaml"
+NAME = "vLLM"
+PATCH_SET = layout.PATCHES / "vllm" / "0.33.0.yaml"
+LOCK_DIR = layout.LOCKS / "vllm"  # <ref>.json: what the build installs, hash-locked (scripts/vllm_lock.py)
 BUILD_TOOL = "glm-flash-vllm-build"
-ENGINE_TOOL = "glm-flash-engine"
-MIDDLEWARE_FILE = REPO / "files" / "glm_flash_defaults.py"
+MIDDLEWARE_FILE = layout.FILES / "glm_flash_defaults.py"
 DRAFTER_LICENSE = "CC-BY-NC-ND-4.0"
 DRAFTER_LICENSE_URL = "https://creativecommons.org/licenses/by-nc-nd/4.0/"
 
 
-@dataclass
-class EngineResult:
-    env: str
-    env_dir: str
-    python: str
-    switch_op: Any  # the op that moved `current` (None when it already pointed here)
-
-
-def engine_dir(profile: Profile) -> str:
-    return f"{profile.install_root}/engine"
-
-
 def arch_list(profile: Profile) -> str:
     return profile.gpu_compute_capability  # "12.1" -> TORCH_CUDA_ARCH_LIST
+
+
+class VllmLockError(Exception):
+    pass
+
+
+def build_lock(profile: Profile) -> Path:
+    """locks/vllm/<vllm_ref>.json, made for this repository and commit."""
+    path = LOCK_DIR / f"{profile.vllm_ref}.json"
+    if not path.is_file():
+        raise VllmLockError(f"locks/vllm/{path.name} is missing: nothing the build installs is locked yet")
+    data = json.loads(path.read_text())
+    if (data.get("repo"), data.get("ref")) != (profile.vllm_repo_url, profile.vllm_ref):
+        raise VllmLockError(f"locks/vllm/{path.name} locks {data.get('repo')}, not {profile.vllm_repo_url}")
+    return path
 
 
 def env_id(profile: Profile) -> str:
@@ -65,35 +77,41 @@ def env_id(profile: Profile) -> str:
             profile.python_version,
             profile.vllm_torch_index_url,
             arch_list(profile),
+            hashlib.sha256(build_lock(profile).read_bytes()).hexdigest(),
         ]
     )
     return f"vllm-moet-{profile.vllm_ref[:12]}-{hashlib.sha256(inputs.encode()).hexdigest()[:8]}"
 
 
-def site_packages(profile: Profile, env_dir: str) -> str:
-    return f"{env_dir}/lib/python{profile.python_version}/site-packages"
+def lock_dest(profile: Profile, env: str) -> str:
+    return f"{layout.engine_root(profile)}/locks/{env}.vllm.json"
 
 
-def build_command(profile: Profile, env: str) -> str:
-    import shlex
-
-    q = shlex.quote
-    cmd = (
-        f"{q(profile.install_root + '/bin/' + BUILD_TOOL)} {q(env)} --repo {q(profile.vllm_repo_url)} "
-        f"--ref {q(profile.vllm_ref)} --python /usr/bin/python{profile.python_version} "
-        f"--torch-index {q(profile.vllm_torch_index_url)} --arch {q(arch_list(profile))} "
-        f"--cuda-home {q(toolkit_path(profile))}"
-    )
+def build_argv(profile: Profile, env: str) -> list[str]:
+    argv = [
+        layout.tool(profile, BUILD_TOOL),
+        env,
+        "--repo",
+        profile.vllm_repo_url,
+        "--ref",
+        profile.vllm_ref,
+        "--python",
+        f"/usr/bin/python{profile.python_version}",
+        "--lock",
+        lock_dest(profile, env),
+        "--arch",
+        arch_list(profile),
+        "--cuda-home",
+        toolkit_path(profile),
+    ]
     if profile.vllm_build_jobs:
-        cmd += f" --jobs {int(profile.vllm_build_jobs)}"
-    return cmd
+        argv += ["--jobs", str(int(profile.vllm_build_jobs))]
+    return argv
 
 
 def patch_set(profile: Profile, env_dir: str) -> dict:
-    from roles import engine_patches
-
     raw = yaml.safe_load(PATCH_SET.read_text())
-    return engine_patches.render(raw, profile.as_dict(), site_packages(profile, env_dir))
+    return engine_patches.render(raw, profile.as_dict(), engine.site_packages(profile, env_dir))
 
 
 def drafter_profile(profile: Profile) -> Profile:
@@ -118,14 +136,8 @@ def license_notice(profile: Profile) -> str:
     )
 
 
-def recognise(profile: Profile):
+def recognise(profile: Profile) -> Gb10View:
     """Stop this host's deploy unless its facts say GB10 box (see module doc)."""
-    from pyinfra import host
-    from pyinfra.facts.server import Arch
-
-    from roles.facts.gb10 import Gb10View, MemTotalKiB, OsRelease
-    from roles.facts.system import Gpus
-
     view = Gb10View(
         host.get_fact(Arch) or "", host.get_fact(OsRelease), tuple(host.get_fact(Gpus)), host.get_fact(MemTotalKiB)
     )
@@ -144,43 +156,46 @@ def recognise(profile: Profile):
     return view
 
 
-def apply(profile: Profile) -> EngineResult | None:
-    if profile.platform != "gb10":
-        return None
-    from pyinfra import host, logger
-    from pyinfra.operations import files, server
+def launch_spec(profile: Profile, numa_nodes: int) -> dict:
+    return vllm_launch.launch_spec(profile)
 
-    from control.layout import bin_dir
-    from roles import engine_patches, model
-    from roles.facts.engine import EngineEnvs
-    from roles.operations.uploads import host_tool
-    from roles.tools import TOOLS
 
+def apply(profile: Profile) -> engine.EngineResult:
     view = recognise(profile)
+    try:
+        env = env_id(profile)
+    except VllmLockError as e:
+        fail(
+            ProfileError(
+                [
+                    Problem(
+                        profile.host,
+                        "vllm_ref",
+                        str(e),
+                        "run `make vllm-lock INVENTORY=<this inventory>` on a machine that reaches the fork, "
+                        "PyPI and vllm_torch_index_url, and commit locks/vllm/",
+                    )
+                ]
+            )
+        )
     logger.info(
         f"[{host.name}] GB10 box: {view.arch}, {view.os.describe()}, "
         f"{len(view.gpus)} GPU sm_{profile.gpu_compute_capability.replace('.', '')}, "
         f"{view.unified_gib} GiB unified memory"
     )
-
-    e, env = engine_dir(profile), env_id(profile)
-    env_dir = f"{e}/envs/{env}"
-    bins = bin_dir(profile)
-    files.directory(name="Host tools directory", path=bins, mode="755")
-    host_tool(BUILD_TOOL, bins)
-    if ENGINE_TOOL not in TOOLS:
-        host_tool(ENGINE_TOOL, bins)
-    for link in (f"{bins}/glm-flash-rollback", "/usr/local/sbin/glm-flash-rollback", f"/usr/local/sbin/{ENGINE_TOOL}"):
-        files.link(name=f"Link {link}", path=link, target=f"{bins}/{ENGINE_TOOL}")
-    for d in (e, f"{e}/envs"):
-        files.directory(name=f"Directory {d}", path=d, mode="755")
-
-    state = host.get_fact(EngineEnvs, install_root=profile.install_root)
-    if env not in state.complete:
-        server.shell(
-            name=f"Build vLLM-Moet {profile.vllm_ref[:12]} into {env} (beside the serving environment)",
-            commands=[build_command(profile, env)],
-        )
+    env_dir = engine.env_dir(profile, env)
+    host_tool(BUILD_TOOL, layout.bin_dir(profile))
+    engine.layout_on_host(profile)
+    files.directory(
+        name=f"Directory {layout.engine_root(profile)}/locks", path=f"{layout.engine_root(profile)}/locks", mode="755"
+    )
+    files.put(name=f"Build lock of {env}", src=str(build_lock(profile)), dest=lock_dest(profile, env), mode="644")
+    engine.environment_built(
+        name=f"vLLM-Moet {profile.vllm_ref[:12]} built into {env} (beside the serving environment)",
+        tool=engine.engine_tool(profile),
+        env=env,
+        build=build_argv(profile, env),
+    )
 
     # Our edits, through the patch tool (checked every run; applied only when pending).
     sets_dir = engine_patches.set_dir(env_dir)
@@ -189,24 +204,21 @@ def apply(profile: Profile) -> EngineResult | None:
     files.directory(name=f"Patch sets of {env}", path=sets_dir, mode="755")
     files.put(name=f"Patch set {pset['name']}", src=io.StringIO(engine_patches.set_json(pset)), dest=dest, mode="644")
     engine_patches.engine_patched(
-        name=f"vLLM patches in {env} (Mamba group block size)", tool=f"{bins}/glm-flash-patch", sets=[dest]
+        name=f"vLLM patches in {env} (Mamba group block size)",
+        tool=layout.tool(profile, "glm-flash-patch"),
+        sets=[dest],
     )
 
     # Server-side default thinking budget, loaded by vLLM's --middleware.
     files.put(
         name=f"Thinking-budget middleware in {env}",
         src=str(MIDDLEWARE_FILE),
-        dest=f"{site_packages(profile, env_dir)}/{MIDDLEWARE_FILE.name}",
+        dest=f"{engine.site_packages(profile, env_dir)}/{MIDDLEWARE_FILE.name}",
         mode="644",
     )
 
     logger.warning(f"[{host.name}] licence: {license_notice(profile)}")
     model.apply(drafter_profile(profile))
 
-    switch_op = None
-    if state.current != env:
-        switch_op = server.shell(
-            name=f"Switch engine current -> {env} (previous kept for glm-flash-rollback)",
-            commands=[f"{bins}/{ENGINE_TOOL} switch {env}", f"{bins}/{ENGINE_TOOL} prune --keep {env}"],
-        )
-    return EngineResult(env, env_dir, f"{env_dir}/bin/python", switch_op)
+    spec = vllm_launch.launch_spec(profile)
+    return engine.EngineResult(NAME, env, env_dir, spec, vllm_launch.vllm_env(profile), engine.switch(profile, env))

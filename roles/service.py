@@ -14,8 +14,8 @@ from control.layout import bin_dir
 from control.layout import service_home as state_dir
 from control.profile import Profile
 from control.report import skipped
-from roles import launch
-from roles.facts.system import Gpus, NumaNodes
+from roles.engine import EngineResult
+from roles.facts.system import Gpus
 from roles.operations.uploads import template
 
 UNIT = "/etc/systemd/system/glm-flash.service"
@@ -40,18 +40,9 @@ def unit_context(profile: Profile, api_key: bool) -> dict:
     )
 
 
-def engine_env(profile: Profile) -> dict[str, str]:
-    if profile.platform == "l40s":
-        return launch.kt_env(profile)
-    if profile.platform == "gb10":
-        from roles.vllm_launch import vllm_env
-
-        return vllm_env(profile)
-    return {}
-
-
-def apply(profile: Profile, engine_switch=None) -> None:
-    """engine_switch: the op that moved the engine's `current` link; the service restarts after it."""
+def apply(profile: Profile, engine: EngineResult) -> None:
+    """engine: what the engine role deployed: the launch spec its engine's parser accepted, its
+    environment variables, and the op that moved `current` (the service restarts after it)."""
     api_key = os.environ.get(profile.api_key_env, "")
     readable = dict(user="root", group=profile.service_user, mode="640")
     files.directory(name="Configuration directory", path=CONF_DIR, user="root", group=profile.service_user, mode="750")
@@ -60,12 +51,14 @@ def apply(profile: Profile, engine_switch=None) -> None:
         f"{CONF_DIR}/glm-flash.env",
         name="Service environment",
         state_dir=state_dir(profile),
-        extra_env=engine_env(profile),
+        extra_env=engine.service_env,
         **readable,
     )
-    spec = launch.launch_spec(profile, host.get_fact(NumaNodes))
     launch_file = files.put(
-        name="Launch flags", src=StringIO(json.dumps(spec, indent=2) + "\n"), dest=f"{CONF_DIR}/launch.json", **readable
+        name="Launch flags",
+        src=StringIO(json.dumps(engine.launch_spec, indent=2) + "\n"),
+        dest=f"{CONF_DIR}/launch.json",
+        **readable,
     )
     if api_key:
         # Read by systemd as a credential; only root can read the file itself.
@@ -80,7 +73,7 @@ def apply(profile: Profile, engine_switch=None) -> None:
     else:
         key = files.file(name="No API key configured", path=f"{CONF_DIR}/api-key", present=False)
     unit = template("glm-flash.service.j2", UNIT, name="glm-flash.service unit", **unit_context(profile, bool(api_key)))
-    changed = any_changed(*[op for op in (env, launch_file, key, unit, engine_switch) if op is not None])
+    changed = any_changed(*[op for op in (env, launch_file, key, unit, engine.switch_op) if op is not None])
     systemd.daemon_reload(name="Reload systemd after the unit changed", _if=any_changed(unit))
     if not host.get_fact(Gpus):
         systemd.service(name="Enable glm-flash.service", service="glm-flash.service", enabled=True, running=None)

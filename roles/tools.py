@@ -13,6 +13,8 @@ TOOLS = [
     "glm-flash-ready",
     "glm-flash-nvidia-repo",
     "glm-flash",
+    "glm-flash-engine",  # engine environments: build, switch, rollback, status (roles/engine.py)
+    "glm-flash-check-flags",  # launch flags against the engine's own parser (roles/flag_check.py)
 ]
 
 

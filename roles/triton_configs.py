@@ -25,7 +25,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyinfra.operations import files
+
+from control import layout
 from control.profile import Profile
+from control.report import skipped
 
 REPO = Path(__file__).resolve().parent.parent
 MOE_NAME = re.compile(
@@ -55,17 +59,7 @@ def source_dir(profile: Profile) -> Path | None:
 
 
 def moe_dir(profile: Profile) -> str:
-    return f"{profile.install_root}/triton-configs/moe"
-
-
-def triton_version(profile: Profile) -> str:
-    """The triton the profile's engine lock installs (the engine keys MoE configs by it)."""
-    from control.engine_lock import load_lock, pin_of
-
-    pin = pin_of(load_lock(profile.engine_set)[1], "triton")
-    if pin is None:
-        raise TritonConfigError(f"the engine lock for {profile.engine_set} pins no triton")
-    return pin.version
+    return layout.triton_moe_dir(profile)
 
 
 def _check(path: Path) -> None:
@@ -82,21 +76,23 @@ def _check(path: Path) -> None:
             )
 
 
-def placements(profile: Profile, site_packages: str, triton: str | None = None) -> list[Placement]:
-    """Where each tuned file goes; TritonConfigError for a file the engine would never read."""
+def placements(profile: Profile, site_packages: str, triton: str | None) -> list[Placement]:
+    """Where each tuned file goes; TritonConfigError for a file the engine would never read.
+    triton: the version the engine lock installs (the engine keys MoE configs by it)."""
     src = source_dir(profile)
     if src is None:
         return []
     if not src.is_dir():
         raise TritonConfigError(f"{src} is not a directory")
     out = []
-    triton_dir = None
     for f in sorted(src.iterdir()):
         if f.name.startswith(".") or f.is_dir() or f.suffix != ".json":
             continue
         _check(f)
         if MOE_NAME.match(f.name):
-            triton_dir = triton_dir or "triton_" + (triton or triton_version(profile)).replace(".", "_")
+            if not triton:
+                raise TritonConfigError(f"{f.name} is a MoE config, but the engine lock pins no triton")
+            triton_dir = "triton_" + triton.replace(".", "_")
             out.append(Placement(f, f"{moe_dir(profile)}/configs/{triton_dir}/{f.name}", "moe"))
         elif GEMM_NAME.match(f.name):
             out.append(Placement(f, f"{site_packages}/{GEMM_DIR}/{f.name}", "gemm"))
@@ -122,29 +118,10 @@ def moe_env(profile: Profile) -> dict[str, str]:
     return {}
 
 
-def apply(profile: Profile, env_dir: str) -> None:
-    from pyinfra.operations import files
-
-    from control.profile import Problem, ProfileError, fail
-    from control.report import skipped
-    from roles.engine_patches import site_packages
-
-    try:
-        places = placements(profile, site_packages(profile, env_dir))
-    except TritonConfigError as e:
-        fail(
-            ProfileError(
-                [
-                    Problem(
-                        profile.host,
-                        "triton_configs_dir",
-                        str(e),
-                        "fix or remove the file, or set triton_configs_dir: '' to install none",
-                    )
-                ]
-            )
-        )
-        raise
+def apply(profile: Profile, site_packages: str, triton: str | None) -> None:
+    """Install the tuned configs for the environment at `site_packages`; TritonConfigError for a
+    file the engine would never read (the caller refuses the host)."""
+    places = placements(profile, site_packages, triton)
     if not places:
         skipped(
             "tuned Triton configs",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 
+from control.layout import engine_python
 from control.profile import Profile
 
 # `python -m` entry of vLLM 0.33.0's OpenAI server (vllm/entrypoints/launchers/api_server/entry.py;
@@ -28,10 +29,6 @@ VLLM_MODULE = "vllm.entrypoints.launchers.api_server.entry"
 MIDDLEWARE_MODULE = "glm_flash_defaults"
 MIDDLEWARE = f"{MIDDLEWARE_MODULE}.ThinkingBudgetDefault"
 BUDGET_ENV = "GLM_FLASH_DEFAULT_THINKING_TOKEN_BUDGET"
-
-
-def engine_python(profile: Profile) -> str:
-    return f"{profile.install_root}/engine/current/bin/python"
 
 
 def speculative_config(profile: Profile) -> dict:

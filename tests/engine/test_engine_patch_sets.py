@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 import pypi  # noqa: E402
 
 from control import profile  # noqa: E402
-from roles import engine_patches  # noqa: E402
+from roles import engine, engine_patches  # noqa: E402
 from sandbox import fake_model  # noqa: E402
 
 TOOL = REPO / "files" / "glm-flash-patch"
@@ -54,7 +54,7 @@ def host(tmp_path, wheel):
     prof = profile.build(
         "test", {"model_path": str(tmp_path / "model"), "install_root": str(tmp_path / "opt"), "engine_set": version}
     )
-    site = Path(engine_patches.site_packages(prof, str(env_dir)))
+    site = Path(engine.site_packages(prof, str(env_dir)))
     pypi.extract(whl, [KPOOL, SERVER_ARGS, f"sglang_kt-{version}.dist-info/METADATA"], site)
     fake_model.write_model(tmp_path / "model")
     env = dict(os.environ, GLM_FLASH_STATE_DIR=str(tmp_path / "state"))
@@ -70,7 +70,7 @@ def upload(h, prof=None, name="sets"):
     d = h.tmp / name
     d.mkdir(exist_ok=True)
     out = []
-    for pset in engine_patches.patch_sets(prof or h.prof, str(h.env_dir)):
+    for pset in engine_patches.patch_sets(prof or h.prof, str(h.env_dir), h.version):
         p = d / f"{pset['name']}.json"
         p.write_text(engine_patches.set_json(pset))
         out.append(p)
@@ -128,7 +128,7 @@ def graph_sizes(source: str):
 
 
 def test_sets_per_version_and_model_patch_only_where_needed(host):
-    names = [s["name"] for s in engine_patches.patch_sets(host.prof, str(host.env_dir))]
+    names = [s["name"] for s in engine_patches.patch_sets(host.prof, str(host.env_dir), host.version)]
     assert names[0] == f"sglang-kt-{host.version}"
     assert ("glm-5.3-flash-index-share" in names) == (host.version == "0.7.0.post1")
     # the reason for the model patch, in the real engine code: post1 raises, later versions force it false

@@ -26,6 +26,7 @@ sys.path.insert(0, str(REPO))
 import pypi  # noqa: E402
 
 from control import profile  # noqa: E402
+from control.engine_lock import load_lock, pin_of  # noqa: E402
 from roles import triton_configs  # noqa: E402
 
 MOE = "E=288,N=1024,device_name=NVIDIA_L40S,dtype=fp8_w8a8,block_shape=[128, 128].json"
@@ -74,7 +75,8 @@ def test_placement_matches_the_engine(tmp_path, version):
         (src / name).write_text(json.dumps(CONF))
     prof = profile.build("t", {"triton_configs_dir": str(src), "engine_set": version})
     site = "/opt/glm-flash/engine/envs/x/lib/python3.11/site-packages"
-    places = {p.src.name: p for p in triton_configs.placements(prof, site)}
+    triton = pin_of(load_lock(version)[1], "triton").version  # what the deploy passes
+    places = {p.src.name: p for p in triton_configs.placements(prof, site, triton)}
     assert places[MOE].dest == f"/opt/glm-flash/triton-configs/moe/configs/triton_3_5_1/{MOE}"
     assert places[GEMM].dest == f"{site}/sglang/srt/layers/quantization/configs/{GEMM}"
     assert not places[MOE].dest.startswith(site)  # MoE configs stay outside site-packages
@@ -82,21 +84,21 @@ def test_placement_matches_the_engine(tmp_path, version):
 
 
 def test_empty_knob_installs_nothing_and_bad_files_are_refused(tmp_path):
-    assert triton_configs.placements(profile.build("t", {}), "/site") == []
+    assert triton_configs.placements(profile.build("t", {}), "/site", "3.5.1") == []
     assert triton_configs.moe_env(profile.build("t", {})) == {}
     src = tmp_path / "tuned"
     src.mkdir()
     prof = profile.build("t", {"triton_configs_dir": str(src)})
     with pytest.raises(triton_configs.TritonConfigError, match="holds no tuned config"):
-        triton_configs.placements(prof, "/site")
+        triton_configs.placements(prof, "/site", "3.5.1")
     (src / MOE.replace("[128, 128]", "[128,128]")).write_text(json.dumps(CONF))
     with pytest.raises(triton_configs.TritonConfigError, match="with the space after the comma"):
-        triton_configs.placements(prof, "/site")
+        triton_configs.placements(prof, "/site", "3.5.1")
     for f in src.iterdir():
         f.unlink()
     (src / GEMM).write_text('{"1": 5}')
     with pytest.raises(triton_configs.TritonConfigError, match="must be a batch size with a config object"):
-        triton_configs.placements(prof, "/site")
+        triton_configs.placements(prof, "/site", "3.5.1")
     (src / GEMM).write_text(json.dumps(CONF))
-    assert [p.kind for p in triton_configs.placements(prof, "/site")] == ["gemm"]
+    assert [p.kind for p in triton_configs.placements(prof, "/site", "3.5.1")] == ["gemm"]
     assert triton_configs.moe_env(prof) == {}

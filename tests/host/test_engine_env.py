@@ -7,7 +7,6 @@ transformers/, Python 3.11, `current` pointing at a complete environment.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 
@@ -15,7 +14,7 @@ import pytest
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
-from control.engine_lock import load_lock, lock_path
+from control.engine_lock import load_lock, lock_json
 
 pytestmark = pytest.mark.usefixtures("_l40s_only")
 
@@ -58,9 +57,10 @@ def test_current_points_at_a_complete_env_of_the_profiles_set(host, profile, eng
     assert host.file(f"{engine}/envs/{current_env}/.glm-flash-complete").is_file
     marker = json.loads(host.file(f"{engine}/envs/{current_env}/.glm-flash-complete").content_string)
     assert marker["env"] == current_env
-    # the lock the env was built from is the repo's lock for this set
-    assert marker["lock_sha256"] == hashlib.sha256(lock_path(profile.engine_set).read_bytes()).hexdigest()
-    assert host.file(f"{engine}/locks/{current_env}.txt").sha256sum == marker["lock_sha256"]
+    # the lock the env was built from is the repo's lock for this set, as the control machine parsed it
+    uploaded = host.file(f"{engine}/locks/{current_env}.json")
+    assert uploaded.content_string == lock_json(load_lock(profile.engine_set)[1])
+    assert uploaded.sha256sum == marker["lock_sha256"]
 
 
 def test_python_version(host, profile, engine):

@@ -13,6 +13,7 @@ import shlex
 
 import pytest
 
+from control import layout
 from roles import engine_vllm, vllm_launch
 from roles.facts.driver import version_at_least
 from roles.facts.gb10 import GB10_CAPABILITY
@@ -27,7 +28,7 @@ def _gb10_only(profile):
 
 @pytest.fixture
 def env_dir(profile) -> str:
-    return f"{engine_vllm.engine_dir(profile)}/envs/{engine_vllm.env_id(profile)}"
+    return f"{layout.engine_root(profile)}/envs/{engine_vllm.env_id(profile)}"
 
 
 def api(host, profile, path: str, body: dict) -> dict:
@@ -58,7 +59,7 @@ def test_gpu_is_a_gb10_with_unified_memory_and_a_new_enough_driver(host, profile
 
 
 def test_engine_is_the_fork_at_the_pinned_commit(host, profile, env_dir):
-    current = host.check_output(f"readlink {engine_vllm.engine_dir(profile)}/current")
+    current = host.check_output(f"readlink {layout.engine_root(profile)}/current")
     assert current.rstrip("/").endswith(f"envs/{engine_vllm.env_id(profile)}")
     marker = json.loads(host.file(f"{env_dir}/.glm-flash-complete").content_string)
     assert (marker["repo"], marker["ref"]) == (profile.vllm_repo_url, profile.vllm_ref)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from roles import launch
+from roles import engines
 
 
 def test_unit_enabled(host):
@@ -36,7 +36,7 @@ def test_configuration_files_are_not_world_readable(host, profile):
 def test_launch_flags_match_the_profile(host, profile):
     spec = json.loads(host.file("/etc/glm-flash/launch.json").content_string)
     numa = int(host.check_output("ls -d /sys/devices/system/node/node[0-9]* 2>/dev/null | wc -l")) or 1
-    assert spec == launch.launch_spec(profile, numa)
+    assert spec == engines.for_profile(profile).launch_spec(profile, numa)
     assert "--api-key" not in spec["args"], "the key is added by the launcher, never written in the flags"
 
 

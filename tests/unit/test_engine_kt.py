@@ -3,43 +3,131 @@ the refusal of a lock that contradicts the profile; python role's packing rules.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tarfile
+
 import pytest
+from fakehost import F, FakeHost, commands, on, render
 
 from control.engine_lock import LockError
 from control.profile import build
-from roles.engine_kt import decide, plan
-from roles.facts.engine import EngineState
+from roles import engine
+from roles.engine_kt import pin_asserted, plan
+from roles.facts.engine import EngineEnvs, EngineState, WheelhouseFiles
+from roles.python import _included, pack
 
 ENV = "0.7.0.post1-aaaaaaaaaaaa"
 OLD = "0.7.2-bbbbbbbbbbbb"
 CUDNN = "9.16.0.29"
+TOOL = "/opt/glm-flash/bin/glm-flash-engine"
 
 
-def st(current=None, complete=(), cudnn=None):
-    dists = {e: {"nvidia-cudnn-cu12": cudnn or CUDNN} for e in complete}
-    return EngineState(current=current, complete=tuple(complete), present=tuple(complete), dists=dists)
+def st(current=None, complete=(), cudnn=None, owner=None):
+    dists = {e: {"nvidia-cudnn-cu12": cudnn or CUDNN, "transformers-kt": "5.6.0.post3"} for e in complete}
+    owners = {e: {"transformers": owner} for e in complete} if owner else {}
+    return EngineState(current=current, complete=tuple(complete), present=tuple(complete), dists=dists, owners=owners)
+
+
+def cudnn_cmds(state):
+    return commands(pin_asserted, {EngineEnvs: state}, tool=TOOL, env=ENV, package="nvidia-cudnn-cu12", version=CUDNN)
+
+
+def owner_cmds(state):
+    return commands(
+        pin_asserted,
+        {EngineEnvs: state},
+        tool=TOOL,
+        env=ENV,
+        package="transformers-kt",
+        version="5.6.0.post3",
+        owns="transformers",
+    )
+
+
+def built_cmds(state, build_argv=(TOOL, "build", ENV), **kw):
+    return commands(
+        engine.environment_built,
+        {EngineEnvs: state, **kw.pop("facts", {})},
+        tool=TOOL,
+        env=ENV,
+        build=list(build_argv),
+        **kw,
+    )
+
+
+def switch_cmds(state):
+    return commands(engine.current_engine, {EngineEnvs: state}, tool=TOOL, env=ENV)
 
 
 @pytest.mark.parametrize(
-    "state, owner, expected",
+    "state, built, switched",
     [
-        (st(), None, ["build", "switch"]),  # bare host
-        (st(current=OLD, complete=[OLD]), None, ["build", "switch"]),  # upgrade: build beside, then switch
-        (st(current=ENV, complete=[ENV]), True, []),  # converged: nothing
-        (st(current=ENV, complete=[ENV]), None, []),  # a set without transformers-kt
-        (st(current=ENV, complete=[ENV], cudnn="9.10.2.21"), True, ["assert-cudnn"]),
-        (st(current=ENV, complete=[ENV]), False, ["assert-owner"]),
-        (st(current=OLD, complete=[OLD, ENV]), True, ["switch"]),  # built earlier (e.g. after a rollback)
-        (st(current=OLD, complete=[OLD, ENV], cudnn="9.10.2.21"), True, ["assert-cudnn", "switch"]),
+        (st(), True, True),  # bare host
+        (st(current=OLD, complete=[OLD]), True, True),  # upgrade: build beside, then switch
+        (st(current=ENV, complete=[ENV]), False, False),  # converged: nothing
+        (st(current=OLD, complete=[OLD, ENV]), False, True),  # built earlier (e.g. after a rollback)
     ],
 )
-def test_decide(state, owner, expected):
-    assert decide(state, ENV, CUDNN, owner) == expected
+def test_environment_built_and_current_engine_read_the_host(state, built, switched):
+    assert built_cmds(state) == ([f"{TOOL} build {ENV}"] if built else [])
+    assert switch_cmds(state) == ([f"{TOOL} switch {ENV}", f"{TOOL} prune --keep {ENV}"] if switched else [])
 
 
 def test_incomplete_env_is_rebuilt_not_switched_to_first():
     state = EngineState(current=OLD, complete=(OLD,), present=(OLD, ENV), dists={})
-    assert decide(state, ENV, CUDNN) == ["build", "switch"]
+    assert built_cmds(state) == [f"{TOOL} build {ENV}"]
+
+
+def test_build_uploads_only_the_wheels_the_host_lacks(tmp_path):
+    a, b = tmp_path / "a-1-py3-none-any.whl", tmp_path / "b c-1-py3-none-any.whl"
+    a.write_bytes(b"aa")
+    b.write_bytes(b"bbb")
+    wh = "/opt/glm-flash/engine/wheelhouse"
+    got = built_cmds(
+        st(),
+        wheels=[str(a), str(b)],
+        wheelhouse=wh,
+        facts={F(WheelhouseFiles, path=wh): {a.name: 2, b.name: 1}},  # b truncated by an earlier upload
+    )
+    assert got == [f"upload {wh}/{b.name}\nbbb", f"{TOOL} build {ENV}"]
+
+
+def test_commands_quote_what_comes_from_the_inventory():
+    root = "/opt/glm flash;$(id)"
+    got = commands(
+        engine.environment_built,
+        {EngineEnvs: st()},
+        tool=f"{root}/bin/glm-flash-engine",
+        env=ENV,
+        build=[f"{root}/bin/glm-flash-engine", "build", ENV, "--python", f"{root}/python/x/bin/python3.11"],
+    )
+    assert got == [f"'{root}/bin/glm-flash-engine' build {ENV} --python '{root}/python/x/bin/python3.11'"]
+
+
+@pytest.mark.parametrize(
+    "state, cudnn, owner",
+    [
+        (st(current=ENV, complete=[ENV], owner="transformers-kt"), [], []),  # converged
+        (st(), [], []),  # not built yet: the build installs both as locked
+        (st(current=ENV, complete=[ENV], cudnn="9.10.2.21"), [f"{TOOL} assert-pin {ENV} nvidia-cudnn-cu12"], []),
+        (
+            st(current=ENV, complete=[ENV], owner="mixed"),
+            [],
+            [f"{TOOL} assert-pin {ENV} transformers-kt --force"],
+        ),
+    ],
+)
+def test_pins_asserted_from_the_host(state, cudnn, owner):
+    assert cudnn_cmds(state) == cudnn
+    assert owner_cmds(state) == owner
+
+
+def test_converged_ops_say_why_they_do_nothing():
+    fake = FakeHost({EngineEnvs: st(current=ENV, complete=[ENV], owner="transformers-kt")})
+    with on(fake):
+        assert [render(c) for c in engine.current_engine._inner(tool=TOOL, env=ENV)] == []
+    assert fake.noops == [f"engine current is {ENV}"]
 
 
 def test_plan_names_the_env_and_refuses_a_cudnn_the_lock_does_not_pin():
@@ -53,7 +141,6 @@ def test_plan_names_the_env_and_refuses_a_cudnn_the_lock_does_not_pin():
 
 
 def test_python_pack_keeps_the_runtime_and_drops_the_rest():
-    from roles.python import _included
 
     keep = [
         "bin/python3.11",
@@ -82,11 +169,6 @@ def test_python_pack_keeps_the_runtime_and_drops_the_rest():
 
 def test_pack_real_python_source_is_relocatable(tmp_path):
     """The sandbox inventory's python_source, packed and run from another directory."""
-    import os
-    import subprocess
-    import tarfile
-
-    from roles.python import pack
 
     source = os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7")
     if not os.path.exists(f"{source}/bin/python3.11"):

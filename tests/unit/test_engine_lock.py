@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -20,13 +21,14 @@ from control.engine_lock import (
     choose_file,
     env_id,
     load_lock,
+    lock_json,
     parse_env_id,
     parse_lock,
     pin_of,
     target_tags,
     wheel_fits,
 )
-from roles.facts.engine import EngineEnvs, PythonArtifact, TransformersOwner, WheelhouseFiles
+from roles.facts.engine import EngineEnvs, PythonArtifact, WheelhouseFiles
 
 REPO = Path(__file__).resolve().parents[2]
 H1, H2, H3 = ("a" * 64), ("b" * 64), ("c" * 64)
@@ -64,14 +66,16 @@ def test_post1_lock_has_the_transformers_double_owner_and_later_sets_do_not():
     assert pin_of(post4, "transformers") is None
 
 
-def test_host_tool_reads_the_locks_like_the_control_machine():
+def test_host_tool_reads_the_lock_the_control_machine_parsed(tmp_path):
+    """The lock goes up as JSON (lock_json): the host tool reads the pins, it parses nothing."""
     tool = host_tool()
     for engine_set in KNOBS["engine_set"].choices:
-        path = REPO / "locks" / "engine" / f"{engine_set}.txt"
         _, pins = load_lock(engine_set)
-        theirs = tool.parse_lock(str(path))
-        assert {p.name: (p.version, list(p.hashes)) for p in pins} == {
-            n: (v["version"], v["hashes"]) for n, v in theirs.items()
+        uploaded = tmp_path / f"{engine_set}.json"
+        uploaded.write_text(lock_json(pins))
+        theirs = tool.read_lock(str(uploaded))
+        assert {p.name: (p.version, list(p.hashes), p.lock_lines().strip()) for p in pins} == {
+            n: (v["version"], v["hashes"], v["line"]) for n, v in theirs.items()
         }
 
 
@@ -192,23 +196,32 @@ def test_env_id_changes_with_lock_and_interpreter_only():
 
 
 def test_engine_envs_fact_parser():
-    out = [
-        "link current envs/0.7.0.post1-aaaaaaaaaaaa",
-        "link previous envs/0.7.2-bbbbbbbbbbbb",
-        "env 0.7.0.post1-aaaaaaaaaaaa",
-        "complete 0.7.0.post1-aaaaaaaaaaaa",
-        "dist 0.7.0.post1-aaaaaaaaaaaa nvidia_cudnn_cu12-9.16.0.29.dist-info",
-        "dist 0.7.0.post1-aaaaaaaaaaaa transformers_kt-5.6.0.post3.dist-info",
-        "dist 0.7.0.post1-aaaaaaaaaaaa numpy-2.4.6.dist-info",
-        "env 0.7.2-cccccccccccc",
-    ]
-    s = EngineEnvs.parse(out)
+    """glm-flash-engine status --json as the tool prints it (tests/unit/test_engine_tool.py runs
+    the tool itself); an old tool's answer without details, and no tool, parse too."""
+    out = json.dumps(
+        {
+            "current": "0.7.0.post1-aaaaaaaaaaaa",
+            "previous": "0.7.2-bbbbbbbbbbbb",
+            "envs": {"0.7.0.post1-aaaaaaaaaaaa": "complete", "0.7.2-cccccccccccc": "incomplete"},
+            "cudnn": "9.16.0.29",
+            "details": {
+                "0.7.0.post1-aaaaaaaaaaaa": {
+                    "versions": {"nvidia-cudnn-cu12": "9.16.0.29", "transformers-kt": "5.6.0.post3"},
+                    "owners": {"transformers": "mixed"},
+                }
+            },
+        }
+    )
+    s = EngineEnvs.parse([out])
     assert s.current == "0.7.0.post1-aaaaaaaaaaaa" and s.previous == "0.7.2-bbbbbbbbbbbb"
     assert s.complete == ("0.7.0.post1-aaaaaaaaaaaa",) and "0.7.2-cccccccccccc" in s.present
     assert s.version(s.current, "nvidia-cudnn-cu12") == "9.16.0.29"
     assert s.version(s.current, "transformers-kt") == "5.6.0.post3"
     assert s.version(s.current, "numpy") is None and s.version(None, "torch") is None
-    assert EngineEnvs.parse([]).current is None
+    assert s.owner_ok(s.current) is False and s.owner_ok("0.7.2-cccccccccccc") is None
+    old = EngineEnvs.parse([json.dumps({"current": "x", "previous": None, "envs": {"x": "complete"}})])
+    assert old.complete == ("x",) and old.version("x", "torch") is None
+    assert EngineEnvs.parse(["{}"]).current is None and EngineEnvs.parse(["not json"]).current is None
 
 
 def test_small_fact_parsers():
@@ -218,6 +231,3 @@ def test_small_fact_parsers():
     }
     assert PythonArtifact().process(["f" * 64]) == "f" * 64
     assert PythonArtifact().process([]) is None and PythonArtifact().process(["garbage"]) is None
-    assert TransformersOwner().process(["mismatch 0"]) is True
-    assert TransformersOwner().process(["mismatch 12"]) is False
-    assert TransformersOwner().process(["none"]) is None

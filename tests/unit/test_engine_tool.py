@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from control.engine_lock import fetch, load_lock
+from control.engine_lock import Pin, fetch, load_lock, lock_json
+from roles.facts.engine import EngineEnvs
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "files" / "glm-flash-engine"
@@ -39,13 +40,14 @@ def mini(tmp_path_factory):
         ) if path.stat().st_dev == wheelhouse.stat().st_dev else wheelhouse.joinpath(path.name).write_bytes(
             path.read_bytes()
         )
-    lock2 = d / "two.txt"
-    lock2.write_text("".join(p.lock_lines() for p in chosen[:2]))
-    lock3 = d / "three.txt"
-    lock3.write_text("".join(p.lock_lines() for p in chosen))
-    bad = d / "bad.txt"
+    # the locks as the deploy uploads them: JSON written by control/engine_lock.py
+    lock2 = d / "two.json"
+    lock2.write_text(lock_json(chosen[:2]))
+    lock3 = d / "three.json"
+    lock3.write_text(lock_json(chosen))
+    bad = d / "bad.json"
     first = chosen[0]
-    bad.write_text(f"{first.requirement} --hash=sha256:{'0' * 64}\n")
+    bad.write_text(lock_json([Pin(first.name, first.version, ("0" * 64,))]))
     return {"pins": chosen, "wheelhouse": wheelhouse, "lock2": lock2, "lock3": lock3, "bad": bad}
 
 
@@ -80,6 +82,11 @@ def test_build_switch_rollback_prune(tmp_path, mini):
     assert status(root)["current"] is None
     tool(root, "switch", a)
     assert status(root)["current"] == a and (root / "engine/current").resolve() == root / "engine/envs" / a
+    # what the deploy's fact makes of the tool's answer
+    state = EngineEnvs.parse(tool(root, "status", "--json").stdout.splitlines())
+    assert state.current == a and state.complete == (a,)
+    assert state.version(a, "idna") == mini["pins"][[p.name for p in mini["pins"]].index("idna")].version
+    assert state.owner_ok(a) is None  # no transformers-kt in this environment
 
     # a wheel that does not match the lock's hash: the build fails, nothing switches to it
     r = build(root, b, mini["bad"], mini["wheelhouse"], check=False)
@@ -108,7 +115,7 @@ def test_build_switch_rollback_prune(tmp_path, mini):
 def test_verify_and_assert_pin(tmp_path, mini):
     root = tmp_path / "root"
     env = "0.7.0.post1-dddddddddddd"
-    lock = root / "engine/locks" / f"{env}.txt"
+    lock = root / "engine/locks" / f"{env}.json"
     lock.parent.mkdir(parents=True)
     lock.write_text(mini["lock3"].read_text())
     tool(root, "build", env, "--python", base_python(), "--wheelhouse", str(mini["wheelhouse"]))
@@ -161,3 +168,31 @@ def test_called_as_glm_flash_rollback(tmp_path):
         env=dict(os.environ, GLM_FLASH_ROOT=str(tmp_path)),
     )
     assert r.returncode == 2 and "no previous environment" in r.stderr
+
+
+def test_status_reports_the_owner_of_a_shared_directory(tmp_path):
+    """transformers-kt must have written transformers/ last (docs/sources.md §2): the tool
+    hashes the files its RECORD lists; the fact turns that into owner_ok."""
+    import base64
+    import hashlib
+
+    env = "0.7.0.post1-eeeeeeeeeeee"
+    sp = tmp_path / "engine/envs" / env / "lib/python3.11/site-packages"
+    (sp / "transformers").mkdir(parents=True)
+    (sp / "transformers/core.py").write_text("kt = True\n")
+    digest = base64.urlsafe_b64encode(hashlib.sha256(b"kt = True\n").digest()).rstrip(b"=").decode()
+    for name, version, record in (
+        ("transformers-kt", "5.6.0.post3", f"transformers/core.py,sha256={digest},10\n"),
+        ("transformers", "5.6.0", "transformers/core.py,sha256=other,10\n"),
+    ):
+        d = sp / f"{name.replace('-', '_')}-{version}.dist-info"
+        d.mkdir()
+        (d / "METADATA").write_text(f"Name: {name}\nVersion: {version}\n\n")
+        (d / "RECORD").write_text(record)
+    (tmp_path / "engine/envs" / env / ".glm-flash-complete").write_text("{}")
+
+    state = EngineEnvs.parse(tool(tmp_path, "status", "--json").stdout.splitlines())
+    assert state.complete == (env,) and state.version(env, "transformers-kt") == "5.6.0.post3"
+    assert state.owner_ok(env) is True
+    (sp / "transformers/core.py").write_text("upstream = True\n")  # upstream transformers wrote last
+    assert EngineEnvs.parse(tool(tmp_path, "status", "--json").stdout.splitlines()).owner_ok(env) is False

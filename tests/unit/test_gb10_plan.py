@@ -14,6 +14,7 @@ real system is tested elsewhere (tests/sandbox, tests/gb10 against real vLLM fil
 
 from __future__ import annotations
 
+import json
 import runpy
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from fakehost import F, FakeHost, on, render
 from pyinfra.api import OperationError
 from pyinfra.facts.files import File
 from pyinfra.facts.server import Arch
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from control.profile import build
 from roles import engine_vllm
@@ -58,6 +60,8 @@ def gb10_facts(over=None):
         CudaToolkits: {"13.0": "/usr/local/cuda-13.0"},
         DefaultTarget: "graphical.target",
         UnitFiles: {"gdm3.service": "enabled", "ssh.service": "enabled"},
+        SystemdStatus: {"gdm3.service": True},
+        SystemdEnabled: {"gdm3.service": True},
         EngineEnvs: EngineState(),
     }
     facts.update(over or {})
@@ -167,6 +171,27 @@ def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
     fake.facts[check] = missing
 
 
+@pytest.fixture(autouse=True)
+def vllm_locks(tmp_path, monkeypatch):
+    """locks/vllm/<ref>.json for the two refs of these tests, in the format scripts/vllm_lock.py
+    writes (the real ones need the fork's commit, PyPI and the torch index)."""
+    d = tmp_path / "vllm-locks"
+    d.mkdir()
+    for ref in (REF, NEW_REF):
+        lock = {
+            "repo": "https://github.com/lrozewicz/vLLM-Moet-GB10",
+            "ref": ref,
+            "python": "3.12",
+            "indexes": {
+                "https://pypi.org/simple": ["ninja==1.13.0 --hash=sha256:" + "1" * 64],
+                "https://download.pytorch.org/whl/cu130/": ["torch==2.14.0+cu130 --hash=sha256:" + "2" * 64],
+            },
+        }
+        (d / f"{ref}.json").write_text(json.dumps(lock))
+    monkeypatch.setattr(engine_vllm, "LOCK_DIR", d)
+    return d
+
+
 @pytest.fixture
 def profile():
     return build("gx10.example.lan", INVENTORY, api_key_present=False)
@@ -194,13 +219,16 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     assert plan.find("Driver is 580.0 or newer") and plan.find("Driver is 580.0 or newer")[0][3] == []
     assert not plan.find("Driver 580 with headers")
     # headless as on the L40S box
-    assert plan.shell("Boot into multi-user.target") == ["systemctl set-default multi-user.target"]
-    assert plan.find("Stop and disable gdm3")
+    assert plan.commands("Boot into multi-user.target") == ["systemctl set-default multi-user.target"]
+    assert plan.commands("Display managers stopped") == [
+        "systemctl stop gdm3.service",
+        "systemctl disable gdm3.service",
+    ]
     # fresh: build beside, patch, middleware, drafter, then switch
-    build_cmd = plan.shell("Build vLLM-Moet")
+    build_cmd = plan.commands("vLLM-Moet")
     assert build_cmd == [
         f"/opt/glm-flash/bin/glm-flash-vllm-build {env} --repo https://github.com/lrozewicz/vLLM-Moet-GB10 "
-        f"--ref {REF} --python /usr/bin/python3.12 --torch-index https://download.pytorch.org/whl/cu130 "
+        f"--ref {REF} --python /usr/bin/python3.12 --lock /opt/glm-flash/engine/locks/{env}.vllm.json "
         f"--arch 12.1 --cuda-home /usr/local/cuda-13.0"
     ]
     patch = plan.find("vLLM patches in")[0]
@@ -213,14 +241,14 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     )
     drafter = plan.shell("Download incoai/GLM-5.3-Flash-DFlash2@main into /srv/models/GLM-5.3-Flash-DFlash2")
     assert len(drafter) == 1 and "--repo incoai/GLM-5.3-Flash-DFlash2" in drafter[0]
-    assert plan.shell("Switch engine current") == [
+    assert plan.commands("Switch engine current") == [
         f"/opt/glm-flash/bin/glm-flash-engine switch {env}",
         f"/opt/glm-flash/bin/glm-flash-engine prune --keep {env}",
     ]
     order = [
         names.index(plan.find(t)[0][1])
         for t in (
-            "Build vLLM-Moet",
+            "built into",
             "vLLM patches in",
             "Thinking-budget",
             "Download incoai",
@@ -250,8 +278,8 @@ def test_fork_already_built_at_the_pinned_ref_builds_nothing(monkeypatch, profil
         patch_state=done,
         extra_facts_for=lambda f, m: model_facts(f, m, drafter_ok=True),
     )
-    assert not plan.find("Build vLLM-Moet")
-    assert not plan.find("Switch engine current")
+    assert plan.commands("built into") == []  # checked on the host, nothing to build
+    assert plan.commands("Switch engine current") == []
     assert plan.find("vLLM patches in")[0][3] == []  # checked, nothing pending
     assert not plan.find("Download incoai")
 
@@ -269,14 +297,14 @@ def test_ref_changed_builds_beside_and_switches(monkeypatch, profile):
         inventory=inv,
         extra_facts_for=lambda f, m: model_facts(f, m, drafter_ok=True),
     )
-    assert plan.shell("Build vLLM-Moet")[0].startswith(f"/opt/glm-flash/bin/glm-flash-vllm-build {new} ")
-    assert f"--ref {NEW_REF}" in plan.shell("Build vLLM-Moet")[0]
-    assert plan.shell("Switch engine current") == [
+    assert plan.commands("built into")[0].startswith(f"/opt/glm-flash/bin/glm-flash-vllm-build {new} ")
+    assert f"--ref {NEW_REF}" in plan.commands("built into")[0]
+    assert plan.commands("Switch engine current") == [
         f"/opt/glm-flash/bin/glm-flash-engine switch {new}",
         f"/opt/glm-flash/bin/glm-flash-engine prune --keep {new}",
     ]
     # the old environment is not touched before the switch (it keeps serving)
-    assert not any(old in cmd for c in plan.calls for cmd in c[2].get("commands", []))
+    assert not any(old in cmd for c in plan.calls for cmd in (c[3] or []) + c[2].get("commands", []))
 
 
 def test_driver_too_old_fails_clearly(monkeypatch):
@@ -313,3 +341,22 @@ def test_licence_is_shown_at_deploy_time(monkeypatch, caplog):
     assert any(
         "CC-BY-NC-ND-4.0" in r.getMessage() and "incoai/GLM-5.3-Flash-DFlash2" in r.getMessage() for r in caplog.records
     )
+
+
+def test_build_without_a_hash_lock_is_refused(monkeypatch, vllm_locks, capsys):
+    (vllm_locks / f"{REF}.json").unlink()
+    with pytest.raises(SystemExit) as e:
+        run_deploy(monkeypatch, gb10_facts(), extra_facts_for=model_facts)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"vllm_ref: locks/vllm/{REF}.json is missing" in err and "make vllm-lock" in err
+
+
+def test_the_lock_goes_up_beside_the_build_and_names_the_environment(monkeypatch, vllm_locks, profile):
+    plan, _ = run_deploy(monkeypatch, gb10_facts(), extra_facts_for=model_facts)
+    env = engine_vllm.env_id(profile)
+    up = plan.find(f"Build lock of {env}")[0][2]
+    assert up["src"] == str(vllm_locks / f"{REF}.json") and up["dest"] == f"/opt/glm-flash/engine/locks/{env}.vllm.json"
+    lock = vllm_locks / f"{REF}.json"
+    lock.write_text(lock.read_text().replace("ninja==1.13.0", "ninja==1.13.1"))
+    assert engine_vllm.env_id(profile) != env  # another lock: another environment, built beside

@@ -1,0 +1,106 @@
+"""What both engines share: where an environment lives, how it is built beside the serving
+one, and the `current` link the service runs through.
+
+An engine role (roles/engine_kt.py on the L40S box, roles/engine_vllm.py on the GB10 box;
+deploy.py picks one through roles/engines.py) builds its environment under
+install_root/engine/envs/<env>, patches it, has its flags checked by its own parser, and only
+then moves `current` to it with `current_engine` (the old one stays as `previous` for
+glm-flash-rollback; older ones are pruned). It returns an EngineResult: what the service
+runs, exactly the launch spec that was checked.
+
+Every decision here is an operation reading the host's state at run time through
+files/glm-flash-engine (`status --json`, the EngineEnvs fact).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
+from pyinfra.operations import files
+
+from control import layout
+from control.profile import Profile
+from roles.facts.engine import EngineEnvs, WheelhouseFiles
+
+ENGINE_TOOL = "glm-flash-engine"
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    name: str  # for people (the unit's Description)
+    env: str  # <engine_set>-<hash> or vllm-moet-<ref12>-<hash>
+    env_dir: str  # install_root/engine/envs/<env>
+    launch_spec: dict  # what the service runs: python is current/bin/python, the flags the engine's parser accepted
+    service_env: dict  # the engine's environment variables in the unit's environment file
+    switch_op: Any  # the op that moves `current`; the service restarts when it changed
+
+
+def env_dir(profile: Profile, env: str) -> str:
+    return f"{layout.engine_root(profile)}/envs/{env}"
+
+
+def site_packages(profile: Profile, env_dir: str) -> str:
+    return f"{env_dir}/lib/python{profile.python_version}/site-packages"
+
+
+def engine_tool(profile: Profile) -> str:
+    return layout.tool(profile, ENGINE_TOOL)
+
+
+def layout_on_host(profile: Profile) -> None:
+    """The engine's directories and the rollback command (glm-flash-engine called by that name)."""
+    root = layout.engine_root(profile)
+    for d in (root, f"{root}/envs"):
+        files.directory(name=f"Directory {d}", path=d, mode="755")
+    for link in (layout.tool(profile, "glm-flash-rollback"), f"{layout.SBIN}/glm-flash-rollback"):
+        files.link(name=f"Link {link}", path=link, target=engine_tool(profile))
+
+
+@operation()
+def environment_built(tool: str, env: str, build: list[str], wheels: list[str] | None = None, wheelhouse: str = ""):
+    """
+    Build the engine environment `env` beside the others unless it is complete.
+
+    + tool: glm-flash-engine on the host (reads the environments)
+    + env: the environment's name
+    + build: the build command's argv (each word quoted)
+    + wheels: control-machine files the build installs from; the ones the host's wheelhouse
+      lacks (or holds with another size) are uploaded first
+    + wheelhouse: the host's wheelhouse directory
+    """
+    if env in host.get_fact(EngineEnvs, tool=tool).complete:
+        host.noop(f"engine environment {env} is built")
+        return
+    if wheels:
+        have = host.get_fact(WheelhouseFiles, path=wheelhouse)
+        for w in map(Path, wheels):
+            if have.get(w.name) != w.stat().st_size:
+                yield FileUploadCommand(str(w), f"{wheelhouse}/{w.name}")
+    yield StringCommand(*[QuoteString(word) for word in build])
+
+
+@operation()
+def current_engine(tool: str, env: str):
+    """
+    Point `current` at `env` (the old one becomes `previous`), then prune older environments.
+
+    + tool: glm-flash-engine on the host (refuses an incomplete environment)
+    + env: the environment the service runs from now on
+    """
+    if host.get_fact(EngineEnvs, tool=tool).current == env:
+        host.noop(f"engine current is {env}")
+        return
+    yield StringCommand(QuoteString(tool), "switch", QuoteString(env))
+    yield StringCommand(QuoteString(tool), "prune", "--keep", QuoteString(env))
+
+
+def switch(profile: Profile, env: str):
+    return current_engine(
+        name=f"Switch engine current -> {env} (previous kept for glm-flash-rollback)",
+        tool=engine_tool(profile),
+        env=env,
+    )
