@@ -1,0 +1,83 @@
+"""One bad host stops only itself.
+
+A refusal decided from one host's facts (the wrong GPUs, not a GB10, a driver too old) fails
+that host when the run reaches it, and pyinfra carries on with the others; the run's exit status
+is non-zero and the reason is printed for that host. Mistakes in the inventory are not this:
+control/profile.py refuses them for the whole run before any host is contacted.
+
+pyinfra fails a host, and only it, when one of its commands returns False; an exception raised
+while an operation runs (OperationError included) ends the whole run instead. So the refusal is
+an operation whose one command reports the reason and returns False.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import wraps
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, OperationError, operation
+
+from control.problems import Problem
+from control.profile import HOST_ONLY, HostRefused
+
+
+def _fail_this_host(state, host, reasons: str) -> bool:  # pyinfra passes state and host by name
+    for line in reasons.splitlines():
+        host.log_styled(f"refused: {line}", fg="red", log_func=logger.error)
+    return False
+
+
+def refusal_command(problems: list[Problem]) -> FunctionCommand:
+    """The command that fails this host with the problems as its reason (for operations that
+    decide from facts at run time)."""
+    return FunctionCommand(_fail_this_host, ("\n".join(str(p) for p in problems),), {})
+
+
+def refusing(func):
+    """Under @operation(): an OperationError the operation raises while it runs (a refusal from
+    this host's facts: driver too old, toolkit missing) fails this host only, with its message,
+    instead of ending the run for every host."""
+
+    @wraps(func)
+    def checked(*args, **kwargs):
+        try:
+            yield from func(*args, **kwargs)
+        except OperationError as e:
+            if type(e) is not OperationError:  # OperationValueError/TypeError: a bug in our call
+                raise
+            yield FunctionCommand(_fail_this_host, (str(e),), {})
+
+    return checked
+
+
+@operation(is_idempotent=False)
+def refused(reasons: str):
+    """This host was refused while the deploy was planned: fail it when the run reaches it."""
+    yield FunctionCommand(_fail_this_host, (reasons,), {})
+
+
+@contextmanager
+def host_refusals() -> Iterator[None]:
+    """Plan a host inside this: a refusal for it (profile.refuse()/fail() from a role, or an
+    OperationError a role raises while planning) fails this host only, before anything of the
+    rest of its plan runs (the refusal is ordered at this `with` line, ahead of the roles)."""
+    name = host.name
+    HOST_ONLY.add(name)
+    try:
+        yield
+    except HostRefused as e:
+        _refuse([str(p) for p in e.problems])
+    except OperationError as e:
+        if type(e) is not OperationError:  # OperationValueError/TypeError: a bug in our call, not the host
+            raise
+        _refuse([str(e)])
+    finally:
+        HOST_ONLY.discard(name)
+
+
+def _refuse(reasons: list[str]) -> None:
+    for reason in reasons:
+        logger.error(f"[{host.name}] refused: {reason}")
+    refused(name="Refused: nothing of the deploy is done on this host", reasons="\n".join(reasons))
