@@ -323,6 +323,8 @@ def build(host: str, data: dict[str, Any], api_key_present: bool | None = None) 
     for key, value in data.items():
         if isinstance(key, str) and is_pyinfra_key(key):
             continue
+        if host.startswith("@") and isinstance(key, str) and looks_like_pyinfra_key(key):
+            continue  # a pyinfra connector host (@chroot/...): the connector wrote its own keys
         knob = KNOBS.get(key) if isinstance(key, str) else None
         if knob is None:
             problems.append(_unknown_key(host, key))
@@ -468,8 +470,6 @@ def check_entries(entries: Iterable[Any]) -> list[Problem]:
         if name in seen:
             problems.append(Problem(name, "(name)", "appears twice", "give each host one entry"))
         seen.add(name)
-        if name.startswith("@"):  # pyinfra's connector wrote this host's connector keys itself
-            data = {k: v for k, v in data.items() if not (looks_like_pyinfra_key(k) and not is_pyinfra_key(k))}
         problems.extend(_check_name(name))
         problems.extend(_placeholders(name, data))
         problems.extend(_first_contact(name, data))
