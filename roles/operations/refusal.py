@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import wraps
 
-from pyinfra import host, logger
+from pyinfra import host, logger, state
 from pyinfra.api import FunctionCommand, OperationError, operation
 
 from control.problems import Problem
@@ -29,10 +29,18 @@ def _fail_this_host(state, host, reasons: str) -> bool:  # pyinfra passes state 
     return False
 
 
+def _refusal(reasons: str) -> FunctionCommand:
+    """The command that fails this host with `reasons`; seen while pyinfra detects changes
+    (a run without -y, or --dry), the reasons are said then too."""
+    if not state.is_executing:
+        for line in reasons.splitlines():
+            logger.warning(f"[{host.name}] will be refused: {line}")
+    return FunctionCommand(_fail_this_host, (reasons,), {})
+
+
 def refusal_command(problems: list[Problem]) -> FunctionCommand:
-    """The command that fails this host with the problems as its reason (for operations that
-    decide from facts at run time)."""
-    return FunctionCommand(_fail_this_host, ("\n".join(str(p) for p in problems),), {})
+    """For operations that decide from facts at run time: fail this host with these problems."""
+    return _refusal("\n".join(str(p) for p in problems))
 
 
 def refusing(func):
@@ -47,7 +55,7 @@ def refusing(func):
         except OperationError as e:
             if type(e) is not OperationError:  # OperationValueError/TypeError: a bug in our call
                 raise
-            yield FunctionCommand(_fail_this_host, (str(e),), {})
+            yield _refusal(str(e))
 
     return checked
 
