@@ -28,7 +28,7 @@ from control.connection import (
     port_problems,
     pyinfra_keys,
 )
-from control.defaults import HOST_PATH, KNOBS, LOCAL_PATH, PLATFORMS, URL, Knob
+from control.defaults import HOST_PATH, KEY_URL, KNOBS, LISTEN, LOCAL_PATH, PLATFORMS, URL, Knob
 from control.layout import REPO
 from control.problems import Problem, ProfileError, control_char, non_ascii, safe_repr
 
@@ -122,26 +122,29 @@ def _check_value(host: str, key: str, knob: Knob, value: Any, platform: str) -> 
             problem = _check_string(host, key, knob, text)
             if problem:
                 return problem
+    # Bounds and choices: the platform's own where it has them (`On`), saying so.
     on = knob.platforms.get(platform)
-    where = f" on {platform} ({on.why})" if on else ""
-    choices = on.choices if on and on.choices else knob.choices
+
+    def said(field: str) -> str:
+        return f" on {platform} ({on.why})" if on and getattr(on, field) not in (None, ()) else ""
+
+    choices = (on.choices if on else ()) or knob.choices
     if choices and value not in choices:
         near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
         hint = f"did you mean {near[0]!r}? " if near else ""
+        listed = ", ".join(map(repr, choices))
         return Problem(
             host,
             key,
-            f"{safe_repr(value)} is not one of {', '.join(map(repr, choices))}{where if choices is not knob.choices else ''}",
+            f"{safe_repr(value)} is not one of {listed}{said('choices')}",
             f"{hint}use one of the listed values",
         )
     low = on.low if on and on.low is not None else knob.low
     high = on.high if on and on.high is not None else knob.high
     if low is not None and value < low:
-        said = where if on and on.low is not None else ""
-        return Problem(host, key, f"{value!r} is below the minimum {low}{said}", f"use a value from {low} up")
+        return Problem(host, key, f"{value!r} is below the minimum {low}{said('low')}", f"use a value from {low} up")
     if high is not None and value > high:
-        said = where if on and on.high is not None else ""
-        return Problem(host, key, f"{value!r} is above the maximum {high}{said}", f"use a value up to {high}")
+        return Problem(host, key, f"{value!r} is above the maximum {high}{said('high')}", f"use a value up to {high}")
     return None
 
 
@@ -366,6 +369,7 @@ def refuse(key: str, problem: str, fix: str, host: str | None = None) -> None:
 
 PLACEHOLDER_LABEL = "example"  # the example inventories' hosts: gpu1.example.lan, gx10.example.lan
 PLACEHOLDER_REF = "0" * 40
+ADDRESS_PATTERNS = (URL["pattern"], KEY_URL["pattern"], LISTEN["pattern"])
 
 
 def _placeholder_host(address: Any) -> bool:
@@ -397,8 +401,8 @@ def _placeholders(name: str, data: dict[str, Any]) -> Iterable[Problem]:
                 "is the example inventory's placeholder (forty zeros)",
                 "write the real commit: `git ls-remote <repository> <tag>`",
             )
-        elif knob.pattern == URL["pattern"] and _placeholder_host(value):
-            yield Problem(name, key, f"{value!r} is an example address, a placeholder", "write the real URL")
+        elif knob.pattern in ADDRESS_PATTERNS and _placeholder_host(value):
+            yield Problem(name, key, f"{value!r} is an example address, a placeholder", "write the real address")
 
 
 def _first_contact(name: str, data: dict[str, Any]) -> Iterable[Problem]:

@@ -50,7 +50,7 @@ CASES = {
         {"apt_mirror": "http://mirror.example.lan/debian"},
         "apt_mirror",
         "placeholder",
-        "the real URL",
+        "the real address",
     ),
     "unsafe-path-space": ({"install_root": "/opt/glm flash"}, "install_root", "is not an absolute path", "write"),
     "unsafe-path-dotdot": ({"model_path": "/srv/../etc"}, "model_path", "is not an absolute path", "write"),
