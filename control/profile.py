@@ -101,7 +101,7 @@ def _check_string(host: str, key: str, knob: Knob, text: str) -> Problem | None:
     return None
 
 
-def _check_value(host: str, key: str, knob: Knob, value: Any, platform: str) -> Problem | None:
+def _check_value(host: str, key: str, knob: Knob, value: Any, platform: str = "") -> Problem | None:
     if value is None:
         if knob.optional:
             return None
@@ -146,6 +146,11 @@ def _check_value(host: str, key: str, knob: Knob, value: Any, platform: str) -> 
     if high is not None and value > high:
         return Problem(host, key, f"{value!r} is above the maximum {high}{said('high')}", f"use a value up to {high}")
     return None
+
+
+def _is_connector_key(key: str) -> bool:
+    """Kept for callers from before connection.py (control/fleet.py): a key pyinfra may own."""
+    return is_pyinfra_key(key) or looks_like_pyinfra_key(key)
 
 
 def _unknown_key(host: str, key: Any) -> Problem:
@@ -484,11 +489,24 @@ def check_entries(entries: Iterable[Any]) -> list[Problem]:
     return problems
 
 
+# Hosts an inventory helper has checked while the inventory loads, with the data it checked:
+# check_inventory() leaves them alone (a helper such as control/fleet.py's checks its gateway
+# against its own knobs, and says so with checked()).
+CHECKED: dict[str, dict[str, Any]] = {}
+
+
+def checked(entries: Iterable[tuple[str, dict[str, Any]]]) -> None:
+    """Record entries an inventory helper has checked, so check_inventory() does not redo it."""
+    for name, data in entries:
+        CHECKED[name] = dict(data)
+
+
 def hosts(*entries: tuple[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """Inventory helper: check every host's data while the inventory loads."""
     problems = check_entries(entries)
     if problems:
         fail(ProfileError(problems))
+    checked(entries)
     return list(entries)
 
 
@@ -507,7 +525,9 @@ def check_inventory() -> None:
         if not isinstance(data, dict)
     ]
     if not problems:
-        problems = check_entries([(h.name, h.data.dict()) for h in current_inventory])
+        loaded = [(h.name, h.data.dict()) for h in current_inventory]
+        unchecked = [(name, data) for name, data in loaded if CHECKED.get(name) != data]
+        problems = check_entries(unchecked) if unchecked or not loaded else []
     if problems:
         fail(ProfileError(problems))
 

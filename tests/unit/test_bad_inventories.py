@@ -97,11 +97,11 @@ class Listener:
         self.sock.close()
 
 
-def pyinfra(inventory: Path) -> subprocess.CompletedProcess:
+def pyinfra(inventory: Path, *operations: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("GLM_FLASH_API_KEY", None)
     return subprocess.run(
-        [sys.executable, "-m", "pyinfra", "-y", str(inventory), "deploy.py"],
+        [sys.executable, "-m", "pyinfra", "-y", str(inventory), *(operations or ["deploy.py"])],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -187,3 +187,15 @@ def test_the_listener_sees_a_real_connection(tmp_path):
         listener.close()
     assert "Connecting to hosts" in run.stderr + run.stdout
     assert listener.connections >= 1
+
+
+def test_a_host_another_helper_checked_is_left_to_it(tmp_path):
+    """An inventory helper with its own knobs (control/fleet.py's gateway) says so with checked();
+    without that, the host's data is checked as a node's, and refused. `debug-inventory` loads
+    the inventory (group_data/all.py included) and connects to nothing."""
+    gateway = "[('gw.invalid', {'gateway_policy': 'cache_aware'})]"
+    own = write(tmp_path / "own.py", f"from control.profile import checked\n\ngateway = {gateway}\nchecked(gateway)\n")
+    run = pyinfra(own, "debug-inventory")
+    assert run.returncode == 0 and "gateway_policy" in run.stdout + run.stderr, run.stdout + run.stderr
+    run = pyinfra(write(tmp_path / "plain.py", f"gateway = {gateway}\n"), "debug-inventory")
+    assert run.returncode == 2 and "gw.invalid: gateway_policy: unknown key" in run.stderr, run.stderr
