@@ -14,7 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, get_type_hints
 
 from control.defaults import CONNECTOR_PREFIXES, LISTEN, PORT_KEYS
-from control.problems import Problem, control_char, safe_repr
+from control.problems import Problem, control_char, safe_repr, strings
 
 try:  # the bench's environment (.venv-bench) loads inventories without pyinfra
     from pyinfra.api.arguments import all_global_arguments
@@ -79,11 +79,10 @@ def connection_problems(host: str, data: dict[str, Any]) -> list[Problem]:
                     )
                 )
                 continue
-        if isinstance(value, str):
-            bad = control_char(value)
-            if bad:
-                problems.append(Problem(host, key, f"{safe_repr(value)} contains {bad}", "remove that character"))
-                continue
+        bad = next((found for text in strings(value) if (found := control_char(text))), None)
+        if bad:
+            problems.append(Problem(host, key, f"{safe_repr(value)} contains {bad}", "remove that character"))
+            continue
         problems.extend(_shape(host, key, value))
     return problems
 

@@ -55,6 +55,19 @@ def control_char(text: str) -> str | None:
     return None
 
 
+def strings(value: Any):
+    """Every string in a value, however nested in lists, tuples and dicts (keys too)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from strings(k)
+            yield from strings(v)
+    elif isinstance(value, (list, tuple, set)):
+        for v in value:
+            yield from strings(v)
+
+
 def non_ascii(text: str) -> str | None:
     """How to name the first non-ASCII character in `text` (a lookalike such as Cyrillic 'а'), or None."""
     for ch in text:

@@ -187,3 +187,8 @@ def test_service_ports_do_not_collide_with_ssh_or_each_other():
     (p,) = problems({"port": 22})
     assert p.key == "port" and "below the minimum 1024" in p.problem
     build("gpu1", {"port": 2222, "ssh_port": 22}, api_key_present=False)
+
+
+def test_control_characters_nested_in_pyinfra_values_are_named():
+    (p,) = problems({"_env": {"PATH": "/usr/bin\n/evil"}})
+    assert p.key == "_env" and "U+000A LINE FEED" in p.problem
