@@ -18,6 +18,7 @@ from functools import wraps
 
 from pyinfra import host, logger, state
 from pyinfra.api import FunctionCommand, OperationError, operation
+from pyinfra.api.state import StateHostMeta
 
 from control.problems import Problem
 from control.profile import HOST_ONLY, HostRefused
@@ -69,8 +70,8 @@ def refused(reasons: str):
 @contextmanager
 def host_refusals() -> Iterator[None]:
     """Plan a host inside this: a refusal for it (profile.refuse()/fail() from a role, or an
-    OperationError a role raises while planning) fails this host only, before anything of the
-    rest of its plan runs (the refusal is ordered at this `with` line, ahead of the roles)."""
+    OperationError a role raises while planning) fails this host only, and nothing planned for
+    it runs."""
     name = host.name
     HOST_ONLY.add(name)
     try:
@@ -85,7 +86,22 @@ def host_refusals() -> Iterator[None]:
         HOST_ONLY.discard(name)
 
 
+def _forget_plan() -> None:
+    """Drop what was planned for this host before its refusal, so nothing of it runs there (pyinfra
+    runs a host's operations in the order they were planned) and a run that shows changes first
+    (no -y, --dry) shows none for it. Only while pyinfra plans; tests' stand-in state has none."""
+    inventory = getattr(state, "inventory", None)
+    if inventory is None:
+        return
+    planned = inventory.get_host(host.name)
+    for op_hash in planned.op_hash_order:
+        state.ops[planned].pop(op_hash, None)
+    planned.op_hash_order.clear()
+    state.meta[planned] = StateHostMeta()
+
+
 def _refuse(reasons: list[str]) -> None:
     for reason in reasons:
         logger.error(f"[{host.name}] refused: {reason}")
+    _forget_plan()
     refused(name="Refused: nothing of the deploy is done on this host", reasons="\n".join(reasons))
