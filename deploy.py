@@ -20,18 +20,20 @@ from roles import (
     tools,
     users,
 )
+from roles.operations import refusal
 
-p = profile.for_current_host()
-hardware.apply(p)  # the GPUs are the ones the profile was written for
+p = profile.for_current_host()  # inventory mistakes end the whole run, before anything is changed
+with refusal.host_refusals():  # a refusal decided from this host's facts fails this host only
+    hardware.apply(p)  # the GPUs are the ones the profile was written for
 
-base.apply(p)  # apt sources, base packages
-tools.apply(p)  # our host commands
-driver.apply(p, layout.bin_dir(p))  # NVIDIA repo (key, branch checked), pinned branch, DKMS; reboots when needed
-toolkit.apply(p, layout.bin_dir(p))  # CUDA cuda_version under /usr/local/cuda-X.Y (repository or runfile)
-cuda_header.apply(p)  # glibc 2.41 fix of CUDA 12.x headers, re-checked every deploy
-users.apply(p)  # the unprivileged service user
-headless.apply(p)  # no desktop holding GPU memory
-model.apply(p)  # the checkpoint, before the engine patches its config.json
-engine = engines.for_profile(p).apply(p)  # the platform's engine: built beside, patched, checked, switched
-service.apply(p, engine)  # runs exactly the launch spec the engine's parser accepted
-status.apply(p)  # the profile values `glm-flash status` compares the host with
+    base.apply(p)  # apt sources, base packages
+    tools.apply(p)  # our host commands
+    driver.apply(p, layout.bin_dir(p))  # NVIDIA repo (key, branch checked), pinned branch, DKMS; reboots when needed
+    toolkit.apply(p, layout.bin_dir(p))  # CUDA cuda_version under /usr/local/cuda-X.Y (repository or runfile)
+    cuda_header.apply(p)  # glibc 2.41 fix of CUDA 12.x headers, re-checked every deploy
+    users.apply(p)  # the unprivileged service user
+    headless.apply(p)  # no desktop holding GPU memory
+    model.apply(p)  # the checkpoint, before the engine patches its config.json
+    engine = engines.for_profile(p).apply(p)  # the platform's engine: built beside, patched, checked, switched
+    service.apply(p, engine)  # runs exactly the launch spec the engine's parser accepted
+    status.apply(p)  # the profile values `glm-flash status` compares the host with

@@ -7,8 +7,18 @@ the GB10 box (docs/sources.md §1). An inventory sets only what differs again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+
+@dataclass(frozen=True)
+class On:
+    """Bounds or choices that hold on one platform only (the GB10 box has one GPU, ...)."""
+
+    why: str
+    choices: tuple = ()
+    low: float | None = None
+    high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -19,34 +29,105 @@ class Knob:
     choices: tuple = ()  # allowed values, when a closed set
     low: float | None = None  # inclusive bounds for numbers
     high: float | None = None
-    optional: bool = False  # None is allowed
+    optional: bool = False  # None is allowed (and "" for a string with a pattern)
+    pattern: str = ""  # regular expression a whole string (or each string of a list) must match
+    shape: str = ""  # what `pattern` means, for the message: "an absolute path ..."
+    platforms: dict[str, On] = field(default_factory=dict)  # what differs per platform
+
+
+# Shapes: every string knob has one (or a closed set of choices). Nothing here lets through
+# a space, a quote, `$`, `%`, `\`, `;`, `&`, `|`, a backquote or a control character, so no
+# value can add a shell word, a systemd specifier or a line to a unit or env file.
+_SEG = r"(?!\.\.?(?:/|$))[A-Za-z0-9._+-]+"  # one path component, not . or ..
+_HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+_URL_PATH = r"(?:/[A-Za-z0-9._~+-]*)*"
+HOST_PATH = dict(
+    pattern=rf"(?:/{_SEG})+",
+    shape="an absolute path of letters, digits and . _ + - (no spaces, quotes, $, %, '..' or trailing /)",
+)
+LOCAL_PATH = dict(  # on the control machine: ~/ is the user's home
+    pattern=rf"~?(?:/{_SEG})+",
+    shape="an absolute path (or ~/...) on the control machine, of letters, digits and . _ + - "
+    "(no spaces, quotes, $, %, '..' or trailing /)",
+)
+URL = dict(
+    pattern=rf"https?://(?:{_HOST}|\[[0-9A-Fa-f:.]+\])(?::[0-9]{{1,5}})?{_URL_PATH}",
+    shape="an http:// or https:// URL of letters, digits and . _ ~ + - / (no spaces, quotes, %, ?, & or @)",
+)
+KEY_URL = dict(
+    pattern=rf"https://(?:{_HOST}|\[[0-9A-Fa-f:.]+\])(?::[0-9]{{1,5}})?{_URL_PATH}|file://(?:/{_SEG})+",
+    shape="an https:// URL, or file:///path for a key staged on the host (letters, digits, . _ ~ + - /)",
+)
+LISTEN = dict(pattern=rf"{_HOST}|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*", shape="an IP address or a host name")
+REF = dict(  # git check-ref-format, narrowed: also the Hugging Face hub's revisions
+    pattern=r"(?![-/.])(?!.*\.\.)(?!.*//)(?!.*/\.)(?!.*\.lock(?:/|$))[A-Za-z0-9._/-]+(?<![./])",
+    shape="a git branch, tag or commit (letters, digits and . _ / -; no '..', no leading - or .)",
+)
+COMMIT = dict(pattern=r"[0-9a-f]{40}", shape="a full commit hash (40 lowercase hex digits; a branch or tag moves)")
+HF_REPO = dict(
+    pattern=r"(?!.*(?:--|\.\.))[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+    r"/[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?",
+    shape="a Hugging Face repository id, owner/name (letters, digits, . _ -)",
+)
+VERSION = dict(pattern=r"[0-9]+(?:\.[0-9]+)+", shape="a version of numbers and dots")
+PEP440 = dict(
+    pattern=r"[0-9]+(?:\.[0-9]+)*(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?",
+    shape="a release version (numbers and dots)",
+)
+DEB_PACKAGE = dict(pattern=r"[a-z0-9][a-z0-9+.-]+", shape="a Debian package name (lowercase letters, digits, + . -)")
+UNIT_NAME = dict(pattern=r"[A-Za-z0-9][A-Za-z0-9_.@-]*", shape="a systemd unit name (letters, digits, _ . @ -)")
+IDENT = dict(pattern=r"[a-z][a-z0-9_]*", shape="a lowercase identifier (letters, digits, _)")
+ENV_NAME = dict(pattern=r"[A-Za-z_][A-Za-z0-9_]*", shape="an environment variable name (letters, digits, _)")
+USER_NAME = dict(pattern=r"[a-z][a-z0-9_-]{0,31}", shape="a Debian user name (lowercase letters, digits, _ -)")
+MODEL_NAME = dict(pattern=r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}", shape="a model name of letters, digits and . _ : / -")
+ALLOC_CONF = dict(
+    pattern=r"[a-z_]+:[A-Za-z0-9.]+(?:,[a-z_]+:[A-Za-z0-9.]+)*",
+    shape="PyTorch allocator settings, key:value[,key:value] (no spaces)",
+)
+HEX40 = dict(pattern=r"[0-9A-Fa-f]{40}", shape="a 40-hex-digit OpenPGP fingerprint (no spaces)")
+SHA256 = dict(pattern=r"[0-9a-f]{64}", shape="a sha256 (64 lowercase hex digits)")
 
 
 K = Knob
 KNOBS: dict[str, Knob] = {
     # --- what the host is -----------------------------------------------------------
     "platform": K("l40s", "picks the engine and the platform defaults below", choices=("l40s", "gb10")),
-    "gpu_count": K(2, "GPUs the profile expects; the field box has two L40S", int, low=0, high=16),
+    "gpu_count": K(
+        2,
+        "GPUs the profile expects; the field box has two L40S",
+        int,
+        low=0,
+        high=16,
+        platforms={"gb10": On("the GB10 box has one GPU", low=1, high=1)},
+    ),
     "gpu_compute_capability": K(
         "8.9",
         "sm_89 is Ada (L40S); the patches below depend on it",
         choices=("8.6", "8.9", "9.0", "10.0", "12.0", "12.1"),
+        platforms={
+            "l40s": On(
+                "sm_121 is the GB10's own GPU; x86_64 cards report another",
+                choices=("8.6", "8.9", "9.0", "10.0", "12.0"),
+            ),
+            "gb10": On("the GB10's GPU is sm_121", choices=("12.1",)),
+        },
     ),
     "require_gpu": K(True, "a real node must have its GPUs; the sandbox sets False to skip GPU steps", bool),
     # --- operating system -----------------------------------------------------------
-    "apt_mirror": K("http://deb.debian.org/debian", "Debian mirror; point at a local one for air-gapped hosts"),
-    "apt_security_mirror": K("http://deb.debian.org/debian-security", "security updates mirror"),
+    "apt_mirror": K("http://deb.debian.org/debian", "Debian mirror; point at a local one for air-gapped hosts", **URL),
+    "apt_security_mirror": K("http://deb.debian.org/debian-security", "security updates mirror", **URL),
     "debian_suite": K("trixie", "Debian 13 is what the field report ran", choices=("trixie",)),
     "base_packages": K(
         ["ca-certificates", "curl", "python3", "build-essential", "pciutils", "numactl", "jq"],
         "python3 runs our host tools; build-essential is needed by JIT kernel compiles",
         list,
+        **DEB_PACKAGE,
     ),
     "headless": K(
         True, "a desktop session held 0.5-0.7 GiB on GPU 0 in the field; TP is limited by the fullest card", bool
     ),
     "display_managers": K(
-        ["gdm3", "gdm", "sddm", "lightdm", "xdm", "lxdm"], "units stopped and disabled when headless", list
+        ["gdm3", "gdm", "sddm", "lightdm", "xdm", "lxdm"], "units stopped and disabled when headless", list, **UNIT_NAME
     ),
     "allow_reboot": K(True, "reboot when a new driver or kernel is installed but not running", bool),
     # --- NVIDIA driver and CUDA (docs/sources.md §6, §7) ----------------------------------
@@ -56,35 +137,46 @@ KNOBS: dict[str, Knob] = {
         choices=("nvidia-repo", "debian", "preinstalled"),
     ),
     "driver_branch": K(
-        "590", "the first branch NVIDIA's debian13 repository carried (580 is not in it); runs CUDA 12.8 and 13.x"
+        "590",
+        "the first branch NVIDIA's debian13 repository carried (580 is not in it); runs CUDA 12.8 and 13.x",
+        pattern=r"[0-9]{3}",
+        shape="a driver branch, three digits like 590",
     ),
-    "driver_min_version": K("570.26", "oldest driver CUDA 12.8 runs on"),
+    "driver_min_version": K("570.26", "oldest driver CUDA 12.8 runs on", **VERSION),
     "driver_open_modules": K(True, "Ada and newer run NVIDIA's open kernel modules", bool),
     "nvidia_repo_url": K(
         "https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/",
         "NVIDIA's CUDA apt repository; a local mirror URL works for air-gapped hosts",
+        **URL,
     ),
     "nvidia_repo_key_url": K(
         "https://developer.download.nvidia.com/compute/cuda/repos/debian13/x86_64/8793F200.pub",
         "signing key of that repository (https://, or file:// for a key staged on the host)",
+        **KEY_URL,
     ),
     "nvidia_repo_key_fingerprint": K(
         "02182E60104FCDC26EAE1B8597A5D4CB8793F200",
         "the only key apt may trust for that repository: NVIDIA's Debian 13 key",
+        **HEX40,
     ),
     "hold_kernel": K(
         False, "holding linux-* blocks kernel security updates; DKMS builds the module for each new kernel", bool
     ),
     "cuda_version": K(
-        "12.8", "toolkit the engine's JIT compiles use, beside the driver", choices=("12.8", "12.9", "13.0")
+        "12.8",
+        "toolkit the engine's JIT compiles use, beside the driver",
+        choices=("12.8", "12.9", "13.0"),
+        platforms={"gb10": On("the fork is built against DGX OS's CUDA 13.0", choices=("13.0",))},
     ),
     "cuda_runfile_url": K(
         "https://developer.download.nvidia.com/compute/cuda/12.8.1/local_installers/cuda_12.8.1_570.124.06_linux.run",
         "NVIDIA's debian13 repository has no 12.x toolkit: the runfile installs it toolkit-only",
+        **URL,
     ),
     "cuda_runfile_sha256": K(
         "228f6bcaf5b7618d032939f431914fc92d0e5ed39ebe37098a24502f26a19797",
         "checked before the runfile runs (docs/sources.md §7)",
+        **SHA256,
     ),
     "fix_cuda_header": K(True, "CUDA 12.x math_functions.h breaks every JIT compile on glibc >= 2.41", bool),
     # --- engine, L40S path (docs/sources.md §2-5) ----------------------------------------
@@ -93,20 +185,27 @@ KNOBS: dict[str, Knob] = {
         "the field-validated ktransformers/kt-kernel/sglang-kt set",
         choices=("0.7.0.post1", "0.7.0.post4", "0.7.2"),
     ),
-    "python_version": K("3.11", "kt-kernel ships cp311 and cp312 wheels only", choices=("3.11", "3.12")),
+    "python_version": K(
+        "3.11",
+        "kt-kernel ships cp311 and cp312 wheels only",
+        choices=("3.11", "3.12"),
+        platforms={"gb10": On("the fork is built with DGX OS's own python3.12", choices=("3.12",))},
+    ),
     "python_source": K(
         "",
         "a CPython 3.11/3.12 install tree on the control machine to pack instead of downloading one "
         "(control machines without internet); empty: python_release",
         optional=True,
+        **LOCAL_PATH,
     ),
     "python_release": K(
         "3.11.18",
         "the CPython the pinned uv (locks/tools.txt) downloads when python_source is empty, "
         "checked against the sha256 uv carries; packed and uploaded, hosts need no internet",
+        **VERSION,
     ),
-    "cudnn_version": K("9.16.0.29", "torch 2.9.1 pins cuDNN 9.10, which sglang-kt refuses for this model"),
-    "install_root": K("/opt/glm-flash", "engine environments, host tools and their state live here"),
+    "cudnn_version": K("9.16.0.29", "torch 2.9.1 pins cuDNN 9.10, which sglang-kt refuses for this model", **VERSION),
+    "install_root": K("/opt/glm-flash", "engine environments, host tools and their state live here", **HOST_PATH),
     "python_runtime_packages": K(
         [
             "libssl3t64",
@@ -128,8 +227,16 @@ KNOBS: dict[str, Knob] = {
         ],
         "trixie libraries the uploaded CPython's extension modules and the engine wheels link against",
         list,
+        **DEB_PACKAGE,
     ),
-    "tp_size": K(2, "tensor parallel over both L40S", int, low=1, high=8),
+    "tp_size": K(
+        2,
+        "tensor parallel over both L40S",
+        int,
+        low=1,
+        high=8,
+        platforms={"gb10": On("the GB10 box has one GPU", high=1)},
+    ),
     "kt_method": K("FP8", "native FP8 checkpoint, CPU experts on the AVX512-BF16 backend", choices=("FP8",)),
     "kt_cpuinfer": K(
         152, "of 160 cores on the EPYC 9845, leaving a few for the OS and GPU feeders", int, low=1, high=1024
@@ -151,42 +258,54 @@ KNOBS: dict[str, Knob] = {
     "context_length": K(524288, "524k per request, no degradation measured at 200k", int, low=4096),
     "kv_cache_dtype": K("fp8_e4m3", "2.11M-token KV pool in fp8", choices=("fp8_e4m3", "fp8_e5m2", "bfloat16", "auto")),
     "pytorch_alloc_conf": K(
-        "", "expandable_segments breaks CUDA graph capture with TP > 1; empty unsets both variables", optional=True
+        "",
+        "expandable_segments breaks CUDA graph capture with TP > 1; empty unsets both variables",
+        optional=True,
+        **ALLOC_CONF,
     ),
     "triton_configs_dir": K(
         "",
-        "tuned Triton configs for this GPU (dir on the control machine, repo-relative or absolute); empty: engine defaults",
+        "tuned Triton configs for this GPU (a directory on the control machine); empty: engine defaults",
         optional=True,
+        **LOCAL_PATH,
     ),
-    "tool_call_parser": K("glm47", "tool calls of GLM-5.x"),
-    "reasoning_parser": K("glm45", "reasoning of GLM-5.x"),
+    "tool_call_parser": K("glm47", "tool calls of GLM-5.x", **IDENT),
+    "reasoning_parser": K("glm45", "reasoning of GLM-5.x", **IDENT),
     # --- model ---------------------------------------------------------------------
-    "model_id": K("zai-org/GLM-5.3-Flash", "the checkpoint on the Hugging Face hub"),
-    "model_revision": K("main", "pin a commit for reproducible deploys"),
-    "model_path": K("/srv/models/GLM-5.3-Flash", "where the 306 GiB checkpoint lives on the host"),
+    "model_id": K("zai-org/GLM-5.3-Flash", "the checkpoint on the Hugging Face hub", **HF_REPO),
+    "model_revision": K("main", "pin a commit for reproducible deploys", **REF),
+    "model_path": K("/srv/models/GLM-5.3-Flash", "where the 306 GiB checkpoint lives on the host", **HOST_PATH),
     "model_download": K(True, "False: the checkpoint is staged on the host by other means", bool),
     "hf_token_env": K(
-        "HF_TOKEN", "control-machine variable with a Hugging Face token (gated or private repos), read at deploy time"
+        "HF_TOKEN",
+        "control-machine variable with a Hugging Face token (gated or private repos), read at deploy time",
+        **ENV_NAME,
     ),
     "hf_token_vault": K(
         "",
-        "ansible-vault encrypted file in the repo holding the token; password from ANSIBLE_VAULT_PASSWORD_FILE",
+        "ansible-vault encrypted file on the control machine holding the token; password from "
+        "ANSIBLE_VAULT_PASSWORD_FILE",
         optional=True,
+        **LOCAL_PATH,
     ),
-    "huggingface_hub_version": K("1.33.0", "the downloader on the host; the engine locks pin the same version"),
-    "served_model_name": K("glm-5.3-flash", "model name clients send"),
+    "huggingface_hub_version": K(
+        "1.33.0", "the downloader on the host; the engine locks pin the same version", **PEP440
+    ),
+    "served_model_name": K("glm-5.3-flash", "model name clients send", **MODEL_NAME),
     # --- service -------------------------------------------------------------------
-    "service_user": K("glm-flash", "the engine never runs as root"),
-    "listen_host": K("127.0.0.1", "loopback unless an API key protects the port"),
-    "port": K(30000, "SGLang's default port", int, low=1, high=65535),
-    "api_key_env": K("GLM_FLASH_API_KEY", "control-machine variable holding the API key, read at deploy time"),
+    "service_user": K("glm-flash", "the engine never runs as root", **USER_NAME),
+    "listen_host": K("127.0.0.1", "loopback unless an API key protects the port", **LISTEN),
+    "port": K(30000, "SGLang's default port; the engine is unprivileged, so 1024 and up", int, low=1024, high=65535),
+    "api_key_env": K(
+        "GLM_FLASH_API_KEY", "control-machine variable holding the API key, read at deploy time", **ENV_NAME
+    ),
     "startup_timeout_s": K(3600, "loading 306 GiB and capturing graphs takes long", int, low=60),
     "restart_limit": K(3, "restarts within restart_window_s before systemd gives up", int, low=1, high=100),
     "restart_window_s": K(3600, "window for restart_limit", int, low=60),
     # --- GB10 path (docs/sources.md §8, §1) -----------------------------------------
-    "vllm_repo_url": K("https://github.com/lrozewicz/vLLM-Moet-GB10", "the vLLM-Moet fork, pinned by ref"),
-    "vllm_ref": K("", "commit of the fork to build; required on gb10", optional=True),
-    "drafter_model": K("incoai/GLM-5.3-Flash-DFlash2", "DFlash2 gave +49% decode on code over MTP"),
+    "vllm_repo_url": K("https://github.com/lrozewicz/vLLM-Moet-GB10", "the vLLM-Moet fork, pinned by ref", **URL),
+    "vllm_ref": K("", "commit of the fork to build; required on gb10", optional=True, **COMMIT),
+    "drafter_model": K("incoai/GLM-5.3-Flash-DFlash2", "DFlash2 gave +49% decode on code over MTP", **HF_REPO),
     "accept_drafter_license": K(False, "the drafter is CC-BY-NC-ND-4.0: accept it explicitly", bool),
     "num_speculative_tokens": K(7, "k=7: acceptance length 5.5 on code", int, low=1, high=16),
     "max_model_len": K(204800, "200K context fits 121.6 GiB with one stream", int, low=4096),
@@ -201,11 +320,12 @@ KNOBS: dict[str, Knob] = {
     "mamba_cache_mode": K(
         "align", "prefix caching with the KDA checkpoints every 7168 tokens", choices=("align", "all", "none")
     ),
-    "drafter_revision": K("main", "pin a commit of the drafter for reproducible deploys"),
-    "drafter_path": K("/srv/models/GLM-5.3-Flash-DFlash2", "where the drafter is downloaded on the host"),
+    "drafter_revision": K("main", "pin a commit of the drafter for reproducible deploys", **REF),
+    "drafter_path": K("/srv/models/GLM-5.3-Flash-DFlash2", "where the drafter is downloaded on the host", **HOST_PATH),
     "vllm_torch_index_url": K(
         "https://download.pytorch.org/whl/cu130",
         "extra pip index with CUDA 13 torch builds for aarch64 (the fork's build pulls torch from it)",
+        **URL,
     ),
     "vllm_build_jobs": K(
         None,
@@ -253,5 +373,9 @@ PLATFORMS: dict[str, dict[str, Any]] = {
     },
 }
 
-# pyinfra's own connection keys may sit beside profile keys in an inventory.
-CONNECTOR_PREFIXES = ("ssh_", "_", "chroot_", "docker_", "local_")
+# pyinfra's own keys may sit beside profile keys in an inventory: its connectors' data keys and
+# its global arguments, read from the installed pyinfra (control/profile.py). A key with one of
+# these prefixes that pyinfra does not know is a typo like any other.
+CONNECTOR_PREFIXES = ("ssh_", "_", "chroot_", "docker_", "podman_", "local_", "fake_", "vagrant_", "terraform_")
+# Keys whose values are TCP ports on the host: none may be another's or the SSH port.
+PORT_KEYS = tuple(key for key in KNOBS if key == "port" or key.endswith("_port"))

@@ -1,34 +1,53 @@
 """The host profile: inventory data checked against `defaults.KNOBS`.
 
-Checking happens while pyinfra loads the inventory, before it connects to any host,
-and again in deploy.py after `--data` overrides. A mistake ends the run with one
-line per problem naming the host, the key, what is wrong and how to fix it.
+Checking happens while pyinfra loads the inventory, before it connects to any host: `hosts()`,
+the inventories' helper, checks its entries, and group_data/all.py (which pyinfra runs while it
+loads any inventory, from the repo) checks every host pyinfra loaded, however the inventory was
+written. deploy.py checks again after `--data` overrides. A mistake in the inventory ends the
+whole run with one line per problem: the host, the key, what is wrong and how to fix it.
+
+A refusal decided from one host's facts (`refuse(key, problem, fix)` while deploy.py plans that
+host inside roles/operations/refusal.host_refusals()) fails that host only; the others deploy.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
-from control.defaults import CONNECTOR_PREFIXES, KNOBS, PLATFORMS, Knob
+from control.connection import (
+    HOST_NAME,
+    PYINFRA_VERSION,
+    connection_problems,
+    is_pyinfra_key,
+    looks_like_pyinfra_key,
+    port_problems,
+    pyinfra_keys,
+)
+from control.defaults import HOST_PATH, KEY_URL, KNOBS, LISTEN, LOCAL_PATH, PLATFORMS, URL, Knob
+from control.layout import REPO
+from control.problems import Problem, ProfileError, control_char, non_ascii, safe_repr
+
+try:  # the bench's environment (.venv-bench) loads inventories without pyinfra
+    from pyinfra import host as current_host
+    from pyinfra import inventory as current_inventory
+except ImportError:
+    current_host = current_inventory = None
+
+__all__ = ["Problem", "Profile", "ProfileError", "HostRefused", "build", "fail", "hosts", "refuse"]
+
+# Hosts deploy.py is planning inside roles/operations/refusal.host_refusals(): a refusal for one
+# of them fails that host only (HostRefused), instead of ending the run.
+HOST_ONLY: set[str] = set()
 
 
-@dataclass(frozen=True)
-class Problem:
-    host: str
-    key: str
-    problem: str
-    fix: str
+class HostRefused(Exception):
+    """This host, and only it, is refused; roles/operations/refusal.py turns it into a failed host."""
 
-    def __str__(self) -> str:
-        return f"{self.host}: {self.key}: {self.problem}. Fix: {self.fix}"
-
-
-class ProfileError(Exception):
     def __init__(self, problems: list[Problem]):
         self.problems = problems
         super().__init__("\n".join(str(p) for p in problems))
@@ -60,7 +79,29 @@ def _type_name(kind) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-def _check_value(host: str, key: str, knob: Knob, value: Any) -> Problem | None:
+def _shape_fix(knob: Knob, text: str) -> str:
+    """A fix that says what to write: the path made absolute, or a value of the right shape."""
+    if knob.pattern in (HOST_PATH["pattern"], LOCAL_PATH["pattern"]) and not text.startswith(("/", "~")):
+        example = f"/{text}" if knob.pattern == HOST_PATH["pattern"] else str(REPO / text)
+        return f"write an absolute path, e.g. {safe_repr(example)}, of letters, digits and . _ + -"
+    example = knob.default[0] if isinstance(knob.default, list) and knob.default else knob.default
+    if isinstance(example, str) and example:
+        return f"write {knob.shape}, like {example!r}"
+    return f"write {knob.shape}"
+
+
+def _check_string(host: str, key: str, knob: Knob, text: str) -> Problem | None:
+    bad = control_char(text)
+    if bad:
+        return Problem(host, key, f"{safe_repr(text)} contains {bad}", "remove it: a value is one line of plain text")
+    if knob.pattern and not (text == "" and knob.optional) and not re.fullmatch(knob.pattern, text):
+        odd = non_ascii(text)
+        found = f" (it contains {odd}, not ASCII)" if odd else ""
+        return Problem(host, key, f"{safe_repr(text)} is not {knob.shape}{found}", _shape_fix(knob, text))
+    return None
+
+
+def _check_value(host: str, key: str, knob: Knob, value: Any, platform: str = "") -> Problem | None:
     if value is None:
         if knob.optional:
             return None
@@ -73,27 +114,71 @@ def _check_value(host: str, key: str, knob: Knob, value: Any) -> Problem | None:
         return Problem(
             host,
             key,
-            f"{value!r} is {type(value).__name__}, expected {_type_name(knob.kind)}",
+            f"{safe_repr(value)} is {type(value).__name__}, expected {_type_name(knob.kind)}",
             f"write it like the default {knob.default!r}",
         )
-    if knob.choices and value not in knob.choices:
-        near = difflib.get_close_matches(str(value), [str(c) for c in knob.choices], n=1)
+    for text in value if isinstance(value, list) else [value]:
+        if isinstance(text, str):
+            problem = _check_string(host, key, knob, text)
+            if problem:
+                return problem
+    # Bounds and choices: the platform's own where it has them (`On`), saying so.
+    on = knob.platforms.get(platform)
+
+    def said(field: str) -> str:
+        return f" on {platform} ({on.why})" if on and getattr(on, field) not in (None, ()) else ""
+
+    choices = (on.choices if on else ()) or knob.choices
+    if choices and value not in choices:
+        near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
         hint = f"did you mean {near[0]!r}? " if near else ""
+        listed = ", ".join(map(repr, choices))
         return Problem(
             host,
             key,
-            f"{value!r} is not one of {', '.join(map(repr, knob.choices))}",
+            f"{safe_repr(value)} is not one of {listed}{said('choices')}",
             f"{hint}use one of the listed values",
         )
-    if knob.low is not None and value < knob.low:
-        return Problem(host, key, f"{value!r} is below the minimum {knob.low}", f"use a value from {knob.low} up")
-    if knob.high is not None and value > knob.high:
-        return Problem(host, key, f"{value!r} is above the maximum {knob.high}", f"use a value up to {knob.high}")
+    low = on.low if on and on.low is not None else knob.low
+    high = on.high if on and on.high is not None else knob.high
+    if low is not None and value < low:
+        return Problem(host, key, f"{value!r} is below the minimum {low}{said('low')}", f"use a value from {low} up")
+    if high is not None and value > high:
+        return Problem(host, key, f"{value!r} is above the maximum {high}{said('high')}", f"use a value up to {high}")
     return None
 
 
 def _is_connector_key(key: str) -> bool:
-    return key.startswith(CONNECTOR_PREFIXES)
+    """Kept for callers from before connection.py (control/fleet.py): a key pyinfra may own."""
+    return is_pyinfra_key(key) or looks_like_pyinfra_key(key)
+
+
+def _unknown_key(host: str, key: Any) -> Problem:
+    if not isinstance(key, str):
+        return Problem(
+            host, safe_repr(key), "is not a key (keys are strings)", "write the key in quotes, e.g. 'tp_size'"
+        )
+    bad = control_char(key)
+    if bad:
+        return Problem(host, safe_repr(key), f"the key contains {bad}", "retype the key")
+    near = difflib.get_close_matches(key, [*KNOBS, *(pyinfra_keys() or ())], n=1, cutoff=0.6)
+    odd = non_ascii(key)
+    if odd:
+        return Problem(
+            host,
+            key,
+            f"unknown key: it contains {odd}, a non-ASCII character (a lookalike of a plain letter?)",
+            f"retype it in plain ASCII{f' as {near[0]!r}' if near else ''}",
+        )
+    if looks_like_pyinfra_key(key):
+        return Problem(
+            host,
+            key,
+            f"unknown key: not one that pyinfra {PYINFRA_VERSION} reads (pyinfra would ignore it silently)",
+            f"did you mean {near[0]!r}?" if near else "see pyinfra's connector documentation for the keys it reads",
+        )
+    fix = f"did you mean {near[0]!r}?" if near else "remove it; control/defaults.py lists every key"
+    return Problem(host, key, "unknown key", fix)
 
 
 def _cross_checks(host: str, v: dict[str, Any]) -> Iterable[Problem]:
@@ -168,9 +253,7 @@ def _cross_checks(host: str, v: dict[str, Any]) -> Iterable[Problem]:
                 host, "context_length", "GLM-5.3-Flash is not known to serve beyond 1M tokens", "use 524288 or less"
             )
         release = v["python_release"]
-        if not __import__("re").fullmatch(r"\d+\.\d+\.\d+", release) or not release.startswith(
-            v["python_version"] + "."
-        ):
+        if not re.fullmatch(r"\d+\.\d+\.\d+", release) or not release.startswith(v["python_version"] + "."):
             yield Problem(
                 host,
                 "python_release",
@@ -187,35 +270,9 @@ def _cross_checks(host: str, v: dict[str, Any]) -> Iterable[Problem]:
                 f"name a CPython {v['python_version']} install tree, e.g. ~/.pyenv/versions/{v['python_version']}.x",
             )
     if v["driver_source"] == "nvidia-repo":
-        re_ = __import__("re")
-        if not re_.fullmatch(r"[0-9A-Fa-f]{40}", v["nvidia_repo_key_fingerprint"]):
-            yield Problem(
-                host,
-                "nvidia_repo_key_fingerprint",
-                f"{v['nvidia_repo_key_fingerprint']!r} is not a 40-hex-digit OpenPGP fingerprint",
-                "write the key's full fingerprint (gpg --show-keys KEYFILE), no spaces",
-            )
-        if not v["nvidia_repo_key_url"].startswith(("https://", "file:///")):
-            yield Problem(
-                host,
-                "nvidia_repo_key_url",
-                f"{v['nvidia_repo_key_url']!r} is neither https:// nor file:///",
-                "fetch the key over https, or stage it on the host and write file:///path",
-            )
-        if not re_.fullmatch(r"\d{3}", str(v["driver_branch"])):
-            yield Problem(
-                host, "driver_branch", f"{v['driver_branch']!r} is not a driver branch", "write it like '590'"
-            )
-        if not re_.fullmatch(r"[0-9a-f]{64}", v["cuda_runfile_sha256"]):
-            yield Problem(
-                host,
-                "cuda_runfile_sha256",
-                "is not a sha256 (64 lowercase hex digits)",
-                "copy the runfile's sha256 from NVIDIA's checksums",
-            )
         name = v["cuda_runfile_url"].rsplit("/", 1)[-1]
-        if v["platform"] == "l40s" and not re_.fullmatch(
-            r"cuda_" + re_.escape(v["cuda_version"]) + r"\.\d+_[0-9.]+_linux\.run", name
+        if v["platform"] == "l40s" and not re.fullmatch(
+            r"cuda_" + re.escape(v["cuda_version"]) + r"\.\d+_[0-9.]+_linux\.run", name
         ):
             yield Problem(
                 host,
@@ -239,15 +296,6 @@ def _cross_checks(host: str, v: dict[str, Any]) -> Iterable[Problem]:
                 "the GB10 box runs the driver that DGX OS ships",
                 "use driver_source: 'preinstalled'",
             )
-        if v["tp_size"] != 1:
-            yield Problem(host, "tp_size", "the GB10 box has one GPU", "set tp_size: 1")
-        if v["vllm_ref"] and not __import__("re").fullmatch(r"[0-9a-f]{40}", v["vllm_ref"]):
-            yield Problem(
-                host,
-                "vllm_ref",
-                f"{v['vllm_ref']!r} is not a full commit hash (a branch or tag moves)",
-                "write the fork's 40-character commit, e.g. from `git ls-remote <vllm_repo_url> <tag>`",
-            )
         if not v["accept_drafter_license"]:
             yield Problem(
                 host,
@@ -265,9 +313,6 @@ def _cross_checks(host: str, v: dict[str, Any]) -> Iterable[Problem]:
             f"{v['listen_host']} exposes the engine without an API key",
             f"export {v['api_key_env']} on the control machine, or keep listen_host: 127.0.0.1",
         )
-    if not v["install_root"].startswith("/") or not v["model_path"].startswith("/"):
-        key = "install_root" if not v["install_root"].startswith("/") else "model_path"
-        yield Problem(host, key, f"{v[key]!r} is not an absolute path", "write a path starting with /")
     if v["service_user"] == "root":
         yield Problem(
             host, "service_user", "the engine must not run as root", "use an unprivileged name such as glm-flash"
@@ -279,65 +324,95 @@ def build(host: str, data: dict[str, Any], api_key_present: bool | None = None) 
     problems: list[Problem] = []
     platform = data.get("platform", KNOBS["platform"].default)
     if platform not in PLATFORMS:
-        problem = _check_value(host, "platform", KNOBS["platform"], platform)
+        problem = _check_value(host, "platform", KNOBS["platform"], platform, "")
         raise ProfileError([problem or Problem(host, "platform", f"{platform!r} is unknown", "use l40s or gb10")])
     values = {k: knob.default for k, knob in KNOBS.items()}
     values.update(PLATFORMS[platform])
     for key, value in data.items():
-        if _is_connector_key(key):
+        if isinstance(key, str) and is_pyinfra_key(key):
             continue
-        knob = KNOBS.get(key)
+        if host.startswith("@") and isinstance(key, str) and looks_like_pyinfra_key(key):
+            continue  # a pyinfra connector host (@chroot/...): the connector wrote its own keys
+        knob = KNOBS.get(key) if isinstance(key, str) else None
         if knob is None:
-            near = difflib.get_close_matches(key, list(KNOBS), n=1, cutoff=0.6)
-            fix = f"did you mean {near[0]!r}?" if near else "remove it; control/defaults.py lists every key"
-            problems.append(Problem(host, key, "unknown key", fix))
+            problems.append(_unknown_key(host, key))
             continue
-        problem = _check_value(host, key, knob, value)
+        problem = _check_value(host, key, knob, value, platform)
         if problem:
             problems.append(problem)
         else:
             values[key] = float(value) if knob.kind is float else value
+    problems.extend(connection_problems(host, data))
     if not problems:
         if api_key_present is None:
             api_key_present = bool(os.environ.get(values["api_key_env"]))
         values["_api_key_present"] = api_key_present
         problems.extend(_cross_checks(host, values))
         values.pop("_api_key_present")
+        problems.extend(port_problems(host, data, values))
     if problems:
         raise ProfileError(problems)
     return Profile(host, values)
 
 
 def fail(error: ProfileError) -> None:
-    """Print the problems for a person and exit non-zero, without a traceback."""
+    """Refuse: this host only while deploy.py plans it inside host_refusals() (HostRefused), else
+    print the problems for a person and end the run non-zero, without a traceback."""
+    hosts_named = {p.host for p in error.problems}
+    if hosts_named and hosts_named <= HOST_ONLY:
+        raise HostRefused(error.problems)
     print("glm-flash: the inventory has mistakes; no host was changed.", file=sys.stderr)
     for p in error.problems:
         print(f"  - {p}", file=sys.stderr)
     raise SystemExit(2)
 
 
+def refuse(key: str, problem: str, fix: str, host: str | None = None) -> None:
+    """Refuse the current pyinfra host (or `host`): the key, what is wrong, and how to fix it."""
+    fail(ProfileError([Problem(host or current_host.name, key, problem, fix)]))
+
+
 PLACEHOLDER_LABEL = "example"  # the example inventories' hosts: gpu1.example.lan, gx10.example.lan
 PLACEHOLDER_REF = "0" * 40
+ADDRESS_PATTERNS = (URL["pattern"], KEY_URL["pattern"], LISTEN["pattern"])
 
 
-def _first_contact(name: str, data: dict[str, Any]) -> Iterable[Problem]:
-    """Mistakes a new user makes with a copied example inventory; pyinfra would otherwise stop
-    on them only after connecting, or with a traceback."""
+def _placeholder_host(address: Any) -> bool:
+    if not isinstance(address, str):
+        return False
+    host = re.sub(r"^[a-z]+://", "", address).split("/", 1)[0].rsplit(":", 1)[0]
+    return PLACEHOLDER_LABEL in host.lower().split(".")
+
+
+def _placeholders(name: str, data: dict[str, Any]) -> Iterable[Problem]:
+    """Values left from the example inventories: an example.lan host (as the host, its address or
+    in a URL) and the forty-zero commit."""
     address = data.get("ssh_hostname") or name
-    if isinstance(address, str) and PLACEHOLDER_LABEL in address.lower().split("."):
+    if _placeholder_host(address):
         yield Problem(
             name,
             "ssh_hostname" if data.get("ssh_hostname") else "(host name)",
             f"{address!r} is the example inventory's placeholder",
             "write your host's name or IP address",
         )
-    if data.get("vllm_ref") == PLACEHOLDER_REF:
-        yield Problem(
-            name,
-            "vllm_ref",
-            "is the example inventory's placeholder (forty zeros)",
-            "write the fork's commit: `git ls-remote <vllm_repo_url> <tag>`",
-        )
+    for key, value in data.items():
+        knob = KNOBS.get(key) if isinstance(key, str) else None
+        if knob is None or not isinstance(value, str):
+            continue
+        if value == PLACEHOLDER_REF:
+            yield Problem(
+                name,
+                key,
+                "is the example inventory's placeholder (forty zeros)",
+                "write the real commit: `git ls-remote <repository> <tag>`",
+            )
+        elif knob.pattern in ADDRESS_PATTERNS and _placeholder_host(value):
+            yield Problem(name, key, f"{value!r} is an example address, a placeholder", "write the real address")
+
+
+def _first_contact(name: str, data: dict[str, Any]) -> Iterable[Problem]:
+    """Mistakes a new user makes with a copied example inventory; pyinfra would otherwise stop
+    on them only after connecting, or with a traceback."""
     fixes = {
         "ssh_key": "create one with `ssh-keygen -t ed25519`, install it on the host with `ssh-copy-id`, "
         "and name its private half here",
@@ -346,11 +421,8 @@ def _first_contact(name: str, data: dict[str, Any]) -> Iterable[Problem]:
     }
     for key, fix in fixes.items():
         value = data.get(key)
-        if not value:
-            continue
-        if not isinstance(value, str):
-            yield Problem(name, key, f"{value!r} is {type(value).__name__}, expected a path", fix)
-            continue
+        if not value or not isinstance(value, str) or control_char(value):
+            continue  # connection_problems() names wrong types and control characters
         path = os.path.expanduser(value)
         if not os.path.isfile(path):
             yield Problem(name, key, f"{value!r} does not exist on this machine (from {os.getcwd()})", fix)
@@ -358,8 +430,36 @@ def _first_contact(name: str, data: dict[str, Any]) -> Iterable[Problem]:
             yield Problem(name, key, f"{value!r} is not readable by this user", "run as the user who owns it")
 
 
-def hosts(*entries: tuple[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """Inventory helper: check every host's data while the inventory loads."""
+def _check_name(name: Any) -> Iterable[Problem]:
+    if not isinstance(name, str) or not name:
+        yield Problem(safe_repr(name), "(host name)", "is not a host name", 'write it as a string, e.g. "gpu1.lan"')
+        return
+    if name.startswith("@"):
+        return  # a pyinfra connector (@local, @chroot/...): pyinfra names it
+    odd = control_char(name) or non_ascii(name)
+    if odd or not re.fullmatch(HOST_NAME, name):
+        found = f": it contains {odd}" if odd else ""
+        yield Problem(
+            safe_repr(name),
+            "(host name)",
+            f"is not a host name or address{found}",
+            "write a DNS name, an IP address or an ssh_config alias (letters, digits, . _ : -)",
+        )
+
+
+def check_entries(entries: Iterable[Any]) -> list[Problem]:
+    """Every (name, data) entry of an inventory, as hosts() and check_inventory() see them."""
+    entries = list(entries)
+    if not entries:
+        return [
+            Problem(
+                "(inventory)",
+                "(hosts)",
+                "names no host at all",
+                'list them: hosts = hosts(("gpu1.lan", {...}),) as in inventory/l40s.py '
+                "(pyinfra ignores a tuple of host tuples: it reads a tuple as (hosts, data))",
+            )
+        ]
     problems: list[Problem] = []
     seen = set()
     for entry in entries:
@@ -368,7 +468,7 @@ def hosts(*entries: tuple[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any
         ):
             problems.append(
                 Problem(
-                    repr(entry)[:40],
+                    safe_repr(entry, 40),
                     "(entry)",
                     "is not a (name, {data}) pair",
                     'write ("host.example", {"tp_size": 2})',
@@ -379,22 +479,63 @@ def hosts(*entries: tuple[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any
         if name in seen:
             problems.append(Problem(name, "(name)", "appears twice", "give each host one entry"))
         seen.add(name)
+        problems.extend(_check_name(name))
+        problems.extend(_placeholders(name, data))
         problems.extend(_first_contact(name, data))
         try:
             build(name, data)
         except ProfileError as e:
             problems.extend(e.problems)
+    return problems
+
+
+# Hosts an inventory helper has checked while the inventory loads, with the data it checked:
+# check_inventory() leaves them alone (a helper such as control/fleet.py's checks its gateway
+# against its own knobs, and says so with checked()).
+CHECKED: dict[str, dict[str, Any]] = {}
+
+
+def checked(entries: Iterable[tuple[str, dict[str, Any]]]) -> None:
+    """Record entries an inventory helper has checked, so check_inventory() does not redo it."""
+    for name, data in entries:
+        CHECKED[name] = dict(data)
+
+
+def hosts(*entries: tuple[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Inventory helper: check every host's data while the inventory loads."""
+    problems = check_entries(entries)
     if problems:
         fail(ProfileError(problems))
+    checked(entries)
     return list(entries)
+
+
+def check_inventory() -> None:
+    """Check every host of the inventory pyinfra is loading, however it was written (a plain
+    list, groups, hosts()). group_data/all.py calls this: pyinfra runs it while it loads the
+    inventory, before it connects to any host."""
+    problems = [
+        Problem(
+            "(inventory)",
+            f"(group {name})",
+            f"pyinfra reads a tuple as (hosts, data), and its data here is {safe_repr(data, 40)}",
+            "write the hosts as a list, or as hosts = hosts((name, {...}), ...) like inventory/l40s.py",
+        )
+        for name, data in current_inventory.group_data.items()
+        if not isinstance(data, dict)
+    ]
+    if not problems:
+        loaded = [(h.name, h.data.dict()) for h in current_inventory]
+        unchecked = [(name, data) for name, data in loaded if CHECKED.get(name) != data]
+        problems = check_entries(unchecked) if unchecked or not loaded else []
+    if problems:
+        fail(ProfileError(problems))
 
 
 def for_current_host() -> Profile:
     """The current pyinfra host's profile, after --data overrides; exits cleanly on mistakes."""
-    from pyinfra import host
-
     try:
-        return build(host.name, host.data.dict())
+        return build(current_host.name, current_host.data.dict())
     except ProfileError as e:
         fail(e)
         raise  # unreachable: fail() exits

@@ -48,6 +48,7 @@ from roles.facts.driver import (
     version_at_least,
 )
 from roles.operations import apt_hold
+from roles.operations.refusal import refusing
 
 KEYRING = "/etc/apt/keyrings/glm-flash-nvidia-cuda.gpg"
 REPO_TOOL = "glm-flash-nvidia-repo"
@@ -411,6 +412,7 @@ def rebooted_if_needed(allow_reboot: bool):
 
 
 @operation()
+@refusing  # a driver too old fails this host only
 def driver_at_least(minimum: str):
     """The driver a host ships with (GB10: DGX OS) is `minimum` or newer."""
     loaded = host.get_fact(NvidiaLoadedModule)

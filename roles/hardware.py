@@ -1,43 +1,74 @@
-"""Stop early when the GPUs the host reports are not the ones the profile was written for."""
+"""Stop this host, and only it, when its GPUs are not the ones the profile was written for.
+
+Decided inside an operation from facts read when it runs: the NVIDIA devices on the PCI bus
+(there before any driver is installed) and what nvidia-smi reports once a driver answers.
+"""
 
 from __future__ import annotations
 
 from pyinfra import host
+from pyinfra.api import operation
 
-from control.profile import Problem, Profile, ProfileError, fail
+from control.problems import Problem
+from control.profile import Profile
 from control.report import skipped
+from roles.facts.driver import NvidiaPciDevices
 from roles.facts.system import Gpus
+from roles.operations.refusal import refusal_command
 
 
-def mismatches(profile: Profile, gpus) -> list[Problem]:
+def mismatches(name: str, gpu_count: int, capability: str, require_gpu: bool, gpus, pci_devices) -> list[Problem]:
+    """What the host's GPUs contradict in the profile (nvidia-smi's view when it has one, else the PCI bus's)."""
     found = []
-    if len(gpus) < profile.gpu_count:
+    if gpus and len(gpus) < gpu_count:
         found.append(
             Problem(
-                profile.host,
+                name,
                 "gpu_count",
-                f"the profile expects {profile.gpu_count} GPUs, nvidia-smi shows {len(gpus)}",
+                f"the profile expects {gpu_count} GPUs, nvidia-smi shows {len(gpus)}",
                 "fix the hardware or set gpu_count (and tp_size) to match",
             )
         )
-    caps = sorted({g.compute_capability for g in gpus})
-    if caps and caps != [profile.gpu_compute_capability]:
+    elif not gpus and require_gpu and len(pci_devices) < gpu_count:
         found.append(
             Problem(
-                profile.host,
+                name,
+                "gpu_count",
+                f"the profile expects {gpu_count} NVIDIA GPUs, the PCI bus shows {len(pci_devices)}",
+                "fix the hardware or set gpu_count (and tp_size) to match; require_gpu: false for a test box",
+            )
+        )
+    caps = sorted({g.compute_capability for g in gpus})
+    if caps and caps != [capability]:
+        found.append(
+            Problem(
+                name,
                 "gpu_compute_capability",
-                f"the profile says {profile.gpu_compute_capability}, the GPUs report {', '.join(caps)}",
+                f"the profile says {capability}, the GPUs report {', '.join(caps)}",
                 "set gpu_compute_capability to what the GPUs report",
             )
         )
     return found
 
 
-def apply(profile: Profile) -> None:
+@operation(is_idempotent=True)
+def gpus_match(gpu_count: int, compute_capability: str, require_gpu: bool):
+    """The GPUs are the profile's; otherwise this host fails here, before anything is changed on it."""
     gpus = host.get_fact(Gpus)
-    if not gpus:
-        skipped("GPU count and capability check", "nvidia-smi shows no GPU yet (no driver, or no GPU)")
-        return
-    problems = mismatches(profile, gpus)
+    pci = host.get_fact(NvidiaPciDevices)
+    problems = mismatches(host.name, gpu_count, compute_capability, require_gpu, gpus, pci)
     if problems:
-        fail(ProfileError(problems))
+        yield refusal_command(problems)
+    elif gpus:
+        host.noop(f"{len(gpus)} GPU(s) of compute capability {compute_capability}, as the profile says")
+    else:
+        skipped("GPU count and capability check", "nvidia-smi shows no GPU yet (no driver, or no GPU)")
+
+
+def apply(profile: Profile) -> None:
+    gpus_match(
+        name="GPUs are the profile's (count and compute capability)",
+        gpu_count=profile.gpu_count,
+        compute_capability=profile.gpu_compute_capability,
+        require_gpu=profile.require_gpu,
+    )

@@ -28,6 +28,7 @@ from control.report import skipped
 from roles import driver
 from roles.facts.driver import AptVersions
 from roles.facts.system import CudaToolkits
+from roles.operations.refusal import refusing
 
 
 def toolkit_path(profile) -> str:
@@ -98,6 +99,7 @@ def toolkit_installed(cuda_version: str, tool: str, runfile_url: str, runfile_sh
 
 
 @operation()
+@refusing  # no toolkit fails this host only
 def toolkit_present(cuda_version: str):
     """The toolkit a host ships with (GB10: DGX OS) is there."""
     found = host.get_fact(CudaToolkits)

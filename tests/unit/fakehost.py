@@ -103,3 +103,13 @@ class Recorder:
     @property
     def all_commands(self) -> list[str]:
         return [c for _, cmds in self.calls for c in cmds]
+
+
+def refusal(op, facts: dict, **kwargs) -> str:
+    """Why `op` fails this host on `facts`: the message of its one refusal command
+    (roles/operations/refusal.py), which fails that host only when the run reaches it."""
+    fake = FakeHost(facts)
+    with on(fake):
+        (command,) = op._inner(**kwargs)
+    assert isinstance(command, FunctionCommand) and command.function.__name__ == "_fail_this_host", command
+    return command.args[0]

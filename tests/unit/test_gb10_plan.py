@@ -20,13 +20,12 @@ from pathlib import Path
 
 import pytest
 from fakehost import F, FakeHost, on, render
-from pyinfra.api import OperationError
 from pyinfra.facts.files import File
 from pyinfra.facts.server import Arch
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from control.profile import build
-from roles import engine_vllm
+from roles import driver, engine_vllm
 from roles.facts.driver import Kernels, NvidiaLoadedModule, NvidiaModuleOnDisk, NvidiaPciDevices, RebootRequired
 from roles.facts.engine import EngineEnvs, EngineState
 from roles.facts.gb10 import MemTotalKiB, OsRelease
@@ -140,6 +139,10 @@ def run_deploy(
             obj = getattr(module, attr)
             if callable(obj) and hasattr(obj, "_inner") and getattr(obj, "__module__", "").startswith(OURS):
                 monkeypatch.setattr(module, attr, recorder(obj))
+    # a refusal of this host (roles/operations/refusal.py) is recorded like the roles' operations
+    from roles.operations import refusal
+
+    monkeypatch.setattr(refusal, "refused", recorder(refusal.refused))
     # engine_patches.engine_patched is a module-level op of roles/: the loop above records it
     from roles import engine_patches
 
@@ -307,7 +310,15 @@ def test_ref_changed_builds_beside_and_switches(monkeypatch, profile):
     assert not any(old in cmd for c in plan.calls for cmd in (c[3] or []) + c[2].get("commands", []))
 
 
-def test_driver_too_old_fails_clearly(monkeypatch):
+def refusal_of(plan: Plan) -> str:
+    """The reasons of the one refusal in the plan: the host fails there, only it (#10 item 6)."""
+    (call,) = plan.find("Refused")
+    assert call[3] == ["function _fail_this_host"]
+    return call[2]["reasons"]
+
+
+def test_driver_too_old_fails_this_host_clearly(monkeypatch):
+    """Decided when the check runs, from the host's driver: that host fails there, the others go on."""
     facts = gb10_facts(
         {
             NvidiaLoadedModule: NvidiaLoadedModule.parse(
@@ -318,19 +329,20 @@ def test_driver_too_old_fails_clearly(monkeypatch):
             NvidiaModuleOnDisk: "570.133.20",
         }
     )
-    with pytest.raises(OperationError) as e:
-        run_deploy(monkeypatch, facts, extra_facts_for=model_facts)
-    msg = str(e.value)
+    plan, _ = run_deploy(monkeypatch, facts, extra_facts_for=model_facts)
+    assert plan.find("Driver is 580.0 or newer")[0][3] == ["function _fail_this_host"]
+    with on(FakeHost(facts, name="gx10.example.lan")):
+        (command,) = driver.driver_at_least._inner(minimum="580.0")
+    msg = command.args[0]
     assert "570.133.20 is older than 580.0" in msg and "Fix:" in msg and "gx10.example.lan" in msg
 
 
-def test_not_a_gb10_box_stops_before_anything_of_the_engine(monkeypatch, capsys):
+def test_not_a_gb10_box_fails_this_host_before_anything_of_the_engine(monkeypatch):
     facts = gb10_facts({Arch: "x86_64"})
-    with pytest.raises(SystemExit) as e:
-        run_deploy(monkeypatch, facts, extra_facts_for=model_facts)
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert "platform: gb10, but the host's architecture: uname -m says x86_64" in err
+    plan, _ = run_deploy(monkeypatch, facts, extra_facts_for=model_facts)
+    msg = refusal_of(plan)
+    assert "gx10.example.lan: platform: gb10, but the host's architecture: uname -m says x86_64" in msg
+    assert "Fix:" in msg and not plan.find("vLLM-Moet")
 
 
 def test_licence_is_shown_at_deploy_time(monkeypatch, caplog):

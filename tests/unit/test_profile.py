@@ -122,13 +122,20 @@ def test_profile_is_read_only():
 
 
 def test_gpus_that_do_not_match_the_profile_are_named():
+    from roles.facts.driver import PciDevice
     from roles.facts.system import Gpu
     from roles.hardware import mismatches
 
     l40s = [Gpu(i, "NVIDIA L40S", "8.9", 46068, "580.95.05") for i in range(2)]
-    p = build("gpu1", {})
-    assert mismatches(p, l40s) == []
-    (one,) = mismatches(p, l40s[:1])
+    pci = [PciDevice(f"0000:0{i}:00.0", "0x26b9", "0x030200") for i in range(2)]
+    assert mismatches("gpu1", 2, "8.9", True, l40s, pci) == []
+    (one,) = mismatches("gpu1", 2, "8.9", True, l40s[:1], pci[:1])
     assert one.key == "gpu_count" and "shows 1" in one.problem
-    (cap,) = mismatches(p, [Gpu(i, "NVIDIA RTX A6000", "8.6", 49140, "580.95.05") for i in range(2)])
+    a6000 = [Gpu(i, "NVIDIA RTX A6000", "8.6", 49140, "580.95.05") for i in range(2)]
+    (cap,) = mismatches("gpu1", 2, "8.9", True, a6000, pci)
     assert cap.key == "gpu_compute_capability" and "report 8.6" in cap.problem
+    # before any driver: the PCI bus counts, unless the box is a test box without GPUs
+    (bus,) = mismatches("gpu1", 2, "8.9", True, [], pci[:1])
+    assert bus.key == "gpu_count" and "PCI bus shows 1" in bus.problem and bus.host == "gpu1"
+    assert mismatches("gpu1", 2, "8.9", True, [], pci) == []
+    assert mismatches("sandbox", 2, "8.9", False, [], []) == []
