@@ -355,13 +355,12 @@ def test_licence_is_shown_at_deploy_time(monkeypatch, caplog):
     )
 
 
-def test_build_without_a_hash_lock_is_refused(monkeypatch, vllm_locks, capsys):
+def test_build_without_a_hash_lock_fails_this_host(monkeypatch, vllm_locks):
     (vllm_locks / f"{REF}.json").unlink()
-    with pytest.raises(SystemExit) as e:
-        run_deploy(monkeypatch, gb10_facts(), extra_facts_for=model_facts)
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert f"vllm_ref: locks/vllm/{REF}.json is missing" in err and "make vllm-lock" in err
+    plan, _ = run_deploy(monkeypatch, gb10_facts(), extra_facts_for=model_facts)
+    msg = refusal_of(plan)
+    assert f"vllm_ref: locks/vllm/{REF}.json is missing" in msg and "make vllm-lock" in msg
+    assert not plan.find("Build lock of")
 
 
 def test_the_lock_goes_up_beside_the_build_and_names_the_environment(monkeypatch, vllm_locks, profile):
