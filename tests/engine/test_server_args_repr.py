@@ -14,10 +14,8 @@ import ast
 import dataclasses
 from typing import Optional
 
-import pytest
-from test_engine_patch_sets import SERVER_ARGS, host, tool, upload, wheel  # noqa: F401  (fixtures)
-
 import pypi
+from test_engine_patch_sets import SERVER_ARGS, host, tool, upload, wheel  # noqa: F401  (fixtures)
 
 CANARY = "sk-canary-3f9a1c"
 KEY_FIELDS = ("api_key", "admin_api_key")
