@@ -73,35 +73,46 @@ def test_start_chain_runs_under_the_sandboxing_and_fails_only_for_the_gpu(sandbo
     assert owner == ["glm-flash", "750"], "StateDirectory= and the deploy agree on the state directory"
 
 
+# mount options of /proc/sys in the caller's view (ro under ProtectKernelTunables=)
+PROC_SYS = 'grep " /proc/sys " /proc/self/mountinfo | cut -d" " -f6'
+
+
 @pytest.fixture
 def probe():
-    """A drop-in whose start steps report who and where they run, then stop the start."""
+    """A drop-in whose start steps report who they run as and what they see, then stop the start."""
     steps = [
-        # root, as drop_page_cache's step; outside the mount namespace when `+`
-        "ExecStartPre=+/bin/sh -c 'echo probe-root uid=$$(id -u) mnt=$$(readlink /proc/self/ns/mnt)'",
-        "ExecStartPre=/bin/sh -c 'echo probe-user uid=$$(id -u) mnt=$$(readlink /proc/self/ns/mnt); "
+        # root, as drop_page_cache's step
+        "ExecStartPre=+/bin/sh -c 'echo probe-root uid=$$(id -u) procsys=$$(" + PROC_SYS + "); "
+        "touch /etc/.glm-probe && echo probe-root-etc-writable; rm -f /etc/.glm-probe; "
+        "test -e /tmp/.glm-probe-host && echo probe-root-host-tmp'",
+        "ExecStartPre=/bin/sh -c 'echo probe-user uid=$$(id -u) procsys=$$(" + PROC_SYS + "); "
         "touch /var/lib/glm-flash/.probe && echo probe-user-state-writable; rm -f /var/lib/glm-flash/.probe; "
+        "test -e /tmp/.glm-probe-host || echo probe-user-private-tmp; "
         "touch /run/lock/.glm-probe 2>&1 | sed s/^/probe-user-run-lock:/'",
         "ExecStartPre=/bin/false",
     ]
     put(DROPIN, "[Service]\nExecStartPre=\n" + "\n".join(steps) + "\n")
-    sandbox_sh("systemctl daemon-reload")
+    sandbox_sh("touch /tmp/.glm-probe-host && systemctl daemon-reload")
     try:
         yield
     finally:
-        sandbox_sh(f"rm -f {DROPIN} && systemctl daemon-reload", check=False)
+        sandbox_sh(f"rm -f {DROPIN} /tmp/.glm-probe-host && systemctl daemon-reload", check=False)
 
 
 def test_root_steps_escape_the_sandboxing_user_steps_do_not(sandbox, probe):
     _, log, _ = start_and_log()
-    root = re.search(r"probe-root uid=(\d+) mnt=(\S+)", log)
-    user = re.search(r"probe-user uid=(\d+) mnt=(\S+)", log)
+    root = re.search(r"probe-root uid=(\d+) procsys=(\S+)", log)
+    user = re.search(r"probe-user uid=(\d+) procsys=(\S+)", log)
     assert root and user, log
-    host_mnt = sandbox_sh("readlink /proc/1/ns/mnt").stdout.strip()
+    host_procsys = sandbox_sh('grep " /proc/sys " /proc/1/mountinfo | cut -d" " -f6').stdout.strip()
     service_uid = sandbox_sh("id -u glm-flash").stdout.strip()
-    assert root.groups() == ("0", host_mnt), "ExecStartPre=+ runs as root in the host's mount namespace"
-    assert user.group(1) == service_uid and user.group(2) != host_mnt
-    # ProtectSystem=strict: /run/lock is world-writable (1777), read-only to the engine; its state dir is not
-    assert "probe-user-state-writable" in log
+    # `+`: root, the host's /proc/sys as it is (nspawn makes the sandbox's read-only; a real
+    # host's is writable), the host's /etc and /tmp: none of the sandboxing applies
+    assert root.groups() == ("0", host_procsys), log
+    assert "probe-root-etc-writable" in log and "probe-root-host-tmp" in log, log
+    # the service user: ProtectKernelTunables, PrivateTmp, ProtectSystem=strict with its state dir
+    assert user.group(1) == service_uid and user.group(2).split(",")[0] == "ro"
+    assert "probe-user-private-tmp" in log and "probe-user-state-writable" in log, log
+    # /run/lock is world-writable (1777), read-only to the engine
     assert re.search(r"probe-user-run-lock:.*Read-only file system", log), log
     assert sandbox_sh("stat -c %a /run/lock").stdout.strip() == "1777"
