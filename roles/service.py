@@ -121,7 +121,7 @@ def apply(profile: Profile, engine_switch=None) -> None:
     if not gpus:
         skipped(
             "start glm-flash.service",
-            "no NVIDIA GPU on this host; a start is tried when its files changed, and its preflight refuses",
+            "no NVIDIA GPU on this host; a start is tried once when its files changed, and its preflight refuses",
         )
     # Starting blocks until a real completion answers (ExecStartPost), up to startup_timeout_s.
     started_from_disk(
@@ -129,5 +129,5 @@ def apply(profile: Profile, engine_switch=None) -> None:
         service="glm-flash.service",
         inputs=start_inputs(profile),
         units=["glm-flash.service", "glm-flash-gpu.service"],
-        block=gpus,
+        can_serve=gpus,
     )

@@ -13,7 +13,7 @@ RUNNING = ("active", "activating", "reloading")
 
 
 @operation()
-def started_from_disk(service: str, inputs: list[str], units: list[str] | None = None, block: bool = True):
+def started_from_disk(service: str, inputs: list[str], units: list[str] | None = None, can_serve: bool = True):
     """
     Restart (or start) `service` unless it started after its inputs last changed.
 
@@ -21,12 +21,13 @@ def started_from_disk(service: str, inputs: list[str], units: list[str] | None =
     + inputs: files (and symlinks, taken as themselves) its start reads: the unit file, its
       environment and launch files, credentials, the engine's `current` link
     + units: unit files whose NeedDaemonReload asks for a daemon-reload first (default: service)
-    + block: wait for the start job (the service's own readiness check). False on a host that
-      cannot run the engine (no GPU): the start is tried, fails in its preflight, and that
-      attempt is what the next run compares against.
+    + can_serve: the host can run the engine (a GPU): the start job is waited for (the service's
+      own readiness check) and must succeed. False (no GPU): the start is tried, fails fast in
+      its preflight, and the automatic retries (Restart=on-failure) are cancelled; that attempt
+      is what the next run compares against.
 
     Restarts when: systemd still has an older unit loaded (NeedDaemonReload), an input is newer
-    than the last start (InactiveExitTimestamp), or, with block, the service is not running.
+    than the last start (InactiveExitTimestamp), or, can_serve, the service is not running.
     """
     if not service.endswith(".service") or not inputs:
         raise OperationError(f"started_from_disk: a .service unit and its input files, got {service!r}, {inputs!r}")
@@ -37,7 +38,7 @@ def started_from_disk(service: str, inputs: list[str], units: list[str] | None =
         reasons.append("its unit changed since systemd loaded it")
     if newest > state.last_start:
         reasons.append(f"{path} changed after its last start" if state.last_start else "it never started")
-    if block and state.active_state not in RUNNING:
+    if can_serve and state.active_state not in RUNNING:
         reasons.append(f"it is {state.active_state or 'not loaded'}")
     if not reasons:
         host.noop(f"{service} started from what is on disk ({state.active_state})")
@@ -47,4 +48,8 @@ def started_from_disk(service: str, inputs: list[str], units: list[str] | None =
     unit = QuoteString(service)
     # A unit that hit its start limit refuses starts until reset; this start is on purpose.
     yield StringCommand("systemctl reset-failed", unit, "2>/dev/null || true")
-    yield StringCommand("systemctl restart", *([] if block else ["--no-block"]), unit)
+    if can_serve:
+        yield StringCommand("systemctl restart", unit)
+        return
+    yield StringCommand("systemctl restart", unit, "|| true")
+    yield StringCommand("systemctl stop", unit)

@@ -58,8 +58,8 @@ def converged(sandbox):
 
 @pytest.mark.parametrize("case", list(KILLED_AFTER))
 def test_next_deploy_restarts_onto_what_is_on_disk(converged, case):
-    # Without a GPU each failed start is retried by Restart=on-failure 30 s later; stopping
-    # cancels the pending retry so that only the deploy can start it below.
+    # Earlier tests start it by hand (tests/host/test_service.py); Restart=on-failure would retry
+    # such a start 30 s later: stopping cancels a pending retry, so only the deploy starts it below.
     sandbox_sh("systemctl stop glm-flash.service")
     before, inv_before = started()
     time.sleep(1.1)  # the change lands after the last start, whole seconds apart
