@@ -8,25 +8,41 @@ from io import StringIO
 
 from pyinfra import host
 from pyinfra.operations import files, systemd
-from pyinfra.operations.util import any_changed
 
-from control.layout import bin_dir
+from control.layout import bin_dir, engine_root
 from control.layout import service_home as state_dir
 from control.profile import Profile
 from control.report import skipped
 from roles.engine import EngineResult
+from roles.engine_patches import SET_DIR_NAME
+from roles.facts.service import SystemdVersion
 from roles.facts.system import Gpus
+from roles.operations.service_restart import started_from_disk
 from roles.operations.uploads import template
 
 UNIT = "/etc/systemd/system/glm-flash.service"
+GPU_UNIT = "/etc/systemd/system/glm-flash-gpu.service"
+# A log line carrying an API key value (`api_key='...'`, `"api-key": "..."`, but not None or
+# vLLM's redacted '***') or a bearer token. PCRE2, as LogFilterPatterns= takes it.
+KEY_LOG_PATTERN = r"""(?i)(api[_-]?key["']?\s*[:=]\s*(?!None\b|["']\*+["'])\S|\bBearer\s+\S)"""
+LOG_FILTER_SYSTEMD = 253  # LogFilterPatterns= (systemd.exec(5), "Added in version 253")
 CONF_DIR = "/etc/glm-flash"
 
 
-def unit_context(profile: Profile, api_key: bool) -> dict:
+def state_directory(profile: Profile) -> str:
+    """The service's state directory as StateDirectory= takes it: relative to /var/lib."""
+    path = state_dir(profile)
+    if not path.startswith("/var/lib/"):
+        raise ValueError(f"the service's state directory {path} is not under /var/lib (StateDirectory=)")
+    return path.removeprefix("/var/lib/")
+
+
+def unit_context(profile: Profile, api_key: bool, systemd_version: int = LOG_FILTER_SYSTEMD) -> dict:
     return dict(
         engine="KTransformers + SGLang-kt" if profile.platform == "l40s" else "vLLM",
         service_user=profile.service_user,
         state_dir=state_dir(profile),
+        state_directory=state_directory(profile),
         bin=bin_dir(profile),
         alloc_conf=profile.pytorch_alloc_conf,
         api_key=api_key,
@@ -37,16 +53,33 @@ def unit_context(profile: Profile, api_key: bool) -> dict:
         restart_limit=profile.restart_limit,
         restart_window_s=profile.restart_window_s,
         drop_page_cache=profile.drop_page_cache,
+        log_filter=systemd_version >= LOG_FILTER_SYSTEMD,
+        key_log_pattern=KEY_LOG_PATTERN,
     )
 
 
+def start_inputs(profile: Profile) -> list[str]:
+    """What a start of the service reads: its units, environment, flags, key, and the engine."""
+    current = f"{engine_root(profile)}/current"
+    return [
+        UNIT,
+        GPU_UNIT,
+        f"{CONF_DIR}/glm-flash.env",
+        f"{CONF_DIR}/launch.json",
+        f"{CONF_DIR}/api-key",
+        current,  # the link itself: its mtime is when the engine was switched
+        f"{current}/{SET_DIR_NAME}",  # the engine patch sets (replaced when the edits change)
+    ]
+
+
 def apply(profile: Profile, engine: EngineResult) -> None:
-    """engine: what the engine role deployed: the launch spec its engine's parser accepted, its
-    environment variables, and the op that moved `current` (the service restarts after it)."""
+    """engine: what the engine role deployed: the launch spec its engine's parser accepted and its
+    environment variables. The restart compares the service's last start with the `current` link
+    and the files on disk (roles/operations/service_restart.py), not with what this run changed."""
     api_key = os.environ.get(profile.api_key_env, "")
     readable = dict(user="root", group=profile.service_user, mode="640")
     files.directory(name="Configuration directory", path=CONF_DIR, user="root", group=profile.service_user, mode="750")
-    env = template(
+    template(
         "glm-flash.env.j2",
         f"{CONF_DIR}/glm-flash.env",
         name="Service environment",
@@ -54,7 +87,7 @@ def apply(profile: Profile, engine: EngineResult) -> None:
         extra_env=engine.service_env,
         **readable,
     )
-    launch_file = files.put(
+    files.put(
         name="Launch flags",
         src=StringIO(json.dumps(engine.launch_spec, indent=2) + "\n"),
         dest=f"{CONF_DIR}/launch.json",
@@ -62,7 +95,7 @@ def apply(profile: Profile, engine: EngineResult) -> None:
     )
     if api_key:
         # Read by systemd as a credential; only root can read the file itself.
-        key = files.put(
+        files.put(
             name="API key (from the control machine's environment)",
             src=StringIO(api_key),
             dest=f"{CONF_DIR}/api-key",
@@ -71,24 +104,23 @@ def apply(profile: Profile, engine: EngineResult) -> None:
             mode="600",
         )
     else:
-        key = files.file(name="No API key configured", path=f"{CONF_DIR}/api-key", present=False)
-    unit = template("glm-flash.service.j2", UNIT, name="glm-flash.service unit", **unit_context(profile, bool(api_key)))
-    changed = any_changed(*[op for op in (env, launch_file, key, unit, engine.switch_op) if op is not None])
-    systemd.daemon_reload(name="Reload systemd after the unit changed", _if=any_changed(unit))
-    if not host.get_fact(Gpus):
-        systemd.service(name="Enable glm-flash.service", service="glm-flash.service", enabled=True, running=None)
+        files.file(name="No API key configured", path=f"{CONF_DIR}/api-key", present=False)
+    template("glm-flash-gpu.service.j2", GPU_UNIT, name="glm-flash-gpu.service unit")
+    context = unit_context(profile, bool(api_key), host.get_fact(SystemdVersion))
+    template("glm-flash.service.j2", UNIT, name="glm-flash.service unit", **context)
+    # `enable` reloads systemd's unit files itself.
+    systemd.service(name="Enable glm-flash.service", service="glm-flash.service", enabled=True, running=None)
+    gpus = bool(host.get_fact(Gpus))
+    if not gpus:
         skipped(
             "start glm-flash.service",
-            "no NVIDIA GPU on this host; the unit is enabled and its preflight refuses to start the engine",
+            "no NVIDIA GPU on this host; a start is tried once when its files changed, and its preflight refuses",
         )
-        return
     # Starting blocks until a real completion answers (ExecStartPost), up to startup_timeout_s.
-    systemd.service(name="Enable and start glm-flash.service", service="glm-flash.service", enabled=True, running=True)
-    # pyinfra restarts only a unit that was already running before this run.
-    systemd.service(
-        name="Restart glm-flash.service after its configuration or engine changed",
+    started_from_disk(
+        name="glm-flash.service started from the files on disk",
         service="glm-flash.service",
-        running=None,
-        restarted=True,
-        _if=changed,
+        inputs=start_inputs(profile),
+        units=["glm-flash.service", "glm-flash-gpu.service"],
+        can_serve=gpus,
     )

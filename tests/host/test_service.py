@@ -1,10 +1,13 @@
 """glm-flash.service: installed, enabled, secured, and running where the host can run it."""
 
 import json
+import re
 
 import pytest
 
 from roles import engines
+from roles.facts.service import ServiceStartState
+from roles.service import start_inputs
 
 
 def test_unit_enabled(host):
@@ -72,3 +75,38 @@ def test_without_gpu_the_service_refuses_fast_and_says_why(host, has_gpu):
     log = host.check_output("journalctl -u glm-flash.service --no-pager -n 20 -o cat")
     assert "no NVIDIA driver on this host" in log and "cannot start" in log
     host.run("systemctl reset-failed glm-flash.service")
+
+
+def test_unit_sandboxing_rates_at_most_2(host):
+    """`systemd-analyze security`: 9.2 UNSAFE before the sandboxing, 2.0 or less with it."""
+    out = host.check_output("systemd-analyze security --no-pager glm-flash.service")
+    level = float(re.search(r"Overall exposure level for glm-flash\.service: (\d+\.\d+)", out).group(1))
+    assert level <= 2.0, out
+
+
+def test_service_runs_from_what_is_on_disk(host, profile):
+    """Its last start (the running engine's, or on a host without GPU the last attempt) came
+    after every file it starts from changed, and systemd has the unit on disk loaded: a
+    killed deploy left nothing unapplied."""
+    cmd = ServiceStartState().command(
+        service="glm-flash.service", paths=start_inputs(profile), units=["glm-flash.service", "glm-flash-gpu.service"]
+    )
+    state = ServiceStartState.parse(host.check_output(cmd.get_raw_value()).splitlines())
+    newest, path = state.newest_input
+    assert not state.need_daemon_reload
+    assert state.last_start > newest, f"{path} changed after the service's last start"
+
+
+@pytest.mark.gpu
+def test_gpu_prepared_by_root_before_the_sandboxed_engine(host):
+    gpu = host.check_output("systemctl show -p ActiveState -p ConditionResult glm-flash-gpu.service")
+    assert "ActiveState=active" in gpu and "ConditionResult=yes" in gpu
+    assert host.file("/dev/nvidia-uvm").is_character_device and host.file("/dev/nvidiactl").is_character_device
+
+
+def test_api_key_not_in_the_journal(host):
+    if not host.file("/etc/glm-flash/api-key").exists:
+        pytest.skip("not applicable: no API key configured on this host")
+    # the key is matched from its root-only file, never put on a command line or in the output
+    hits = host.run("journalctl -u glm-flash.service -o cat --no-pager | grep -cF -f /etc/glm-flash/api-key")
+    assert hits.stdout.strip() == "0"

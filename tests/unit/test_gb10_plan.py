@@ -29,6 +29,7 @@ from roles import driver, engine_vllm
 from roles.facts.driver import Kernels, NvidiaLoadedModule, NvidiaModuleOnDisk, NvidiaPciDevices, RebootRequired
 from roles.facts.engine import EngineEnvs, EngineState
 from roles.facts.gb10 import MemTotalKiB, OsRelease
+from roles.facts.service import ServiceStart, ServiceStartState, SystemdVersion
 from roles.facts.system import CudaToolkits, DefaultTarget, GpuProcesses, Gpus, NumaNodes, UnitFiles
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,6 +63,8 @@ def gb10_facts(over=None):
         SystemdStatus: {"gdm3.service": True},
         SystemdEnabled: {"gdm3.service": True},
         EngineEnvs: EngineState(),
+        SystemdVersion: 255,  # Ubuntu 24.04's (DGX OS 7)
+        ServiceStartState: ServiceStart(),  # never started
     }
     facts.update(over or {})
     return facts
@@ -267,8 +270,10 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     unit = plan.find("glm-flash.service unit")[0][2]
     assert unit["drop_page_cache"] is True and unit["engine"] == "vLLM"
     assert plan.find("Service environment")[0][2]["extra_env"]["GLM_FLASH_DEFAULT_THINKING_TOKEN_BUDGET"] == "1536"
-    restart = plan.find("Restart glm-flash.service after its configuration or engine changed")
-    assert restart and "_if" in restart[0][4]
+    # never started: a blocking start (the GPU is there), decided from the host's state
+    assert (
+        plan.commands("glm-flash.service started from the files on disk")[-1] == "systemctl restart glm-flash.service"
+    )
 
 
 def test_fork_already_built_at_the_pinned_ref_builds_nothing(monkeypatch, profile):

@@ -67,3 +67,46 @@ def test_environment_selects_the_toolkit_by_path_and_transport():
     assert "PYTORCH_CUDA_ALLOC_CONF" not in env and "PYTORCH_ALLOC_CONF" not in env
     text = render("glm-flash.env.j2", state_dir="/var/lib/glm-flash", extra_env=env)
     assert "HF_HUB_OFFLINE=1\n" in text and "CUDA_HOME=/usr/local/cuda-12.8\n" in text
+
+
+def directives(text: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out.setdefault(key, []).append(value)
+    return out
+
+
+def test_unit_is_sandboxed_as_a_cuda_server_tolerates():
+    d = directives(unit(build("gpu1", {})))
+    assert d["CapabilityBoundingSet"] == [""] and d["AmbientCapabilities"] == [""]
+    assert d["NoNewPrivileges"] == ["yes"] and d["ProtectSystem"] == ["strict"] and d["ProtectHome"] == ["yes"]
+    assert d["StateDirectory"] == ["glm-flash"] and d["StateDirectoryMode"] == ["0750"]
+    assert d["DevicePolicy"] == ["closed"] and "char-nvidia-uvm rw" in d["DeviceAllow"]
+    assert d["UMask"] == ["0077"] and d["ProcSubset"] == ["all"]
+    assert d["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6 AF_NETLINK"]
+    allowed = d["SystemCallFilter"][0].split()
+    assert allowed[0] == "@system-service"
+    assert {"mbind", "set_mempolicy", "get_mempolicy", "migrate_pages", "move_pages", "sched_setaffinity"} <= set(
+        allowed
+    )
+    # what the engine cannot run without
+    assert "MemoryDenyWriteExecute" not in d and "PrivateDevices" not in d
+    # root prepares the GPU before this unit's device policy is built
+    assert d["Requires"] == ["glm-flash-gpu.service"] and "glm-flash-gpu.service" in d["After"][0]
+
+
+def test_log_filter_only_where_systemd_has_it():
+    p = build("gpu1", {})
+    new = render("glm-flash.service.j2", **service.unit_context(p, True, 253))
+    assert f"LogFilterPatterns=~{service.KEY_LOG_PATTERN}\n" in new
+    old = render("glm-flash.service.j2", **service.unit_context(p, True, 252))
+    assert "LogFilterPatterns" not in old
+
+
+def test_gpu_unit_is_skipped_without_the_driver():
+    d = directives(render("glm-flash-gpu.service.j2"))
+    assert d["ConditionPathExists"] == ["/proc/driver/nvidia/version"]
+    assert d["Type"] == ["oneshot"] and d["RemainAfterExit"] == ["yes"]
+    assert d["ExecStart"][0] == "/usr/sbin/modprobe nvidia-uvm"

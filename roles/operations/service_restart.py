@@ -1,0 +1,55 @@
+"""Restart a service when what it started from is older than what is on disk, decided from
+the host's state at run time, not from what changed in this run: a run killed after a
+config upload or an engine switch and before its restart is caught up by the next run."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import OperationError, QuoteString, StringCommand, operation
+
+from roles.facts.service import ServiceStartState
+
+RUNNING = ("active", "activating", "reloading")
+
+
+@operation()
+def started_from_disk(service: str, inputs: list[str], units: list[str] | None = None, can_serve: bool = True):
+    """
+    Restart (or start) `service` unless it started after its inputs last changed.
+
+    + service: the unit to (re)start, e.g. glm-flash.service
+    + inputs: files (and symlinks, taken as themselves) its start reads: the unit file, its
+      environment and launch files, credentials, the engine's `current` link
+    + units: unit files whose NeedDaemonReload asks for a daemon-reload first (default: service)
+    + can_serve: the host can run the engine (a GPU): the start job is waited for (the service's
+      own readiness check) and must succeed. False (no GPU): the start is tried, fails fast in
+      its preflight, and the automatic retries (Restart=on-failure) are cancelled; that attempt
+      is what the next run compares against.
+
+    Restarts when: systemd still has an older unit loaded (NeedDaemonReload), an input is newer
+    than the last start (InactiveExitTimestamp), or, can_serve, the service is not running.
+    """
+    if not service.endswith(".service") or not inputs:
+        raise OperationError(f"started_from_disk: a .service unit and its input files, got {service!r}, {inputs!r}")
+    state = host.get_fact(ServiceStartState, service=service, paths=list(inputs), units=units or [service])
+    newest, path = state.newest_input
+    reasons = []
+    if state.need_daemon_reload:
+        reasons.append("its unit changed since systemd loaded it")
+    if newest > state.last_start:
+        reasons.append(f"{path} changed after its last start" if state.last_start else "it never started")
+    if can_serve and state.active_state not in RUNNING:
+        reasons.append(f"it is {state.active_state or 'not loaded'}")
+    if not reasons:
+        host.noop(f"{service} started from what is on disk ({state.active_state})")
+        return
+    if state.need_daemon_reload:
+        yield "systemctl daemon-reload"
+    unit = QuoteString(service)
+    # A unit that hit its start limit refuses starts until reset; this start is on purpose.
+    yield StringCommand("systemctl reset-failed", unit, "2>/dev/null || true")
+    if can_serve:
+        yield StringCommand("systemctl restart", unit)
+        return
+    yield StringCommand("systemctl restart", unit, "|| true")
+    yield StringCommand("systemctl stop", unit)
