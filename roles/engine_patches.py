@@ -10,7 +10,8 @@ environment (`<env_dir>/glm-flash-patches/`), checked on the host by one
 `glm-flash-patch apply` over all of them only when something is pending: the tool checks
 every file of every set before it writes any, so one changed upstream file refuses the
 whole run (message: package, version, file, patch) and leaves every file as it was.
-The manifests (package version, file hashes) land in /var/lib/glm-flash/patches/manifests.
+The manifests (package version, file hashes) land in root's own state directory
+(control/layout.py PATCH_STATE), which the service user cannot write.
 
 roles/engine_kt.py calls apply(profile, env_dir) on a newly built environment before it
 switches `current`, and on every later run (then it is a no-op unless something drifted).
@@ -28,13 +29,14 @@ import yaml
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
+from control.layout import PATCH_STATE
 from control.profile import Profile
 from roles.facts.system import ToolResult
 
 REPO = Path(__file__).resolve().parent.parent
 PATCHES = REPO / "patches"
 SET_DIR_NAME = "glm-flash-patches"
-STATE_DIR = "/var/lib/glm-flash/patches"
+STATE_DIR = PATCH_STATE  # glm-flash-patch's own default; kept in sync by tests/unit/test_root_state_paths.py
 
 
 class PatchSetError(Exception):
