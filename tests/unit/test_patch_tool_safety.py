@@ -8,6 +8,7 @@ stands for a root file (/etc/shadow) the links point at: it must never change.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -261,3 +262,30 @@ def test_state_from_the_old_place_is_rederived_never_read(tmp_path, tree, canary
     # and the adopted original serves the next edition
     r = run(new_state, "apply", text_set(tmp_path, tree, replace="x = 7\n", fname="set2.json"))
     assert r.returncode == 0 and (tree / "a.py").read_text() == "a = 0\nx = 7\ny = 3\n"
+
+
+@pytest.mark.parametrize("tampered", [False, True])
+def test_earlier_edition_migrates_only_with_an_original_the_record_vouches_for(tmp_path, tree, tampered):
+    """An engine file patched by an older edition of a set, on a host from before: its kept original
+    sits in the old, service-writable state. It is used only when the wheel's RECORD (root's, in the
+    environment) gives its hash; a tampered one is refused and the file left as it is."""
+    info = tree / "demo-1.0.dist-info"
+    info.mkdir()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(ORIGINAL.encode()).digest()).rstrip(b"=").decode()
+    (info / "RECORD").write_text(f"a.py,sha256={digest},{len(ORIGINAL)}\ndemo-1.0.dist-info/RECORD,,\n")
+    old, new_state = tmp_path / "old", tmp_path / "new"
+    assert run(old, "apply", text_set(tmp_path, tree, replace="x = [1, 2]\n")).returncode == 0
+    kept = old / "originals" / str(tree / "a.py").lstrip("/")
+    if tampered:
+        kept.write_text("import os; os.system('id')\nx = 1\n")
+    os.chown(old, NOBODY, NOBODY)
+    edition2 = text_set(tmp_path, tree, replace="x = [1, 2, 4]\n", fname="set2.json")
+    r = run(new_state, "apply", edition2, GLM_FLASH_OLD_STATE_DIR=str(old))
+    if tampered:
+        assert r.returncode == 2 and "anchor found 0 times" in r.stderr, r.stderr
+        assert (tree / "a.py").read_text() == "a = 0\nx = [1, 2]\ny = 3\n"
+        return
+    assert r.returncode == 0 and "matches the package's RECORD" in r.stdout, r.stdout + r.stderr
+    assert (tree / "a.py").read_text() == "a = 0\nx = [1, 2, 4]\ny = 3\n"
+    assert (new_state / "originals" / str(tree / "a.py").lstrip("/")).read_text() == ORIGINAL
+    assert run(new_state, "check", edition2, GLM_FLASH_OLD_STATE_DIR=str(old)).returncode == 0
