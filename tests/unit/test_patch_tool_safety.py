@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from roles import cuda_header
+from tests.unit.test_cuda_header_role import fact_output
 from tests.unit.test_patch_tool import CONFIG, json_set, text_set
 
 REPO = Path(__file__).resolve().parents[2]
@@ -289,3 +291,38 @@ def test_earlier_edition_migrates_only_with_an_original_the_record_vouches_for(t
     assert (tree / "a.py").read_text() == "a = 0\nx = [1, 2, 4]\ny = 3\n"
     assert (new_state / "originals" / str(tree / "a.py").lstrip("/")).read_text() == ORIGINAL
     assert run(new_state, "check", edition2, GLM_FLASH_OLD_STATE_DIR=str(old)).returncode == 0
+
+
+@pytest.mark.parametrize("plant", ["log is a link", "log dir is a link", "log dir is the other user's"])
+def test_dpkg_hook_log_never_written_through_a_link(tmp_path, canary, plant):
+    """The dpkg hook appends to its log as root: never through a link, never in another user's dir;
+    apt still succeeds and the problem is shown."""
+    _, header, env, _ = fact_output(tmp_path, "2.41")
+    logdir = tmp_path / "log"
+    if plant == "log is a link":
+        logdir.mkdir()
+        planted_link(logdir / "cuda-header.log", canary, uid=0)
+    elif plant == "log dir is a link":
+        victim = tmp_path / "victim"
+        victim.mkdir()
+        planted_link(logdir, victim, uid=0)
+    else:
+        logdir.mkdir()
+        os.chown(logdir, NOBODY, NOBODY)
+    before = fingerprint(canary)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "files" / cuda_header.TOOL),
+            "--dpkg-hook",
+            "--prefix",
+            str(tmp_path / "usr-local"),
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(env, GLM_FLASH_HOOK_LOG=str(logdir / "cuda-header.log")),
+    )
+    assert r.returncode == 0 and f"fixed     {header}" in r.stderr, r.stderr
+    assert f"cannot write {logdir / 'cuda-header.log'}" in r.stderr, r.stderr
+    assert fingerprint(canary) == before
+    assert not (tmp_path / "victim").exists() or list((tmp_path / "victim").iterdir()) == []
