@@ -47,3 +47,16 @@ def triton_moe_dir(profile) -> str:
 def service_home(profile) -> str:
     """The service user's HOME and working directory: everything here is the engine's to write."""
     return f"/var/lib/{profile.service_user}"
+
+
+# Root's own state: a directory only root can write (root:root 0755), never under the
+# service user's home. The engine is untrusted: nothing it can write may steer what root
+# writes, so the manifests root trusts, the originals it restores from, its locks and
+# markers live here. The host tools carry the same paths as constants
+# (tests/unit/test_root_state_paths.py keeps them equal).
+ROOT_STATE = "/var/lib/glm-flash-deploy"
+PATCH_STATE = f"{ROOT_STATE}/patches"  # glm-flash-patch: manifests/, originals/
+INITRAMFS_MARKER = f"{ROOT_STATE}/initramfs-nouveau.sha256"  # blacklist the initramfs was built with
+# Before: root's state sat in the service user's home, which it can write. Never read again:
+# glm-flash-patch re-derives what it needs from the patched files themselves (its docstring).
+OLD_PATCH_STATE = "/var/lib/glm-flash/patches"

@@ -32,6 +32,7 @@ from pyinfra.facts.files import FileContents, Sha256File
 from pyinfra.facts.server import KernelModules, Which
 from pyinfra.operations import server, systemd
 
+from control.layout import INITRAMFS_MARKER, ROOT_STATE
 from control.report import skipped
 from roles.facts.apt import AptHeldPackages
 from roles.facts.driver import (
@@ -55,7 +56,6 @@ REPO_TOOL = "glm-flash-nvidia-repo"
 SOURCES_FILE = "/etc/apt/sources.list.d/glm-flash-nvidia-cuda.sources"
 PIN_FILE = "/etc/apt/preferences.d/glm-flash-nvidia-driver"
 BLACKLIST_FILE = "/etc/modprobe.d/glm-flash-blacklist-nouveau.conf"
-INITRAMFS_MARKER = "/var/lib/glm-flash/initramfs-nouveau.sha256"
 PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/glm-flash.conf"
 DKMS_MOK = "/var/lib/dkms/mok.pub"
 
@@ -319,7 +319,9 @@ def nouveau_blacklisted():
         )
         return
     yield "update-initramfs -u -k all"
-    yield StringCommand("install", "-d", "-m", "0755", "/var/lib/glm-flash")
+    # In root's own directory: the old marker in the service user's home is not trusted (a
+    # host that had one rebuilds once more).
+    yield StringCommand("install", "-d", "-m", "0755", "-o", "root", "-g", "root", ROOT_STATE)
     yield StringCommand("echo", wanted, ">", INITRAMFS_MARKER)
 
 

@@ -10,7 +10,8 @@ environment (`<env_dir>/glm-flash-patches/`), checked on the host by one
 `glm-flash-patch apply` over all of them only when something is pending: the tool checks
 every file of every set before it writes any, so one changed upstream file refuses the
 whole run (message: package, version, file, patch) and leaves every file as it was.
-The manifests (package version, file hashes) land in /var/lib/glm-flash/patches/manifests.
+The manifests (package version, file hashes) land in root's own state directory
+(control/layout.py PATCH_STATE), which the service user cannot write.
 
 roles/engine_kt.py calls apply(profile, env_dir, version) on the environment it deploys, before
 it switches `current`, on every run (a no-op unless something drifted); roles/engine_vllm.py
@@ -38,7 +39,7 @@ from roles.facts.system import ToolResult
 REPO = Path(__file__).resolve().parent.parent
 PATCHES = REPO / "patches"
 SET_DIR_NAME = "glm-flash-patches"
-STATE_DIR = "/var/lib/glm-flash/patches"
+STATE_DIR = layout.PATCH_STATE  # glm-flash-patch's own default; kept in sync by tests/unit/test_root_state_paths.py
 
 
 class PatchSetError(Exception):

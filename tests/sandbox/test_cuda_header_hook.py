@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from control import layout
 from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, pyinfra
 
 sys.path.insert(0, str(REPO / "tests" / "cuda"))
@@ -99,7 +100,7 @@ def test_deploy_fixes_hook_refixes_after_reinstall_second_deploy_no_change(debs)
         "__GLM_FLASH_GLIBC_PI_THROW"
         in sh(f"grep -c __GLM_FLASH_GLIBC_PI_THROW {HEADER}; grep -m1 __GLM_FLASH_GLIBC_PI_THROW {HEADER}").stdout
     )
-    kept = f"/var/lib/glm-flash/patches/originals{HEADER}"
+    kept = f"{layout.PATCH_STATE}/originals{HEADER}"
     assert sha_on_sandbox(kept) == original
 
     # an apt reinstall rewrites the original; the hook fixes it again in the same apt run

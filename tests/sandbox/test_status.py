@@ -12,12 +12,13 @@ import shlex
 
 import pytest
 
+from control import layout
 from control.defaults import KNOBS
 from tests.conftest import SANDBOX_INVENTORY, changed_operations, pyinfra, sandbox_sh
 
 pytestmark = pytest.mark.sandbox
 GPU_ITEMS = ("gpus", "persistence mode", "nvidia module per kernel", "readiness")
-MANIFESTS = "/var/lib/glm-flash/patches/manifests"
+MANIFESTS = f"{layout.PATCH_STATE}/manifests"
 
 
 sh = sandbox_sh

@@ -173,7 +173,7 @@ FRESH_COMMANDS = [
     f"upload {driver.BLACKLIST_FILE}\n{driver.BLACKLIST_CONTENT}",
     f"chmod 644 {driver.BLACKLIST_FILE}",
     "update-initramfs -u -k all",
-    "install -d -m 0755 /var/lib/glm-flash",
+    "install -d -m 0755 -o root -g root /var/lib/glm-flash-deploy",
     f"echo {sha(driver.BLACKLIST_CONTENT)} > {driver.INITRAMFS_MARKER}",
     f"upload {driver.PERSISTENCED_DROPIN}\n{driver.PERSISTENCED_CONTENT}",
     f"chmod 644 {driver.PERSISTENCED_DROPIN}",
