@@ -10,12 +10,13 @@ from pyinfra import host
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
-from control.layout import bin_dir
+from control.layout import SECRETS_DIR, bin_dir
 from control.layout import service_home as state_dir
 from control.profile import Profile
 from control.report import skipped
 from roles import launch
 from roles.facts.system import Gpus, NumaNodes
+from roles.operations.secrets import Secret, secret_file
 from roles.operations.uploads import template
 
 UNIT = "/etc/systemd/system/glm-flash.service"
@@ -69,13 +70,11 @@ def apply(profile: Profile, engine_switch=None) -> None:
     )
     if api_key:
         # Read by systemd as a credential; only root can read the file itself.
-        key = files.put(
-            name="API key (from the control machine's environment)",
-            src=StringIO(api_key),
+        key = secret_file(
+            name="API key (from the control machine's environment; compared by hash, never shown)",
+            secret=Secret(api_key),
             dest=f"{CONF_DIR}/api-key",
-            user="root",
-            group="root",
-            mode="600",
+            stage_dir=SECRETS_DIR,
         )
     else:
         key = files.file(name="No API key configured", path=f"{CONF_DIR}/api-key", present=False)
