@@ -173,6 +173,9 @@ KNOBS: dict[str, Knob] = {
         "ansible-vault encrypted file in the repo holding the token; password from ANSIBLE_VAULT_PASSWORD_FILE",
         optional=True,
     ),
+    "hf_endpoint": K(
+        "https://huggingface.co", "the hub the downloader asks (HF_ENDPOINT); the sandbox points it at its stand-in"
+    ),
     "huggingface_hub_version": K("1.33.0", "the downloader on the host; the engine locks pin the same version"),
     "served_model_name": K("glm-5.3-flash", "model name clients send"),
     # --- service -------------------------------------------------------------------
