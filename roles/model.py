@@ -3,7 +3,8 @@
 model_download true: model_revision resolves to a commit through locks/model.json
 (control/model_lock.py; a commit needs no entry), so every run and every host serves the same
 commit until `make model-lock` is run on purpose. The downloader (files/glm-flash-model-fetch,
-in a venv of the hash-locked files/hf-hub-requirements.txt) runs as its own system user in a
+in a venv of the hash-locked files/hf-hub-requirements.txt, from wheels the control machine
+fetched into its cache and checked) runs as its own system user in a
 transient systemd unit (roles/operations/checkpoint.py), fetches only what is missing or
 differs, verifies every file (sha256 for LFS files, the git blob id for the others) and then
 writes a marker; the tree is then sealed: root's, read-only to the service. A later run only
@@ -33,10 +34,14 @@ from ansible.errors import AnsibleError
 from ansible.parsing.vault import VaultLib, VaultSecret
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.operations import apt
 
 from control import layout
+from control.engine_lock import fetch as fetch_wheels
+from control.engine_lock import parse_lock
 from control.model_lock import ModelLockError, commit_for
 from control.profile import Problem, Profile, ProfileError, fail
+from control.pypi_cache import cache_root
 from control.report import skipped
 from roles.facts.model import ModelCheck
 from roles.operations.checkpoint import checkpoint_present, downloader_installed
@@ -112,6 +117,20 @@ def read_token(profile: Profile, environ=None) -> str | None:
     return environ.get(profile.hf_token_env) or None
 
 
+# The host's python3: Debian 13 has 3.13, DGX OS (Ubuntu 24.04, the GB10 drafter) 3.12. Wheels
+# for both are fetched and uploaded; pip on the host takes the one that fits.
+HOST_PYTHONS = ("3.12", "3.13")
+
+
+def downloader_wheels(requirements: str) -> list[str]:
+    """The wheels of the downloader's lock, in the control machine's cache (sha256 checked)."""
+    pins = parse_lock(requirements, "files/hf-hub-requirements.txt")
+    by_name = {
+        p.name: p for py in HOST_PYTHONS for p in fetch_wheels(pins, cache_root() / "hf-hub-wheelhouse" / py, py=py)
+    }
+    return [str(by_name[n]) for n in sorted(by_name)]
+
+
 def hub_version(requirements: str) -> str | None:
     m = re.search(r"^huggingface[-_]hub==(\S+)", requirements, re.M | re.I)
     return m.group(1) if m else None
@@ -171,15 +190,18 @@ def apply(profile: Profile, unit: str = "glm-flash-model-download") -> None:
             "edit locks/model-downloader.in and run `make model-downloader-lock`, or use the lock's version",
         )
         return
+    locked_from = f" ({profile.model_revision})" if profile.model_revision != commit else ""
     venv = layout.hub_venv(profile)
+    apt.packages(name="python3-venv (the model downloader's environment)", packages=["python3-venv"])
     downloader_installed(
         name=f"Model downloader {venv} (huggingface-hub {profile.huggingface_hub_version}, hash-locked)",
         venv=venv,
         requirements=requirements,
+        wheels=downloader_wheels(requirements),
         user=fetch_user(profile),
     )
     checkpoint_present(
-        name=f"Checkpoint {profile.model_id}@{commit} ({profile.model_revision}) in {profile.model_path}",
+        name=f"Checkpoint {profile.model_id}@{commit}{locked_from} in {profile.model_path}",
         repo_id=profile.model_id,
         commit=commit,
         requested=profile.model_revision,

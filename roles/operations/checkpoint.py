@@ -5,7 +5,8 @@ host's state at run time and does nothing when it holds.
 
 downloader_installed: a system user of its own (not the service user: the engine must not
 be able to steer or read the download) and a venv with the hash-locked requirements
-(files/hf-hub-requirements.txt, pip --require-hashes). A marker in the venv holds the sha256
+(files/hf-hub-requirements.txt), installed with pip --require-hashes --no-index from wheels the
+control machine fetched and checked (the host needs no package index). A marker in the venv holds the sha256
 of the requirements it was built from; it is written after the install and its check, so a
 killed build is rebuilt on the next run.
 
@@ -40,8 +41,10 @@ UNIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9:_.-]*")
 
 
 @operation()
-def downloader_installed(venv: str, requirements: str, user: str):
-    """venv holds exactly `requirements` (hash-locked text); `user` exists to run downloads."""
+def downloader_installed(venv: str, requirements: str, wheels: list[str], user: str):
+    """venv holds exactly `requirements` (hash-locked text), installed from `wheels` (files on
+    the control machine, checked against the lock's hashes there and again by pip here: the
+    host needs no index); `user` exists to run downloads."""
     if not posixpath.isabs(venv):
         raise OperationError(f"downloader_installed: venv must be an absolute path (got {venv})")
     if user not in host.get_fact(Users):
@@ -54,21 +57,27 @@ def downloader_installed(venv: str, requirements: str, user: str):
     if host.get_fact(DownloaderMarker, marker=marker) == digest:
         host.noop(f"downloader environment {venv} is built from these requirements")
         return
-    req = f"{venv}.requirements.txt"
+    req, wheelhouse = f"{venv}.requirements.txt", f"{venv}.wheels"
     q = QuoteString
     yield StringCommand("install", "-d", "-m", "755", "-o", "root", "-g", "root", q(posixpath.dirname(venv)))
+    yield StringCommand("rm", "-rf", q(venv), q(wheelhouse))
+    yield StringCommand("install", "-d", "-m", "700", "-o", "root", "-g", "root", q(wheelhouse))
     yield FileUploadCommand(io.BytesIO(requirements.encode()), req)
     yield StringCommand("chmod", "644", q(req))
-    yield StringCommand("rm", "-rf", q(venv))
+    for wheel in wheels:
+        yield FileUploadCommand(wheel, f"{wheelhouse}/{posixpath.basename(wheel)}")
     yield StringCommand("python3", "-m", "venv", q(venv))
     yield StringCommand(
         "env PIP_CONFIG_FILE=/dev/null",
         q(f"{venv}/bin/pip"),
-        "install --quiet --disable-pip-version-check --no-deps --require-hashes --only-binary :all:",
-        "--index-url https://pypi.org/simple -r",
+        "install --quiet --disable-pip-version-check --no-deps --require-hashes --only-binary :all: --no-index",
+        "--find-links",
+        q(wheelhouse),
+        "-r",
         q(req),
     )
     yield StringCommand(q(f"{venv}/bin/python"), "-c", q("import huggingface_hub"))
+    yield StringCommand("rm", "-rf", q(wheelhouse))
     # The marker last: it vouches for everything above.
     yield StringCommand(
         "printf '%s\\n'", q(digest), ">", q(marker + ".tmp"), "&&", "mv -f", q(marker + ".tmp"), q(marker)

@@ -73,17 +73,15 @@ def test_downloader_installed_rebuilds_only_when_the_requirements_change():
     venv = "/opt/glm-flash/tools/hf-hub"
     marker = F(DownloaderMarker, marker=f"{venv}/.glm-flash-requirements.sha256")
     done = {Users: {"glm-flash-fetch": {}}, marker: hashlib.sha256(req.encode()).hexdigest()}
-    assert commands(checkpoint.downloader_installed, done, venv=venv, requirements=req, user="glm-flash-fetch") == []
-    cmds = commands(
-        checkpoint.downloader_installed,
-        {Users: {}, marker: "stale"},
-        venv=venv,
-        requirements=req,
-        user="glm-flash-fetch",
-    )
+    wheel = REPO / "files/hf-hub-requirements.txt"  # any local file stands for a wheel here
+    args = dict(venv=venv, requirements=req, wheels=[str(wheel)], user="glm-flash-fetch")
+    assert commands(checkpoint.downloader_installed, done, **args) == []
+    cmds = commands(checkpoint.downloader_installed, {Users: {}, marker: "stale"}, **args)
     assert cmds[0].startswith("useradd --system") and cmds[0].endswith(" glm-flash-fetch")
+    assert f"upload {venv}.wheels/hf-hub-requirements.txt" in "\n".join(cmds)
     pip = [c for c in cmds if "/bin/pip" in c][0]
-    assert "--require-hashes" in pip and "--no-deps" in pip and "PIP_CONFIG_FILE=/dev/null" in pip
+    assert "--require-hashes" in pip and "--no-index" in pip and f"--find-links {venv}.wheels" in pip
+    assert "--no-deps" in pip and "PIP_CONFIG_FILE=/dev/null" in pip
     assert cmds[-1].startswith("printf") and "mv -f" in cmds[-1]  # the marker after the work
 
 
