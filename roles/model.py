@@ -19,7 +19,8 @@ Token (only for gated/private repos): from an ansible-vault file in the repo
 (hf_token_vault; password from ANSIBLE_VAULT_PASSWORD_FILE or GLM_FLASH_VAULT_PASSWORD),
 else from the control machine's hf_token_env variable. It is put on the host only when a
 download runs: root-only (roles/operations/secrets.py), handed to the download unit as a
-systemd credential and deleted by the unit's first step; never in a command line or a log.
+systemd credential and deleted by the unit once the downloader runs (and again when it stops);
+never in a command line or a log.
 Must run after roles/users.py and before the engine patches (they edit config.json).
 """
 

@@ -16,8 +16,8 @@ as a transient systemd unit (journal: `journalctl -u UNIT`; it survives a droppe
 connection and a re-run waits for a running one instead of starting a second), then the tree
 is sealed: root's, read-only to everyone else (the engine only reads it). The hub token, when
 one is needed, is put root-only by secret_commands and handed to the unit with LoadCredential=;
-the unit's first step (as root) deletes the file, and systemd removes the credential when the
-unit ends however it ends (SIGTERM, SIGKILL, failure).
+once the downloader has started, the unit (as root) deletes the file, again when the unit stops,
+and systemd removes the credential when the unit ends however it ends (SIGTERM, SIGKILL, failure).
 """
 
 from __future__ import annotations
@@ -113,8 +113,10 @@ def download_unit_command(
     if token_path:
         props += [
             f"LoadCredential=hf-token:{token_path}",
-            # root (+), after systemd has read it: the token's only copy is then the unit's credential
-            f"ExecStartPre=+/bin/rm -f {token_path}",
+            # root (+), once the downloader runs: the token's only copy is then the unit's credential.
+            # Not ExecStartPre: systemd 257 reads the credential again for every step, and the main
+            # process would fail to start (243/CREDENTIALS) on the removed file.
+            f"ExecStartPost=+/bin/rm -f {token_path}",
             f"ExecStopPost=+/bin/rm -f {token_path}",
         ]
     parts = ["systemd-run", "--quiet", "--wait", "--collect", "--service-type=exec", q(f"--unit={unit}")]

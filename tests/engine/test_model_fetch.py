@@ -161,7 +161,7 @@ def test_download_unit_hands_the_token_as_a_credential_only():
     assert cmd.startswith("systemd-run --quiet --wait --collect")
     assert "-p User=glm-flash-fetch" in cmd and "-p LoadCredential=hf-token:/etc/glm-flash/secrets/hf-token-" in cmd
     # root deletes the file once systemd has read it, and again whatever way the unit ends
-    assert "'ExecStartPre=+/bin/rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download'" in cmd
+    assert "'ExecStartPost=+/bin/rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download'" in cmd
     assert "'ExecStopPost=+/bin/rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download'" in cmd
     assert "'/srv/models/x y'" in cmd  # quoted by pyinfra, not by hand
     assert "HF_TOKEN=" not in cmd and "--token" not in cmd and "HF_TOKEN_PATH" not in cmd

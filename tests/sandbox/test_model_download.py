@@ -36,11 +36,14 @@ from conftest import SANDBOX_INVENTORY, changed_operations, inventory_hosts, pyi
 
 from control import layout  # noqa: E402
 from control.profile import build  # noqa: E402
+from roles import model  # noqa: E402
+from roles.operations import checkpoint  # noqa: E402
 
 HUB_LOG = REPO / ".sandbox" / "hub.log"
 ROOTFS = REPO / ".sandbox" / "rootfs"
 API_KEY = "sk-canary-" + "Q7v" * 8
 TOKEN = "hf_canary" + "Xk4" * 9
+KILL_TOKEN = "hf_killtest" + "Jm8" * 9  # put on the host by the test itself, so not the canary
 
 
 @pytest.fixture(scope="module")
@@ -169,3 +172,33 @@ def test_canary_secrets_never_leak(sandbox, profile):
         # back to the inventory's own state (no API key) for the tests after this one
         restore = deploy()
         assert restore.returncode == 0, restore.stderr[-4000:]
+
+
+@pytest.mark.parametrize("signal", ["TERM", "HUP", "KILL"])
+def test_token_gone_however_the_download_ends(sandbox, profile, signal):
+    """The download unit exactly as the deploy starts it (roles/operations/checkpoint.py),
+    running `sleep` instead of the downloader so it can be killed mid-way."""
+    unit = f"glm-flash-token-test-{signal.lower()}"
+    token_file = f"{layout.SECRETS_DIR}/hf-token-{unit}"
+    cmd = checkpoint.download_unit_command(
+        unit, model.fetch_user(profile), "/usr/bin/sleep", "300", [], "/tmp", "http://127.0.0.1:9", token_file
+    ).get_raw_value()
+    sandbox_sh(
+        f"install -d -m 700 {layout.SECRETS_DIR} && umask 077 && printf %s {shlex.quote(KILL_TOKEN)} > {token_file}"
+    )
+    sandbox_sh(f"nohup sh -c {shlex.quote(cmd)} >/dev/null 2>&1 &")
+    sandbox_sh(
+        f"for i in $(seq 100); do systemctl is-active -q {unit} && break; sleep 0.1; done; systemctl is-active {unit}"
+    )
+    creds = f"/run/credentials/{unit}.service"
+    # running: root's copy is gone, the unit's credential is there, the service user cannot read it
+    assert sandbox_sh(f"test -e {token_file}", check=False).returncode != 0
+    assert sandbox_sh(f"cat {creds}/hf-token").stdout == KILL_TOKEN
+    user = shlex.quote(profile.service_user)
+    assert sandbox_sh(f"runuser -u {user} -- cat {creds}/hf-token", check=False).returncode != 0
+    pid = sandbox_sh(f"systemctl show -p MainPID --value {unit}").stdout.strip()
+    assert KILL_TOKEN not in sandbox_sh(f"cat /proc/{pid}/environ /proc/{pid}/cmdline | tr '\\0' ' '").stdout
+    sandbox_sh(f"systemctl kill -s {signal} {unit}")
+    sandbox_sh(f"for i in $(seq 100); do systemctl is-active -q {unit} || break; sleep 0.1; done")
+    assert sandbox_sh(f"test -e {creds}/hf-token || test -e {token_file}", check=False).returncode != 0
+    assert sandbox_sh(f"grep -rlaF {shlex.quote(KILL_TOKEN)} /run /etc /var /tmp", check=False).stdout == ""
