@@ -74,6 +74,21 @@ fetch: venv  ## fetch the engine's CPython and wheels into the cache for INVENTO
 vllm-lock: venv  ## hash-lock the GB10 build's requirements (locks/vllm/<vllm_ref>.json) for INVENTORY's GB10 hosts
 	$(BIN)/python scripts/vllm_lock.py $(if $(filter-out file,$(origin INVENTORY)),'$(INVENTORY)',inventory/gb10.py)
 
+.PHONY: model-lock model-downloader-lock
+# make model-lock [MODEL=zai-org/GLM-5.3-Flash REVISION=main]: ask the hub which commit a revision is and
+# record it in locks/model.json (deploys serve that commit until this is run again). Needs the hub.
+model-lock: venv
+	$(BIN)/python scripts/model_lock.py $(if $(MODEL),--model '$(MODEL)' --revision '$(or $(REVISION),main)')
+
+model-downloader-lock: venv  ## regenerate files/hf-hub-requirements.txt (hashes) from locks/model-downloader.in
+	$$($(BIN)/python -c 'from control.engine_lock import tools_bin; print(tools_bin())')/uv pip compile \
+	  --generate-hashes --no-config --python-version 3.13 --no-header --quiet \
+	  --index-url https://pypi.org/simple locks/model-downloader.in -o files/hf-hub-requirements.txt.new
+	{ printf '# The model downloader'"'"'s environment on the host (roles/model.py), installed with --require-hashes.\n'; \
+	  printf '# Generated from locks/model-downloader.in by `make model-downloader-lock` (uv pinned in locks/tools.txt).\n'; \
+	  cat files/hf-hub-requirements.txt.new; } > files/hf-hub-requirements.txt
+	rm -f files/hf-hub-requirements.txt.new
+
 .PHONY: engine-locks
 engine-locks: venv  ## regenerate locks/engine/*.txt (uv pinned in locks/tools.txt; needs PyPI)
 	$(BIN)/python scripts/engine_locks.py

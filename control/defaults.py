@@ -288,6 +288,11 @@ KNOBS: dict[str, Knob] = {
         optional=True,
         **LOCAL_PATH,
     ),
+    "hf_endpoint": K(
+        "https://huggingface.co",
+        "the hub the downloader asks (HF_ENDPOINT); the sandbox points it at its stand-in",
+        **URL,
+    ),
     "huggingface_hub_version": K(
         "1.33.0", "the downloader on the host; the engine locks pin the same version", **PEP440
     ),

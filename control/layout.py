@@ -16,6 +16,9 @@ LOCKS = REPO / "locks"
 SBIN = "/usr/local/sbin"  # links to our host tools, on root's PATH
 CONF_DIR = "/etc/glm-flash"  # root-owned; the service user may read, never write
 STATUS_FILE = f"{CONF_DIR}/status.json"
+# Root only (0700): secrets staged before their rename into place, the hub token until the
+# download unit has read it (roles/operations/secrets.py, checkpoint.py).
+SECRETS_DIR = f"{CONF_DIR}/secrets"
 UNIT = "/etc/systemd/system/glm-flash.service"
 
 

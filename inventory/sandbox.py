@@ -20,6 +20,13 @@ if not STANDIN_INFO.exists():
         "Fix: make sandbox-up (or make demo), then run this again"
     )
 standin = json.loads(STANDIN_INFO.read_text())
+# The stand-in hub (sandbox/sandbox.py: tests/engine/fake_hub.py serving sandbox/fake_model.py's checkpoint).
+HUB_INFO = Path(".sandbox/hub/hub.json")
+if not HUB_INFO.exists():
+    raise SystemExit(
+        "glm-flash: the sandbox's stand-in hub is not staged yet. Fix: make sandbox-up (or make demo), then run this again"
+    )
+hub = json.loads(HUB_INFO.read_text())
 
 hosts = hosts(
     (
@@ -38,9 +45,14 @@ hosts = hosts(
             "nvidia_repo_key_fingerprint": standin["fingerprint"],
             "cuda_runfile_url": f"{STANDIN_URL}/{standin['runfile_path']}",
             "cuda_runfile_sha256": standin["runfile_sha256"],
-            # Small for the sandbox: the real checkpoint is 306 GiB and cannot be fetched here.
+            # Simulated hub: the real checkpoint is 306 GiB and the hub cannot be reached here, so the
+            # deploy downloads a small stand-in with the real config.json keys from a hub on loopback,
+            # through the same huggingface-hub code path (HF_ENDPOINT). Its commit is pinned here.
             "model_path": "/srv/models/GLM-5.3-Flash",
-            "model_download": False,
+            "model_download": True,
+            "model_id": hub["repo"],
+            "model_revision": hub["commit"],
+            "hf_endpoint": f"http://127.0.0.1:{hub['port']}",
             "allow_reboot": False,
             # The engine's CPython 3.11 comes from the control machine (pyenv on these machines).
             "python_source": os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7"),

@@ -1,34 +1,55 @@
 """The checkpoint on the host: downloaded with huggingface-hub, or staged by other means.
 
-model_download true: a small venv (install_root/tools/hf-hub, exact pins in
-files/hf-hub-requirements.txt; huggingface-hub as in the engine locks) runs
-files/glm-flash-model-fetch as the service user into model_path: the revision resolves to
-a commit, snapshot_download resumes whatever is already there, every file is verified
-(size; sha256 for LFS files) before a marker is written. A later run only checks the
-marker (no network). Pin model_revision to a commit for reproducible deploys.
+model_download true: model_revision resolves to a commit through locks/model.json
+(control/model_lock.py; a commit needs no entry), so every run and every host serves the same
+commit until `make model-lock` is run on purpose. The downloader (files/glm-flash-model-fetch,
+in a venv of the hash-locked files/hf-hub-requirements.txt, from wheels the control machine
+fetched into its cache and checked) runs as its own system user in a
+transient systemd unit (roles/operations/checkpoint.py), fetches only what is missing or
+differs, verifies every file (sha256 for LFS files, the git blob id for the others) and then
+writes a marker; the tree is then sealed: root's, read-only to the service. A later run only
+checks the marker (no network). The engine patches edit config.json after the download; the
+check accepts the edited file through root's patch manifest, so that edit does not make the
+next run fetch it again (the downloader keeps it too).
 model_download false: config.json, the safetensors index and every shard it names must be
 in model_path, or the host's deploy stops with a message saying so.
 The service runs offline (HF_HUB_OFFLINE=1 in the service environment file).
 
 Token (only for gated/private repos): from an ansible-vault file in the repo
 (hf_token_vault; password from ANSIBLE_VAULT_PASSWORD_FILE or GLM_FLASH_VAULT_PASSWORD),
-else from the control machine's hf_token_env variable. It is uploaded only when a download
-runs, into a 0600 file owned by the service user inside a 0700 directory, handed to the
-downloader through HF_TOKEN_PATH (never in a command line) and deleted right after.
-Must run after roles/users.py (the service user) and before the engine patches
-(the model's config.json is edited by roles/engine_patches.py).
+else from the control machine's hf_token_env variable. It is put on the host only when a
+download runs: root-only (roles/operations/secrets.py), handed to the download unit as a
+systemd credential and deleted by the unit once the downloader runs (and again when it stops);
+never in a command line or a log.
+Must run after roles/users.py and before the engine patches (they edit config.json).
 """
 
 from __future__ import annotations
 
-import io
 import os
+import re
 from pathlib import Path
 
 import yaml
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from ansible.errors import AnsibleError
+from ansible.parsing.vault import VaultLib, VaultSecret
+from pyinfra import host
+from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.operations import apt
 
-from control.profile import Profile
+from control import layout
+from control.engine_lock import fetch as fetch_wheels
+from control.engine_lock import parse_lock
+from control.model_lock import ModelLockError, commit_for
+from control.profile import Problem, Profile, ProfileError, fail
+from control.pypi_cache import cache_root
+from control.report import skipped
+from roles.facts.model import ModelCheck
+from roles.operations.checkpoint import checkpoint_present, downloader_installed
+from roles.operations.secrets import Secret
+from roles.operations.uploads import host_tool
+
+__all__ = ["ModelCheck", "apply", "read_token"]
 
 REPO = Path(__file__).resolve().parent.parent
 FETCH = "glm-flash-model-fetch"
@@ -39,16 +60,14 @@ class ModelError(Exception):
     pass
 
 
-def hub_venv(profile: Profile) -> str:
-    return f"{profile.install_root}/tools/hf-hub"
+def fetch_user(profile: Profile) -> str:
+    """The downloader's own system user: not the service user, so the engine cannot steer it."""
+    return f"{profile.service_user}-fetch"
 
 
-def secret_dir(profile: Profile) -> str:
-    return f"/var/lib/{profile.service_user}/secrets"
-
-
-def token_path(profile: Profile) -> str:
-    return f"{secret_dir(profile)}/hf-token"
+def token_path(profile: Profile, unit: str = "glm-flash-model-download") -> str:
+    """Where the hub token sits (root-only) between its upload and the download unit's start."""
+    return f"{layout.SECRETS_DIR}/hf-token-{unit}"
 
 
 def _vault_password(environ) -> bytes:
@@ -72,9 +91,6 @@ def read_token(profile: Profile, environ=None) -> str | None:
     """The hub token from the vault file or the control machine's environment; None without one."""
     environ = os.environ if environ is None else environ
     if profile.hf_token_vault:
-        from ansible.errors import AnsibleError
-        from ansible.parsing.vault import VaultLib, VaultSecret
-
         path = Path(profile.hf_token_vault)
         path = path if path.is_absolute() else REPO / path
         try:
@@ -102,148 +118,100 @@ def read_token(profile: Profile, environ=None) -> str | None:
     return environ.get(profile.hf_token_env) or None
 
 
-def download_command(profile: Profile, with_token: bool) -> str:
-    """The host command: downloader as the service user; the token file goes away whatever happens."""
-    import shlex
+# The host's python3: Debian 13 has 3.13, DGX OS (Ubuntu 24.04, the GB10 drafter) 3.12. Wheels
+# for both are fetched and uploaded; pip on the host takes the one that fits.
+HOST_PYTHONS = ("3.12", "3.13")
 
-    q = shlex.quote
-    env = ["HF_HUB_DISABLE_TELEMETRY=1", f"HF_HOME={q(f'/var/lib/{profile.service_user}/huggingface')}"]
-    if with_token:
-        env.append(f"HF_TOKEN_PATH={q(token_path(profile))}")
-    run = (
-        f"runuser -u {q(profile.service_user)} -- env {' '.join(env)} {q(hub_venv(profile) + '/bin/python')} "
-        f"{q(profile.install_root + '/bin/' + FETCH)} download --dest {q(profile.model_path)} "
-        f"--repo {q(profile.model_id)} --revision {q(profile.model_revision)}"
+
+def downloader_wheels(requirements: str) -> list[str]:
+    """The wheels of the downloader's lock, in the control machine's cache (sha256 checked)."""
+    pins = parse_lock(requirements, "files/hf-hub-requirements.txt")
+    by_name = {
+        p.name: p for py in HOST_PYTHONS for p in fetch_wheels(pins, cache_root() / "hf-hub-wheelhouse" / py, py=py)
+    }
+    return [str(by_name[n]) for n in sorted(by_name)]
+
+
+def hub_version(requirements: str) -> str | None:
+    m = re.search(r"^huggingface[-_]hub==(\S+)", requirements, re.M | re.I)
+    return m.group(1) if m else None
+
+
+@operation()
+def checkpoint_staged(tool: str, path: str):
+    """model_download false: the checkpoint must already be in path; the deploy stops otherwise."""
+    state = host.get_fact(ModelCheck, tool=tool, dest=path)
+    if state["exit"] == 0:
+        host.noop(f"the staged checkpoint in {path} is complete")
+        return
+    reason = state["reason"] if state["exit"] is not None else "not checked yet"
+    skipped("model check", f"{reason}: the deploy stops here for this host")
+    message = (
+        f"glm-flash: model_download is false, so the checkpoint must be staged in {path} (config.json, "
+        "model.safetensors.index.json and its shards). Copy it there, or set model_download: true."
     )
-    if not with_token:
-        return run
-    return f"trap 'rm -f {q(token_path(profile))}' EXIT; {run}"
+    yield StringCommand(
+        "python3",
+        QuoteString(tool),
+        "check --dest",
+        QuoteString(path),
+        ">&2 || { echo",
+        QuoteString(message),
+        ">&2; exit 1; }",
+    )
 
 
-class ModelCheck(FactBase):
-    """`glm-flash-model-fetch check` with the host's python3: {"exit", "state", "reason"}."""
-
-    def command(self, tool: str, dest: str, repo: str = "", revision: str = ""):
-        extra = ["--repo", QuoteString(repo), "--revision", QuoteString(revision)] if repo else []
-        return StringCommand(
-            "if [ -e",
-            QuoteString(tool),
-            "]; then python3",
-            QuoteString(tool),
-            "check --dest",
-            QuoteString(dest),
-            *extra,
-            "; echo \"exit=$?\"; else echo missing; fi",
-        )
-
-    @staticmethod
-    def default():
-        return {"exit": None, "state": "unknown", "reason": "the check tool is not installed yet"}
-
-    @staticmethod
-    def parse(lines) -> dict:
-        import json
-
-        lines = [line.strip() for line in lines if line.strip()]
-        if lines == ["missing"]:
-            return ModelCheck.default()
-        out = {"exit": None, "state": "unknown", "reason": " ".join(lines)}
-        for line in lines:
-            if line.startswith("exit="):
-                out["exit"] = int(line[5:])
-            elif line.startswith("{"):
-                try:
-                    out.update(json.loads(line))
-                except ValueError:
-                    pass
-        return out
-
-    def process(self, output):
-        return self.parse(output)
+def refuse(profile: Profile, key: str, problem: str, fix: str) -> None:
+    fail(ProfileError([Problem(profile.host, key, problem, fix)]))
 
 
-def apply(profile: Profile) -> None:
-    from pyinfra import host
-    from pyinfra.facts.files import File
-    from pyinfra.operations import apt, files, server
-
-    from control.layout import bin_dir
-    from control.profile import Problem, ProfileError, fail
-    from roles.operations.uploads import host_tool
-
-    tool = f"{bin_dir(profile)}/{FETCH}"
-    files.directory(name="Host tools directory", path=bin_dir(profile), mode="755")
-    host_tool(FETCH, bin_dir(profile))
-
+def apply(profile: Profile, unit: str = "glm-flash-model-download") -> None:
+    tool = layout.tool(profile, FETCH)
+    host_tool(FETCH, layout.bin_dir(profile))
     if not profile.model_download:
-        state = host.get_fact(ModelCheck, tool=tool, dest=profile.model_path)
-        if state["exit"] != 0:
-            reason = state["reason"] if state["exit"] is not None else "not checked yet"
-            server.shell(
-                name=f"Staged model in {profile.model_path}",
-                commands=[
-                    f"python3 {tool} check --dest '{profile.model_path}' >&2 || {{ echo "
-                    f"'glm-flash: model_download is false, so the checkpoint must be staged in "
-                    f"{profile.model_path} (config.json, model.safetensors.index.json and its shards). "
-                    f"Copy it there, or set model_download: true.' >&2; exit 1; }}"
-                ],
-            )
-            if state["exit"] is not None:
-                from control.report import skipped
-
-                skipped("model check", f"{reason}: the deploy stops here for this host")
+        checkpoint_staged(name=f"Staged checkpoint in {profile.model_path}", tool=tool, path=profile.model_path)
         return
 
     try:
         token = read_token(profile)
     except ModelError as e:
-        fail(ProfileError([Problem(profile.host, "hf_token_vault", str(e), "see the message")]))
-        raise
-
-    venv = hub_venv(profile)
-    apt.packages(name="python3-venv (the model downloader's environment)", packages=["python3-venv"])
-    files.directory(name=f"Directory {venv}", path=str(Path(venv).parent), mode="755")
-    req = f"{venv}.requirements.txt"
-    req_op = files.put(
-        name="Pinned downloader requirements (huggingface-hub)", src=str(REQUIREMENTS), dest=req, mode="644"
-    )
-    marker = f"{venv}/.glm-flash-complete"
-    have = host.get_fact(File, path=marker)
-    if not have or req_op.will_change:
-        server.shell(
-            name=f"Downloader environment {venv} (huggingface-hub {profile.huggingface_hub_version})",
-            commands=[
-                f"rm -rf '{venv}' && python3 -m venv '{venv}' && "
-                f"PIP_CONFIG_FILE=/dev/null '{venv}/bin/pip' install --quiet --disable-pip-version-check "
-                f"-r '{req}' && '{venv}/bin/python' -c 'import huggingface_hub as h; "
-                f"assert h.__version__ == \"{profile.huggingface_hub_version}\", h.__version__' && "
-                f"touch '{marker}'"
-            ],
-        )
-
-    user = profile.service_user
-    files.directory(
-        name=f"Model directory {profile.model_path}", path=profile.model_path, user=user, group=user, mode="755"
-    )
-    state = host.get_fact(
-        ModelCheck, tool=tool, dest=profile.model_path, repo=profile.model_id, revision=profile.model_revision
-    )
-    if state["exit"] == 0:
-        files.file(name="No hub token left on the host", path=token_path(profile), present=False)
+        refuse(profile, "hf_token_vault", str(e), "fix the vault file or its password, as the message says")
         return
-    if token:
-        files.directory(
-            name="Secrets directory (service user only)", path=secret_dir(profile), user=user, group=user, mode="700"
+    try:
+        commit = commit_for(profile.model_id, profile.model_revision)
+    except ModelLockError as e:
+        refuse(profile, "model_revision", str(e), "lock it with `make model-lock`, or set a commit")
+        return
+    requirements = REQUIREMENTS.read_text()
+    if hub_version(requirements) != profile.huggingface_hub_version:
+        refuse(
+            profile,
+            "huggingface_hub_version",
+            f"{profile.huggingface_hub_version} differs from the downloader lock's {hub_version(requirements)}",
+            "edit locks/model-downloader.in and run `make model-downloader-lock`, or use the lock's version",
         )
-        files.put(
-            name="Hub token for this download (0600, deleted after)",
-            src=io.StringIO(token),
-            dest=token_path(profile),
-            user=user,
-            group=user,
-            mode="600",
-        )
-    server.shell(
-        name=f"Download {profile.model_id}@{profile.model_revision} into {profile.model_path} (resumable, verified)",
-        commands=[download_command(profile, bool(token))],
+        return
+    locked_from = f" ({profile.model_revision})" if profile.model_revision != commit else ""
+    venv = layout.hub_venv(profile)
+    apt.packages(name="python3-venv (the model downloader's environment)", packages=["python3-venv"])
+    downloader_installed(
+        name=f"Model downloader {venv} (huggingface-hub {profile.huggingface_hub_version}, hash-locked)",
+        venv=venv,
+        requirements=requirements,
+        wheels=downloader_wheels(requirements),
+        user=fetch_user(profile),
+    )
+    checkpoint_present(
+        name=f"Checkpoint {profile.model_id}@{commit}{locked_from} in {profile.model_path}",
+        repo_id=profile.model_id,
+        commit=commit,
+        requested=profile.model_revision,
+        path=profile.model_path,
+        tool=tool,
+        hub_python=f"{venv}/bin/python",
+        fetch_user=fetch_user(profile),
+        secrets_dir=layout.SECRETS_DIR,
+        token=Secret(token) if token else None,
+        endpoint=profile.hf_endpoint,
+        unit=unit,
     )

@@ -9,7 +9,7 @@ from io import StringIO
 from pyinfra import host
 from pyinfra.operations import files, systemd
 
-from control.layout import bin_dir, engine_root
+from control.layout import SECRETS_DIR, bin_dir, engine_root
 from control.layout import service_home as state_dir
 from control.profile import Profile
 from control.report import skipped
@@ -17,6 +17,7 @@ from roles.engine import EngineResult
 from roles.engine_patches import SET_DIR_NAME
 from roles.facts.service import SystemdVersion
 from roles.facts.system import Gpus
+from roles.operations.secrets import Secret, secret_file
 from roles.operations.service_restart import started_from_disk
 from roles.operations.uploads import template
 
@@ -95,13 +96,11 @@ def apply(profile: Profile, engine: EngineResult) -> None:
     )
     if api_key:
         # Read by systemd as a credential; only root can read the file itself.
-        files.put(
-            name="API key (from the control machine's environment)",
-            src=StringIO(api_key),
+        secret_file(
+            name="API key (from the control machine's environment; compared by hash, never shown)",
+            secret=Secret(api_key),
             dest=f"{CONF_DIR}/api-key",
-            user="root",
-            group="root",
-            mode="600",
+            stage_dir=SECRETS_DIR,
         )
     else:
         files.file(name="No API key configured", path=f"{CONF_DIR}/api-key", present=False)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -38,6 +39,14 @@ STANDIN_PORT = int(os.environ.get("GLM_FLASH_STANDIN_PORT", str(PORT + 6000)))
 # Inside the machine (its key is also read there, as file:///srv/glm-flash-standin/...).
 STANDIN_WWW = ROOTFS / "srv" / "glm-flash-standin"
 STANDIN_PIDFILE = STATE / "standin.pid"
+# The stand-in hub (tests/engine/fake_hub.py) serving a small checkpoint with the real config.json
+# keys (sandbox/fake_model.py), also on loopback: the deploy downloads it as from the real hub.
+HUB_PORT = int(os.environ.get("GLM_FLASH_HUB_PORT", str(STANDIN_PORT + 1000)))
+HUB_DIR = STATE / "hub"
+HUB_INFO = HUB_DIR / "hub.json"
+HUB_LOG = STATE / "hub.log"  # one JSON line per request the hub answered
+HUB_PIDFILE = STATE / "hub.pid"
+HUB_REPO = "zai-org/GLM-5.3-Flash"
 MACHINE = f"glm-flash-sandbox-{PORT}"
 CACHE = Path(os.environ.get("GLM_FLASH_CACHE", Path.home() / ".cache" / "glm-flash"))
 MIRROR = os.environ.get("GLM_FLASH_SANDBOX_MIRROR", "http://deb.debian.org/debian")
@@ -139,18 +148,25 @@ def create_rootfs() -> None:
         f"# The sandbox shares the host's network: keep sshd on a loopback port.\n"
         f"Port {PORT}\nListenAddress 127.0.0.1\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
     )
-    stage_model(root)
     tmp.rename(ROOTFS)
     stage_nvidia()
+    stage_hub()
 
 
-def stage_model(root: Path) -> None:
-    """Simulated: the 306 GiB checkpoint cannot be fetched here, so a stand-in with the real
-    config.json keys (and tiny shards) is staged where inventory/sandbox.py expects it."""
+def stage_hub() -> None:
+    """Simulated: the 306 GiB checkpoint cannot be fetched here, so the stand-in hub serves a
+    small one with the real config.json keys (and tiny shards) under the real repo id; its
+    commit is a hash of the files, so a changed stand-in is a new commit."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from fake_model import write_model
 
-    write_model(root / "srv/models/GLM-5.3-Flash")
+    shutil.rmtree(HUB_DIR, ignore_errors=True)
+    files = write_model(HUB_DIR / "repo")
+    digest = hashlib.sha1()
+    for f in sorted(files.rglob("*")):
+        if f.is_file():
+            digest.update(f.relative_to(files).as_posix().encode() + b"\0" + f.read_bytes())
+    HUB_INFO.write_text(json.dumps({"repo": HUB_REPO, "commit": digest.hexdigest(), "port": HUB_PORT}) + "\n")
 
 
 def stage_nvidia() -> None:
@@ -212,6 +228,41 @@ def standin_up() -> None:
     sys.exit(
         f"sandbox: the stand-in NVIDIA repository did not start on 127.0.0.1:{STANDIN_PORT} "
         f"(exit {proc.poll()}); see {STATE / 'standin.log'}"
+    )
+
+
+def hub_up() -> None:
+    if alive(HUB_PIDFILE) and port_open(HUB_PORT):
+        return
+    stop_pidfile(HUB_PIDFILE)
+    if port_open(HUB_PORT):
+        sys.exit(
+            f"sandbox: 127.0.0.1:{HUB_PORT} (the stand-in hub's port) is already in use"
+            f"{' by ' + listener(HUB_PORT) if listener(HUB_PORT) else ''}; stop that program or set GLM_FLASH_HUB_PORT"
+        )
+    if not HUB_INFO.exists():
+        stage_hub()
+    info = json.loads(HUB_INFO.read_text())
+    log = open(STATE / "hub.out", "ab")
+    cmd = [
+        sys.executable,
+        str(REPO / "tests/engine/fake_hub.py"),
+        "--repo",
+        info["repo"],
+        "--dir",
+        str(HUB_DIR / "repo"),
+    ]
+    cmd += ["--port", str(HUB_PORT), "--log", str(HUB_LOG), "--commit", info["commit"]]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    HUB_PIDFILE.write_text(str(proc.pid))
+    for _ in range(40):
+        if proc.poll() is not None:
+            break
+        if port_open(HUB_PORT):
+            return
+        time.sleep(0.25)
+    sys.exit(
+        f"sandbox: the stand-in hub did not start on 127.0.0.1:{HUB_PORT} (exit {proc.poll()}); see {STATE / 'hub.out'}"
     )
 
 
@@ -282,6 +333,7 @@ def up() -> None:
     ensure_keys()
     if pid() and ssh_ready():
         standin_up()
+        hub_up()
         say(f"already running (ssh -F {STATE / 'ssh_config'} sandbox)")
         return
     if pid():
@@ -334,6 +386,7 @@ def up() -> None:
             r = ssh("systemctl is-system-running --wait >/dev/null 2>&1; true")
             if r.returncode == 0:
                 standin_up()
+                hub_up()
                 say(f"up: ssh -F {STATE / 'ssh_config'} sandbox")
                 return
             last_error = first_line(r.stderr)
@@ -353,6 +406,7 @@ def up() -> None:
 
 def down() -> None:
     stop_pidfile(STANDIN_PIDFILE)
+    stop_pidfile(HUB_PIDFILE)
     value = pid()
     if value is None:
         PIDFILE.unlink(missing_ok=True)
@@ -374,6 +428,8 @@ def down() -> None:
 def destroy() -> None:
     down()
     shutil.rmtree(ROOTFS, ignore_errors=True)
+    shutil.rmtree(HUB_DIR, ignore_errors=True)
+    HUB_LOG.unlink(missing_ok=True)
     say("machine deleted")
 
 

@@ -6,15 +6,24 @@ hub does for non-Xet files. With a token set it answers 401 without `Authorizati
 Bearer <token>`. It records every request (method, path, whether the token came) and can
 serve one file with wrong bytes (same size) to prove verification, or trickle data so a
 test can look at the running downloader's processes.
+
+Run as a program it serves a directory on a fixed loopback port and appends every request to
+a log file (one JSON line each): the sandbox's hub (sandbox/sandbox.py starts it, like the
+NVIDIA stand-in), so a test can count what the deploy asked for.
+
+    python fake_hub.py --repo ID --dir DIR --port PORT --log FILE [--commit SHA] [--token-file F]
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 
@@ -27,10 +36,13 @@ class FakeHub:
         commit: str = "c0ffee" * 6 + "beef",
         corrupt: str | None = None,
         delay: float = 0.0,
+        port: int = 0,
+        log: Path | None = None,
     ):
         self.repo, self.files, self.token, self.commit = repo, files, token, commit
         self.corrupt, self.delay = corrupt, delay
         self.requests: list[tuple[str, str, bool]] = []
+        self.log = log
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -43,6 +55,9 @@ class FakeHub:
                 got = self.headers.get("Authorization", "")
                 ok = hub.token is not None and got == f"Bearer {hub.token}"
                 hub.requests.append((self.command, self.path, ok))
+                if hub.log:
+                    with open(hub.log, "a") as f:
+                        f.write(json.dumps({"method": self.command, "path": self.path, "token": ok}) + "\n")
                 return hub.token is None or ok
 
             def _send(self, code, body=b"", headers=None, head=False):
@@ -112,21 +127,26 @@ class FakeHub:
                     return self._send(200, body, headers, head)
                 return self._send(404, b"", {}, head)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def is_lfs(self, name):
         return name.endswith(".safetensors")
 
+    def blob_id(self, name):
+        """git's object id, as the hub reports it: sha1 of "blob <size>\\0" + content."""
+        data = self.files[name]
+        return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
     def etag(self, name):
         data = self.files[name]
-        return hashlib.sha256(data).hexdigest() if self.is_lfs(name) else hashlib.sha1(data).hexdigest()
+        return hashlib.sha256(data).hexdigest() if self.is_lfs(name) else self.blob_id(name)
 
     def info(self):
         siblings = []
         for name, data in sorted(self.files.items()):
-            s = {"rfilename": name, "size": len(data), "blobId": hashlib.sha1(data).hexdigest()}
+            s = {"rfilename": name, "size": len(data), "blobId": self.blob_id(name)}
             if self.is_lfs(name):
                 s["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
             siblings.append(s)
@@ -148,7 +168,7 @@ class FakeHub:
     def tree(self):
         out = []
         for name, data in sorted(self.files.items()):
-            e = {"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+            e = {"type": "file", "path": name, "size": len(data), "oid": self.blob_id(name)}
             if self.is_lfs(name):
                 e["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
             out.append(e)
@@ -164,3 +184,26 @@ class FakeHub:
     def __exit__(self, *exc):
         self.server.shutdown()
         self.server.server_close()
+
+
+def read_dir(path: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(path)): f.read_bytes() for f in sorted(path.rglob("*")) if f.is_file()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="serve one model repo from a directory, like the hub")
+    ap.add_argument("--repo", required=True)
+    ap.add_argument("--dir", required=True, type=Path)
+    ap.add_argument("--port", required=True, type=int)
+    ap.add_argument("--log", required=True, type=Path)
+    ap.add_argument("--commit", default="c0ffee" * 6 + "beef")
+    ap.add_argument("--token-file", type=Path, help="answer 401 without this token")
+    a = ap.parse_args()
+    token = a.token_file.read_text().strip() if a.token_file else None
+    hub = FakeHub(a.repo, read_dir(a.dir), token=token, commit=a.commit, port=a.port, log=a.log)
+    print(f"fake hub for {a.repo}@{a.commit} on {hub.endpoint} (pid {os.getpid()})", flush=True)
+    hub.server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -2,10 +2,14 @@
 
 - The token: an ansible-vault file encrypted here with ansible-core's own VaultLib,
   decrypted by roles/model.read_token with a password file (as on a control machine).
-- The downloader: files/glm-flash-model-fetch with the pinned huggingface-hub
+- The downloader: files/glm-flash-model-fetch with the hash-locked huggingface-hub
   (files/hf-hub-requirements.txt, in a cached venv) against a tiny fake hub on 127.0.0.1
-  (tests/engine/fake_hub.py, via HF_ENDPOINT) serving a tiny fake repo. While it runs,
-  every process's command line on this machine is read: the token must be in none.
+  (tests/engine/fake_hub.py, via HF_ENDPOINT) serving a tiny fake repo. The token comes as
+  systemd hands a credential over (a file in $CREDENTIALS_DIRECTORY). While it runs, every
+  process's command line and environment on this machine is read: the token must be in none.
+- Convergence with the engine patch: the real glm-flash-patch edits the downloaded
+  config.json and records its manifest; the check still passes and a second download asks
+  the hub for nothing and leaves the edit in place.
 The real GLM-5.3-Flash repo cannot be reached from here.
 """
 
@@ -21,6 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -31,7 +36,8 @@ import pypi  # noqa: E402
 from fake_hub import FakeHub  # noqa: E402
 
 from control import profile  # noqa: E402
-from roles import model  # noqa: E402
+from roles import engine_patches, model  # noqa: E402
+from roles.operations import checkpoint  # noqa: E402
 from sandbox import fake_model  # noqa: E402
 
 FETCH = REPO / "files" / "glm-flash-model-fetch"
@@ -50,7 +56,15 @@ def hub_python():
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run(
-            [str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check", "-r", str(req)],
+            [
+                str(venv / "bin/pip"),
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--require-hashes",
+                "-r",
+                str(req),
+            ],
             check=True,
             env=dict(os.environ, PIP_CONFIG_FILE="/dev/null"),
         )
@@ -70,7 +84,7 @@ def repo_files():
     }
 
 
-def fetch(hub_python, hub, dest, tmp_path, token_file=None, wait_and_look=False):
+def fetch(hub_python, hub, dest, tmp_path, creds=None, wait_and_look=False, manifests=None):
     env = {
         "PATH": os.environ["PATH"],
         "HF_ENDPOINT": hub.endpoint,
@@ -78,22 +92,34 @@ def fetch(hub_python, hub, dest, tmp_path, token_file=None, wait_and_look=False)
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "HF_HUB_DISABLE_XET": "1",
     }
-    if token_file:
-        env["HF_TOKEN_PATH"] = str(token_file)
-    cmd = [str(hub_python), str(FETCH), "download", "--dest", str(dest), "--repo", REPO_ID, "--revision", "main"]
+    if creds:
+        env["CREDENTIALS_DIRECTORY"] = str(creds)
+    cmd = [str(hub_python), str(FETCH), "download", "--dest", str(dest), "--repo", REPO_ID, "--revision", hub.commit]
+    cmd += ["--requested", "main", "--manifests", str(manifests or tmp_path / "no-manifests")]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = []
     if wait_and_look:
         while p.poll() is None:
             for pid in os.listdir("/proc"):
                 if pid.isdigit():
-                    try:
-                        seen.append(Path(f"/proc/{pid}/cmdline").read_bytes())
-                    except OSError:
-                        pass
+                    for what in ("cmdline", "environ"):
+                        try:
+                            seen.append(Path(f"/proc/{pid}/{what}").read_bytes())
+                        except OSError:
+                            pass
             time.sleep(0.05)
     out, err = p.communicate(timeout=300)
     return p.returncode, out, err, seen
+
+
+def check(dest, revision, manifests):
+    r = subprocess.run(
+        [sys.executable, str(FETCH), "check", "--dest", str(dest), "--repo", REPO_ID, "--revision", revision]
+        + ["--manifests", str(manifests)],
+        capture_output=True,
+        text=True,
+    )
+    return r.returncode, json.loads(r.stdout)
 
 
 def test_vault_token_decrypts_with_the_password_file(tmp_path):
@@ -121,23 +147,35 @@ def test_vault_token_decrypts_with_the_password_file(tmp_path):
     assert model.read_token(profile.build("t", {}), {}) is None
 
 
-def test_download_command_keeps_the_token_out_of_argv():
-    prof = profile.build("t", {})
-    cmd = model.download_command(prof, with_token=True)
-    assert "HF_TOKEN_PATH=/var/lib/glm-flash/secrets/hf-token" in cmd
-    assert "runuser -u glm-flash --" in cmd and cmd.startswith("trap 'rm -f /var/lib/glm-flash/secrets/hf-token' EXIT;")
-    assert "HF_TOKEN=" not in cmd and "--token" not in cmd
+def test_download_unit_hands_the_token_as_a_credential_only():
+    cmd = checkpoint.download_unit_command(
+        "glm-flash-model-download",
+        "glm-flash-fetch",
+        "/opt/glm-flash/tools/hf-hub/bin/python",
+        "/opt/glm-flash/bin/glm-flash-model-fetch",
+        ["download", "--dest", "/srv/models/x y", "--repo", REPO_ID, "--revision", "a" * 40],
+        "/srv/models/x y",
+        "https://huggingface.co",
+        "/etc/glm-flash/secrets/hf-token-glm-flash-model-download",
+    ).get_raw_value()
+    assert cmd.startswith("systemd-run --quiet --wait --collect")
+    assert "-p User=glm-flash-fetch" in cmd and "-p LoadCredential=hf-token:/etc/glm-flash/secrets/hf-token-" in cmd
+    # root deletes the file once systemd has read it, and again whatever way the unit ends
+    assert "'ExecStartPost=+/bin/rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download'" in cmd
+    assert "'ExecStopPost=+/bin/rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download'" in cmd
+    assert "'/srv/models/x y'" in cmd  # quoted by pyinfra, not by hand
+    assert "HF_TOKEN=" not in cmd and "--token" not in cmd and "HF_TOKEN_PATH" not in cmd
 
 
 def test_download_with_token_verified_resumable_and_token_never_in_argv(tmp_path, hub_python):
     files = repo_files()
-    token_file = tmp_path / "secrets" / "hf-token"
-    token_file.parent.mkdir(mode=0o700)
-    token_file.write_text(TOKEN)
-    token_file.chmod(0o600)
+    creds = tmp_path / "credentials"  # as systemd's LoadCredential= leaves it for the unit
+    creds.mkdir(mode=0o700)
+    (creds / "hf-token").write_text(TOKEN)
+    (creds / "hf-token").chmod(0o400)
     dest = tmp_path / "model"
     with FakeHub(REPO_ID, files, token=TOKEN, delay=0.002) as hub:
-        code, out, err, seen = fetch(hub_python, hub, dest, tmp_path, token_file, wait_and_look=True)
+        code, out, err, seen = fetch(hub_python, hub, dest, tmp_path, creds, wait_and_look=True)
         assert code == 0, out + err
         assert len(seen) > 10
         assert not [c for c in seen if TOKEN.encode() in c]
@@ -152,7 +190,7 @@ def test_download_with_token_verified_resumable_and_token_never_in_argv(tmp_path
         assert first == len(files)
 
         # second run: nothing fetched again
-        code, out, err, _ = fetch(hub_python, hub, dest, tmp_path, token_file)
+        code, out, err, _ = fetch(hub_python, hub, dest, tmp_path, creds)
         assert code == 0, out + err
         assert len(hub.downloads()) == first
 
@@ -160,33 +198,88 @@ def test_download_with_token_verified_resumable_and_token_never_in_argv(tmp_path
         shard = "model-00002-of-00002.safetensors"
         (dest / ".glm-flash-model.json").unlink()
         (dest / shard).unlink()
-        code, out, err, _ = fetch(hub_python, hub, dest, tmp_path, token_file)
+        code, out, err, _ = fetch(hub_python, hub, dest, tmp_path, creds)
         assert code == 0, out + err
         assert (dest / shard).read_bytes() == files[shard]
         assert len(hub.downloads()) == first + 1
 
-    r = subprocess.run(
-        [sys.executable, str(FETCH), "check", "--dest", str(dest), "--repo", REPO_ID, "--revision", "main"],
-        capture_output=True,
-        text=True,
-    )
-    assert r.returncode == 0 and json.loads(r.stdout)["state"] == "complete"
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(FETCH),
-            "check",
-            "--dest",
+    code, state = check(dest, "main", tmp_path / "no-manifests")  # the name it was locked from
+    assert code == 0 and state["state"] == "complete" and state["commit"] == hub.commit
+    code, state = check(dest, "0123456789abcdef0123456789abcdef01234567", tmp_path / "no-manifests")
+    assert code == 1 and "not downloaded from" in state["reason"]
+
+
+def test_config_edited_by_the_engine_patch_stays_and_the_hub_is_not_asked_again(tmp_path, hub_python):
+    """#10.1: the 0.7.0.post1 set edits config.json after the download. The check must accept
+    root's recorded edit (and nothing else), and a later download must keep it."""
+    files = repo_files()
+    dest, state_dir = tmp_path / "model", tmp_path / "root-state"
+    manifests = state_dir / "manifests"
+    with FakeHub(REPO_ID, files) as hub:
+        code, out, err, _ = fetch(hub_python, hub, dest, tmp_path, manifests=manifests)
+        assert code == 0, out + err
+        # the real patch tool with the real model patch set, as roles/engine_patches.py runs it
+        pset = engine_patches.render(
+            yaml.safe_load((REPO / "patches/model/glm-5.3-flash-index-share.yaml").read_text()),
+            {},
             str(dest),
-            "--repo",
-            REPO_ID,
-            "--revision",
-            "0123456789abcdef0123456789abcdef01234567",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert r.returncode == 1 and "not downloaded from" in json.loads(r.stdout)["reason"]
+            version=hub.commit,
+        )
+        set_file = tmp_path / "set.json"
+        set_file.write_text(json.dumps(pset))
+        r = subprocess.run(
+            [sys.executable, str(REPO / "files/glm-flash-patch"), "apply", str(set_file)],
+            env=dict(os.environ, GLM_FLASH_STATE_DIR=str(state_dir)),
+            capture_output=True,
+            text=True,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        patched = (dest / "config.json").read_text()
+        assert json.loads(patched)["text_config"]["index_share_for_mtp_iteration"] is False
+
+        # without root's manifest the edited file is a change; with it, the checkpoint is complete
+        assert check(dest, hub.commit, tmp_path / "no-manifests")[0] == 1
+        code, state = check(dest, hub.commit, manifests)
+        assert code == 0, state
+
+        # a manifest directory someone else could write is not trusted
+        os.chmod(manifests, 0o777)
+        assert check(dest, hub.commit, manifests)[0] == 1
+        os.chmod(manifests, 0o755)
+
+        # a re-run of the download: nothing fetched, the edit kept
+        before = len(hub.downloads())
+        code, out, err, _ = fetch(hub_python, hub, dest, tmp_path, manifests=manifests)
+        assert code == 0, out + err
+        assert len(hub.downloads()) == before
+        assert (dest / "config.json").read_text() == patched
+
+        # any other change to config.json is caught, and the download restores the hub's file
+        (dest / "config.json").write_text(patched.replace("false", "true", 1))
+        assert check(dest, hub.commit, manifests)[0] == 1
+        code, out, err, _ = fetch(hub_python, hub, dest, tmp_path, manifests=manifests)
+        assert code == 0, out + err
+        assert (dest / "config.json").read_bytes() == files["config.json"]
+        assert len(hub.downloads()) == before + 1
+
+
+def test_seal_makes_the_tree_roots_and_read_only_to_others(tmp_path):
+    d = fake_model.write_model(tmp_path / "m")
+    nobody = 65534
+    for p in [d, *d.rglob("*")]:
+        os.chown(p, nobody, nobody)
+        os.chmod(p, 0o777 if p.is_dir() else 0o666)
+    (d / "planted").symlink_to("/etc/shadow")
+    r = subprocess.run([sys.executable, str(FETCH), "check", "--dest", str(d)], capture_output=True, text=True)
+    assert json.loads(r.stdout)["sealed"] is False
+    r = subprocess.run([sys.executable, str(FETCH), "seal", "--dest", str(d)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not (d / "planted").is_symlink() and os.stat("/etc/shadow").st_uid == 0
+    for p in [d, *d.rglob("*")]:
+        st = os.lstat(p)
+        assert st.st_uid == 0 and st.st_mode & 0o022 == 0, p
+    r = subprocess.run([sys.executable, str(FETCH), "check", "--dest", str(d)], capture_output=True, text=True)
+    assert json.loads(r.stdout)["sealed"] is True
 
 
 def test_gated_repo_without_token_says_what_to_do(tmp_path, hub_python):

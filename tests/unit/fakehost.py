@@ -56,7 +56,10 @@ def render(command) -> str:
         return command.get_raw_value()
     if isinstance(command, FileUploadCommand):
         src = command.src
-        content = src.getvalue() if hasattr(src, "getvalue") else open(src).read()
+        try:
+            content = src.getvalue() if hasattr(src, "getvalue") else open(src).read()
+        except UnicodeDecodeError:  # a wheel, say
+            content = f"<binary file {src}>"
         return f"upload {command.dest}\n{content}"
     if isinstance(command, FunctionCommand):
         return f"function {command.function.__name__}"

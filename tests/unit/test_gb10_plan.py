@@ -14,6 +14,7 @@ real system is tested elsewhere (tests/sandbox, tests/gb10 against real vLLM fil
 
 from __future__ import annotations
 
+import hashlib
 import json
 import runpy
 from pathlib import Path
@@ -158,22 +159,36 @@ def run_deploy(
     return plan, fake
 
 
-def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
-    """The model role's facts: the staged 2-bit checkpoint, the drafter download marker."""
-    from roles import model
+DRAFTER_COMMIT = "d4a1f7e0" * 5  # simulated: the hub is not reachable here, so the drafter's lock is the test's
 
+
+def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
+    """The model role's facts: the staged 2-bit checkpoint, the drafter's downloader and checkpoint."""
+    import tempfile
+
+    from pyinfra.facts.server import Users
+
+    from control import model_lock
+    from roles import model
+    from roles.facts.model import DownloaderMarker, UnitActive
+
+    lock = Path(tempfile.mkdtemp()) / "model.json"
+    monkeypatch.setattr(model_lock, "LOCK", lock)
     check = model.ModelCheck
     p = build("gx10.example.lan", INVENTORY, api_key_present=False)
+    model_lock.record(p.drafter_model, p.drafter_revision, DRAFTER_COMMIT)
     tool = f"{p.install_root}/bin/glm-flash-model-fetch"
-    ok = {"exit": 0, "state": "ok", "reason": ""}
-    missing = {"exit": 1, "state": "missing", "reason": "not downloaded"}
+    ok = {"exit": 0, "state": "ok", "reason": "", "sealed": True}
+    missing = {"exit": 1, "state": "missing", "reason": "not downloaded", "sealed": False}
     fake.facts[F(check, tool=tool, dest=p.model_path)] = ok if main_ok else missing
-    fake.facts[F(check, tool=tool, dest=p.drafter_path, repo=p.drafter_model, revision=p.drafter_revision)] = (
-        ok if drafter_ok else missing
-    )
-    fake.facts[F(File, path=f"{p.install_root}/tools/hf-hub/.glm-flash-complete")] = (
-        {"mode": 644} if drafter_ok else None
-    )
+    fake.facts[
+        F(check, tool=tool, dest=p.drafter_path, repo=p.drafter_model, revision=DRAFTER_COMMIT, manifests="")
+    ] = ok if drafter_ok else missing
+    requirements = (REPO / "files" / "hf-hub-requirements.txt").read_bytes()
+    fake.facts[DownloaderMarker] = hashlib.sha256(requirements).hexdigest() if drafter_ok else ""
+    fake.facts[Users] = {"root": {}, f"{p.service_user}-fetch": {}} if drafter_ok else {"root": {}}
+    fake.facts[F(File, path=model.token_path(p))] = None
+    fake.facts[UnitActive] = "inactive"
     fake.facts[check] = missing
 
 
@@ -245,8 +260,9 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
         plan.find("Thinking-budget middleware")[0][2]["dest"]
         == f"/opt/glm-flash/engine/envs/{env}/lib/python3.12/site-packages/glm_flash_defaults.py"
     )
-    drafter = plan.shell("Download incoai/GLM-5.3-Flash-DFlash2@main into /srv/models/GLM-5.3-Flash-DFlash2")
-    assert len(drafter) == 1 and "--repo incoai/GLM-5.3-Flash-DFlash2" in drafter[0]
+    drafter = plan.commands(f"Checkpoint incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} (main) in /srv/models/")
+    download = [c for c in drafter if c.startswith("systemd-run")]
+    assert len(download) == 1 and "--repo incoai/GLM-5.3-Flash-DFlash2" in download[0]
     assert plan.commands("Switch engine current") == [
         f"/opt/glm-flash/bin/glm-flash-engine switch {env}",
         f"/opt/glm-flash/bin/glm-flash-engine prune --keep {env}",
@@ -257,7 +273,7 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
             "built into",
             "vLLM patches in",
             "Thinking-budget",
-            "Download incoai",
+            "Checkpoint incoai",
             "Switch engine current",
             "glm-flash.service unit",
         )
@@ -289,7 +305,7 @@ def test_fork_already_built_at_the_pinned_ref_builds_nothing(monkeypatch, profil
     assert plan.commands("built into") == []  # checked on the host, nothing to build
     assert plan.commands("Switch engine current") == []
     assert plan.find("vLLM patches in")[0][3] == []  # checked, nothing pending
-    assert not plan.find("Download incoai")
+    assert plan.commands("Checkpoint incoai") == []  # present and verified: nothing to do
 
 
 def test_ref_changed_builds_beside_and_switches(monkeypatch, profile):

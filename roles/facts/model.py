@@ -1,0 +1,79 @@
+"""Facts of the model role: what glm-flash-model-fetch says about a checkpoint, and the
+downloader environment's marker."""
+
+from __future__ import annotations
+
+import json
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
+
+
+class ModelCheck(FactBase):
+    """`glm-flash-model-fetch check` with the host's python3:
+    {"exit", "state", "reason", "commit", "sealed"} (exit None: the tool is not there yet)."""
+
+    def command(self, tool: str, dest: str, repo: str = "", revision: str = "", manifests: str = ""):
+        extra = ["--repo", QuoteString(repo), "--revision", QuoteString(revision)] if repo else []
+        if manifests:
+            extra += ["--manifests", QuoteString(manifests)]
+        return StringCommand(
+            "if [ -e",
+            QuoteString(tool),
+            "]; then python3",
+            QuoteString(tool),
+            "check --dest",
+            QuoteString(dest),
+            *extra,
+            '; echo "exit=$?"; else echo missing; fi',
+        )
+
+    @staticmethod
+    def default():
+        return {"exit": None, "state": "unknown", "reason": "the check tool is not installed yet", "sealed": False}
+
+    @staticmethod
+    def parse(lines) -> dict:
+        lines = [line.strip() for line in lines if line.strip()]
+        if lines == ["missing"]:
+            return ModelCheck.default()
+        out = {"exit": None, "state": "unknown", "reason": " ".join(lines), "commit": "", "sealed": False}
+        for line in lines:
+            if line.startswith("exit="):
+                out["exit"] = int(line[5:])
+            elif line.startswith("{"):
+                try:
+                    out.update(json.loads(line))
+                except ValueError:
+                    pass
+        return out
+
+    def process(self, output):
+        return self.parse(output)
+
+
+class DownloaderMarker(FactBase):
+    """The downloader venv's marker (the sha256 of the requirements it was built from), or ""."""
+
+    def command(self, marker: str):
+        return StringCommand("cat", QuoteString(marker), "2>/dev/null || true")
+
+    @staticmethod
+    def default():
+        return ""
+
+    def process(self, output):
+        return "".join(output).strip()
+
+
+class UnitActive(FactBase):
+    """`systemctl is-active UNIT`: active, activating, inactive, failed, ..."""
+
+    def command(self, unit: str):
+        return StringCommand("systemctl is-active", QuoteString(unit), "|| true")
+
+    @staticmethod
+    def default():
+        return "inactive"
+
+    def process(self, output):
+        return "".join(output).strip() or "inactive"

@@ -1,0 +1,98 @@
+"""Secret files (the API key, the hub token): compared by hash, never shown, never loose.
+
+files.put would diff old and new content under `--diff` and upload straight to the
+destination (0644 until its chmod). secret_file instead:
+- compares the sha256 of what is on the host with the secret's (the Sha256File fact), and
+  the owner and mode: nothing of the content reaches pyinfra's output;
+- uploads into a root-only staging directory (0700, on the same filesystem as the
+  destination), sets owner and mode there, then renames it over the destination: the file is
+  at its final mode from the first moment anyone else could reach it, and a link planted at
+  the destination is replaced, not followed;
+- refuses a destination directory that someone other than root may write.
+The value travels wrapped in Secret, whose repr and str hide it (operation arguments can be
+logged at -vvv).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import posixpath
+
+from pyinfra import host
+from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
+from pyinfra.facts.files import Directory, File, Sha256File
+
+
+class Secret:
+    """A secret value whose repr and str never show it."""
+
+    def __init__(self, value: str):
+        self._value = value
+
+    def reveal(self) -> bytes:
+        return self._value.encode()
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.reveal()).hexdigest()
+
+    def __repr__(self) -> str:
+        return "Secret(<hidden>)"
+
+    __str__ = __repr__
+
+
+def _mode(value: str) -> int:
+    return int(str(value), 8)
+
+
+def _safe_dir(path: str, what: str) -> None:
+    """Only root may write the directory (else the service user could swap what root writes)."""
+    info = host.get_fact(Directory, path=path)
+    if not info:
+        raise OperationError(f"{what} {path} does not exist (or is not a directory); create it before the secret")
+    if info["user"] != "root" or _mode(str(info["mode"])) & 0o022:
+        raise OperationError(
+            f"{what} {path} is owned by {info['user']} with mode {info['mode']}: a secret is written "
+            "only into a directory that no one but root may write"
+        )
+
+
+def secret_commands(secret: Secret, dest: str, stage_dir: str, user: str, group: str, mode: str):
+    """The commands that put `secret` at dest (no checks): used by secret_file and by the
+    checkpoint operation for the hub token."""
+    staged = posixpath.join(stage_dir, "." + posixpath.basename(dest) + ".upload")
+    yield StringCommand("install", "-d", "-m", "700", "-o", "root", "-g", "root", QuoteString(stage_dir))
+    yield StringCommand("rm", "-f", QuoteString(staged))
+    yield FileUploadCommand(io.BytesIO(secret.reveal()), staged)
+    yield StringCommand("chown", QuoteString(f"{user}:{group}"), QuoteString(staged))
+    yield StringCommand("chmod", QuoteString(mode), QuoteString(staged))
+    yield StringCommand("mv", "-f", "-T", QuoteString(staged), QuoteString(dest))
+
+
+@operation()
+def secret_file(dest: str, secret: Secret, stage_dir: str, user: str = "root", group: str = "root", mode: str = "600"):
+    """dest holds the secret, owned user:group with mode (0600 by default), content never shown.
+
+    stage_dir: a root-only directory on dest's filesystem (created 0700 when missing).
+    """
+    if not isinstance(secret, Secret):
+        raise OperationError("secret_file takes the value wrapped in Secret (so it is never printed)")
+    if not posixpath.isabs(dest) or not posixpath.isabs(stage_dir):
+        raise OperationError(f"secret_file needs absolute paths (got {dest}, {stage_dir})")
+    if _mode(mode) & 0o077 & ~0o040:
+        raise OperationError(f"secret_file: mode {mode} lets others read or write {dest}")
+    _safe_dir(posixpath.dirname(dest), "the directory of")
+    stage = host.get_fact(Directory, path=stage_dir)
+    if stage and (stage["user"] != "root" or _mode(str(stage["mode"])) & 0o077):
+        raise OperationError(f"the staging directory {stage_dir} must be root's with mode 0700")
+    info = host.get_fact(File, path=dest)
+    same = (
+        info
+        and host.get_fact(Sha256File, path=dest) == secret.sha256()
+        and (info["user"], info["group"], _mode(str(info["mode"]))) == (user, group, _mode(mode))
+    )
+    if same:
+        host.noop(f"{dest} holds the secret (compared by sha256; content not shown)")
+        return
+    yield from secret_commands(secret, dest, stage_dir, user, group, mode)

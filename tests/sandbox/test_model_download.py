@@ -1,0 +1,204 @@
+"""The checkpoint downloaded for real in the sandbox, and secrets that never leak.
+
+Simulated: the hub. sandbox/sandbox.py serves a small checkpoint with the real config.json
+keys (sandbox/fake_model.py) from tests/engine/fake_hub.py on loopback, and logs every request
+it answers to .sandbox/hub.log; inventory/sandbox.py points the deploy at it (hf_endpoint).
+The download itself is the real one: the hash-locked huggingface-hub in its venv on the host,
+in a transient systemd unit as the downloader's own user.
+
+1. #10.1: after the engine patch edited config.json, a deploy changes nothing and asks the
+   hub for nothing; config.json stays patched; the tree is root's, read-only to the service.
+2. #9.3/#9.4: a canary API key and a canary hub token through a deploy that downloads (its
+   marker removed first) with --diff and -vvv: neither is in pyinfra's output, in any
+   process's command line or environment on the host while it runs, in the journal, or in a
+   world-readable file of the machine (its whole root filesystem is scanned); the token file
+   is gone afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+
+from conftest import SANDBOX_INVENTORY, changed_operations, inventory_hosts, pyinfra, sandbox_sh  # noqa: E402
+
+from control import layout  # noqa: E402
+from control.profile import build  # noqa: E402
+from roles import model  # noqa: E402
+from roles.operations import checkpoint  # noqa: E402
+
+HUB_LOG = REPO / ".sandbox" / "hub.log"
+ROOTFS = REPO / ".sandbox" / "rootfs"
+API_KEY = "sk-canary-" + "Q7v" * 8
+TOKEN = "hf_canary" + "Xk4" * 9
+KILL_TOKEN = "hf_killtest" + "Jm8" * 9  # put on the host by the test itself, so not the canary
+
+
+@pytest.fixture(scope="module")
+def profile():
+    name, data = inventory_hosts(SANDBOX_INVENTORY)[0]
+    return build(name, data, api_key_present=False)
+
+
+def hub_requests() -> list[dict]:
+    return [json.loads(line) for line in HUB_LOG.read_text().splitlines()] if HUB_LOG.exists() else []
+
+
+def deploy(*extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    if env is None:
+        return pyinfra(*extra, SANDBOX_INVENTORY, "deploy.py")
+    return subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", *extra, SANDBOX_INVENTORY, "deploy.py"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env=env,
+    )
+
+
+def test_converged_deploy_changes_nothing_and_asks_the_hub_nothing(sandbox, profile):
+    assert profile.model_download, "inventory/sandbox.py must download (model_download true)"
+    downloads = [r for r in hub_requests() if r["method"] == "GET" and "/resolve/" in r["path"]]
+    assert downloads, "the deploy never downloaded from the sandbox's hub"
+    seen = len(hub_requests())
+    run = deploy("--json")
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert changed_operations(run.stdout) == []
+    assert len(hub_requests()) == seen, hub_requests()[seen:]
+    cfg = json.loads(sandbox_sh(f"cat {shlex.quote(profile.model_path)}/config.json").stdout)
+    assert cfg["index_share_for_mtp_iteration"] is False
+    assert cfg["text_config"]["index_share_for_mtp_iteration"] is False
+
+
+def test_checkpoint_is_roots_and_read_only_to_the_service(sandbox, profile):
+    path = ROOTFS / profile.model_path.lstrip("/")
+    entries = [path, *path.rglob("*")]
+    assert len(entries) > 4
+    for p in entries:
+        st = os.lstat(p)
+        assert st.st_uid == 0 and not st.st_mode & 0o022 and not stat.S_ISLNK(st.st_mode), p
+    q = shlex.quote(profile.model_path)
+    r = sandbox_sh(f"runuser -u {shlex.quote(profile.service_user)} -- touch {q}/x {q}/config.json", check=False)
+    assert r.returncode != 0
+    r = sandbox_sh(f"runuser -u {shlex.quote(profile.service_user)} -- cat {q}/config.json", check=False)
+    assert r.returncode == 0  # the engine reads it
+
+
+class HostWatch(threading.Thread):
+    """Reads every process's command line and environment on the host while the deploy runs:
+    grep with its patterns in a root-only file (so its own argv holds no canary)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.hits: list[str] = []
+        self.rounds = 0
+        self.stop = threading.Event()
+
+    def run(self):
+        cmd = "grep -l -a -F -f /root/canaries /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null; true"
+        while not self.stop.is_set():
+            r = sandbox_sh(cmd, check=False, timeout=60)
+            self.hits += [line for line in r.stdout.splitlines() if line.strip()]
+            self.rounds += 1
+            time.sleep(0.2)
+
+
+def world_readable_hits(root: Path) -> list[str]:
+    """Files of the machine anyone may read that hold a canary (grep over the whole tree)."""
+    r = subprocess.run(
+        ["grep", "-rlaF", "--devices=skip", "-e", API_KEY, "-e", TOKEN, str(root)],
+        capture_output=True,
+        text=True,
+    )
+    hits = []
+    for line in r.stdout.splitlines():
+        p = Path(line)
+        readable = p.stat().st_mode & stat.S_IROTH
+        walk = all(d.stat().st_mode & stat.S_IXOTH for d in p.parents if d.is_relative_to(root) and d != root)
+        if readable and walk:
+            hits.append(line)
+    return hits
+
+
+def test_canary_secrets_never_leak(sandbox, profile):
+    q = shlex.quote(profile.model_path)
+    sandbox_sh(
+        "umask 077; printf '%s\\n%s\\n' " + shlex.quote(API_KEY) + " " + shlex.quote(TOKEN) + " > /root/canaries"
+    )
+    sandbox_sh(f"rm -f {q}/.glm-flash-model.json")  # so this deploy downloads, with the token
+    cursor = sandbox_sh("journalctl -n 0 --show-cursor | tail -1 | sed 's/^-- cursor: //'").stdout.strip()
+    env = dict(os.environ, PYTHONUNBUFFERED="1", GLM_FLASH_API_KEY=API_KEY, HF_TOKEN=TOKEN)
+    watch = HostWatch()
+    watch.start()
+    try:
+        run = deploy("--diff", "-vvv", env=env)
+    finally:
+        watch.stop.set()
+        watch.join()
+    try:
+        assert run.returncode == 0, run.stderr[-4000:]
+        assert watch.rounds > 5
+        out = run.stdout + run.stderr
+        assert "hf-token" in out and "Checkpoint" in out  # the download ran in this deploy
+        assert API_KEY not in out and TOKEN not in out
+        assert watch.hits == [], watch.hits
+        journal = sandbox_sh(f"journalctl --no-pager -o verbose --after-cursor={shlex.quote(cursor)}").stdout
+        assert "glm-flash-model-download" in journal
+        assert API_KEY not in journal and TOKEN not in journal
+        hits = [h for h in world_readable_hits(ROOTFS) if not h.endswith("/root/canaries")]
+        assert hits == []
+        # the secrets where they belong: the API key root-only, the token nowhere
+        key = ROOTFS / "etc/glm-flash/api-key"
+        assert key.read_text() == API_KEY and stat.S_IMODE(key.stat().st_mode) == 0o600 and key.stat().st_uid == 0
+        secrets = ROOTFS / layout.SECRETS_DIR.lstrip("/")
+        assert stat.S_IMODE(secrets.stat().st_mode) == 0o700 and list(secrets.iterdir()) == []
+        r = subprocess.run(["grep", "-rlaF", "-e", TOKEN, str(ROOTFS)], capture_output=True, text=True)
+        assert [h for h in r.stdout.splitlines() if not h.endswith("/root/canaries")] == []
+    finally:
+        sandbox_sh("rm -f /root/canaries")
+        # back to the inventory's own state (no API key) for the tests after this one
+        restore = deploy()
+        assert restore.returncode == 0, restore.stderr[-4000:]
+
+
+@pytest.mark.parametrize("signal", ["TERM", "HUP", "KILL"])
+def test_token_gone_however_the_download_ends(sandbox, profile, signal):
+    """The download unit exactly as the deploy starts it (roles/operations/checkpoint.py),
+    running `sleep` instead of the downloader so it can be killed mid-way."""
+    unit = f"glm-flash-token-test-{signal.lower()}"
+    token_file = f"{layout.SECRETS_DIR}/hf-token-{unit}"
+    cmd = checkpoint.download_unit_command(
+        unit, model.fetch_user(profile), "/usr/bin/sleep", "300", [], "/tmp", "http://127.0.0.1:9", token_file
+    ).get_raw_value()
+    sandbox_sh(
+        f"install -d -m 700 {layout.SECRETS_DIR} && umask 077 && printf %s {shlex.quote(KILL_TOKEN)} > {token_file}"
+    )
+    sandbox_sh(f"nohup sh -c {shlex.quote(cmd)} >/dev/null 2>&1 &")
+    sandbox_sh(
+        f"for i in $(seq 100); do systemctl is-active -q {unit} && break; sleep 0.1; done; systemctl is-active {unit}"
+    )
+    creds = f"/run/credentials/{unit}.service"
+    # running: root's copy is gone, the unit's credential is there, the service user cannot read it
+    assert sandbox_sh(f"test -e {token_file}", check=False).returncode != 0
+    assert sandbox_sh(f"cat {creds}/hf-token").stdout == KILL_TOKEN
+    user = shlex.quote(profile.service_user)
+    assert sandbox_sh(f"runuser -u {user} -- cat {creds}/hf-token", check=False).returncode != 0
+    pid = sandbox_sh(f"systemctl show -p MainPID --value {unit}").stdout.strip()
+    assert KILL_TOKEN not in sandbox_sh(f"cat /proc/{pid}/environ /proc/{pid}/cmdline | tr '\\0' ' '").stdout
+    sandbox_sh(f"systemctl kill -s {signal} {unit}")
+    sandbox_sh(f"for i in $(seq 100); do systemctl is-active -q {unit} || break; sleep 0.1; done")
+    assert sandbox_sh(f"test -e {creds}/hf-token || test -e {token_file}", check=False).returncode != 0
+    assert sandbox_sh(f"grep -rlaF {shlex.quote(KILL_TOKEN)} /run /etc /var /tmp", check=False).stdout == ""

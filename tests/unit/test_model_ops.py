@@ -1,0 +1,173 @@
+"""The model role's operations and the secret operation, on fake facts (tests/unit/fakehost.py):
+each does nothing when the host's state already holds and says exactly what it would run
+otherwise. What the commands do on a real system: tests/sandbox/test_model_download.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fakehost import F, commands
+from pyinfra.api import OperationError
+from pyinfra.facts.files import Directory, File, Sha256File
+from pyinfra.facts.server import Users
+
+from control import model_lock
+from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive
+from roles.operations import checkpoint, secrets
+
+REPO = Path(__file__).resolve().parents[2]
+KEY = "sk-unit-" + "Wq3" * 8
+COMMIT = "0123456789abcdef" * 2 + "01234567"
+
+
+def secret_facts(dest="/etc/glm-flash/api-key", content=None, mode=600, user="root", dir_mode=750):
+    have = {"user": user, "group": "root", "mode": mode} if content is not None else None
+    return {
+        F(Directory, path="/etc/glm-flash"): {"user": "root", "group": "glm-flash", "mode": dir_mode},
+        F(Directory, path="/etc/glm-flash/secrets"): {"user": "root", "group": "root", "mode": 700},
+        F(File, path=dest): have,
+        F(Sha256File, path=dest): hashlib.sha256(content.encode()).hexdigest() if content is not None else None,
+    }
+
+
+def put(facts, **kw):
+    args = dict(dest="/etc/glm-flash/api-key", secret=secrets.Secret(KEY), stage_dir="/etc/glm-flash/secrets")
+    return commands(secrets.secret_file, facts, **{**args, **kw})
+
+
+def test_secret_file_is_a_noop_when_hash_owner_and_mode_hold():
+    assert put(secret_facts(content=KEY)) == []
+
+
+def test_secret_file_stages_root_only_then_renames_and_never_shows_the_value():
+    for facts in (secret_facts(), secret_facts(content="old"), secret_facts(content=KEY, mode=644)):
+        cmds = put(facts)
+        assert cmds[0] == "install -d -m 700 -o root -g root /etc/glm-flash/secrets"
+        assert cmds[2].startswith("upload /etc/glm-flash/secrets/.api-key.upload")
+        assert cmds[3:] == [
+            "chown root:root /etc/glm-flash/secrets/.api-key.upload",
+            "chmod 600 /etc/glm-flash/secrets/.api-key.upload",
+            "mv -f -T /etc/glm-flash/secrets/.api-key.upload /etc/glm-flash/api-key",
+        ]
+        # the value only in the upload's content, in no command
+        assert [c for c in cmds if KEY in c] == [cmds[2]]
+    assert KEY not in repr(secrets.Secret(KEY)) and KEY not in str(secrets.Secret(KEY))
+
+
+def test_secret_file_refuses_a_directory_others_can_write_and_loose_modes():
+    with pytest.raises(OperationError, match="no one but root may write"):
+        put(secret_facts(dir_mode=775))
+    with pytest.raises(OperationError, match="lets others read"):
+        put(secret_facts(), mode="644")
+    with pytest.raises(OperationError, match="wrapped in Secret"):
+        put(secret_facts(), secret=KEY)
+
+
+def test_downloader_installed_rebuilds_only_when_the_requirements_change():
+    req = (REPO / "files/hf-hub-requirements.txt").read_text()
+    venv = "/opt/glm-flash/tools/hf-hub"
+    marker = F(DownloaderMarker, marker=f"{venv}/.glm-flash-requirements.sha256")
+    done = {Users: {"glm-flash-fetch": {}}, marker: hashlib.sha256(req.encode()).hexdigest()}
+    wheel = REPO / "files/hf-hub-requirements.txt"  # any local file stands for a wheel here
+    args = dict(venv=venv, requirements=req, wheels=[str(wheel)], user="glm-flash-fetch")
+    assert commands(checkpoint.downloader_installed, done, **args) == []
+    cmds = commands(checkpoint.downloader_installed, {Users: {}, marker: "stale"}, **args)
+    assert cmds[0].startswith("useradd --system") and cmds[0].endswith(" glm-flash-fetch")
+    assert f"upload {venv}.wheels/hf-hub-requirements.txt" in "\n".join(cmds)
+    pip = [c for c in cmds if "/bin/pip" in c][0]
+    assert "--require-hashes" in pip and "--no-index" in pip and f"--find-links {venv}.wheels" in pip
+    assert "--no-deps" in pip and "PIP_CONFIG_FILE=/dev/null" in pip
+    assert cmds[-1].startswith("printf") and "mv -f" in cmds[-1]  # the marker after the work
+
+
+def present(facts, **kw):
+    args = dict(
+        repo_id="zai-org/GLM-5.3-Flash",
+        commit=COMMIT,
+        requested="main",
+        path="/srv/models/GLM 5",
+        tool="/opt/glm-flash/bin/glm-flash-model-fetch",
+        hub_python="/opt/glm-flash/tools/hf-hub/bin/python",
+        fetch_user="glm-flash-fetch",
+        secrets_dir="/etc/glm-flash/secrets",
+    )
+    return commands(checkpoint.checkpoint_present, facts, **{**args, **kw})
+
+
+def check_facts(exit_code=0, sealed=True, token_left=None, active="inactive"):
+    return {
+        ModelCheck: {"exit": exit_code, "state": "x", "reason": "", "sealed": sealed},
+        F(File, path="/etc/glm-flash/secrets/hf-token-glm-flash-model-download"): token_left,
+        UnitActive: active,
+    }
+
+
+def test_checkpoint_present_is_a_noop_when_verified_and_sealed():
+    assert present(check_facts()) == []
+
+
+def test_checkpoint_present_seals_and_clears_without_downloading():
+    cmds = present(check_facts(sealed=False, token_left={"mode": 600}))
+    assert cmds == [
+        "rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download",
+        "python3 /opt/glm-flash/bin/glm-flash-model-fetch seal --dest '/srv/models/GLM 5'",
+    ]
+
+
+def test_checkpoint_present_downloads_in_a_unit_with_the_token_as_a_credential():
+    cmds = present(check_facts(exit_code=1, sealed=False), token=secrets.Secret(KEY))
+    unseal = (
+        "python3 /opt/glm-flash/bin/glm-flash-model-fetch unseal --dest '/srv/models/GLM 5' --owner glm-flash-fetch"
+    )
+    assert unseal in cmds
+    run = [c for c in cmds if c.startswith("systemd-run")]
+    assert len(run) == 1 and f"--revision {COMMIT}" in run[0] and "--requested main" in run[0]
+    assert "LoadCredential=hf-token:/etc/glm-flash/secrets/hf-token-glm-flash-model-download" in run[0]
+    assert cmds.index(unseal) < cmds.index(run[0]) < cmds.index(cmds[-1])
+    assert cmds[-1].endswith("seal --dest '/srv/models/GLM 5'")
+    assert [c for c in cmds if KEY in c] == [c for c in cmds if c.startswith("upload ")]
+    # a running download (an earlier run's SSH dropped) is waited for, not started twice
+    cmds = present(check_facts(exit_code=1, sealed=False, active="active"))
+    assert cmds[0].startswith("while systemctl is-active --quiet glm-flash-model-download")
+    with pytest.raises(OperationError, match="not a commit"):
+        present(check_facts(exit_code=1), commit="main")
+
+
+def test_model_lock_resolves_main_through_the_lock_only(tmp_path):
+    lock = tmp_path / "model.json"
+    with pytest.raises(model_lock.ModelLockError, match="make model-lock"):
+        model_lock.commit_for("zai-org/GLM-5.3-Flash", "main", lock)
+    assert model_lock.commit_for("zai-org/GLM-5.3-Flash", COMMIT, lock) == COMMIT
+    model_lock.record("zai-org/GLM-5.3-Flash", "main", COMMIT, lock)
+    assert model_lock.commit_for("zai-org/GLM-5.3-Flash", "main", lock) == COMMIT
+    with pytest.raises(model_lock.ModelLockError, match="not a commit"):
+        model_lock.record("zai-org/GLM-5.3-Flash", "main", "nope", lock)
+
+
+def test_make_model_lock_asks_the_hub_once(tmp_path):
+    sys.path.insert(0, str(REPO / "tests" / "engine"))
+    from fake_hub import FakeHub
+
+    lock = tmp_path / "model.json"
+    with FakeHub("zai-org/GLM-5.3-Flash", {"config.json": b"{}"}, commit=COMMIT) as hub:
+        r = subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "scripts/model_lock.py"),
+                "--model",
+                "zai-org/GLM-5.3-Flash",
+                "--lock",
+                str(lock),
+            ],
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", "HF_ENDPOINT": hub.endpoint},
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert [p for _, p, _ in hub.requests] == ["/api/models/zai-org/GLM-5.3-Flash/revision/main"]
+    assert json.loads(lock.read_text()) == {"zai-org/GLM-5.3-Flash": {"main": COMMIT}}
