@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pyinfra.operations import files
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-FILES = Path(__file__).resolve().parent.parent / "files"
+from control.layout import FILES, TEMPLATES
 
 
 def template(src: str, dest: str, name: str = "", mode: str = "644", user: str = "root", group: str = "root", **data):
