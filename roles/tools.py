@@ -13,6 +13,7 @@ TOOLS = [
     "glm-flash-ready",
     "glm-flash-nvidia-repo",
     "glm-flash",
+    "glm-flash-job",
 ]
 
 
