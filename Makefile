@@ -66,6 +66,11 @@ bench-lock: venv  ## regenerate locks/bench.txt from locks/bench.in (uv pinned i
 	$$($(BIN)/python -c 'from control.engine_lock import tools_bin; print(tools_bin())')/uv pip compile \
 	  --generate-hashes --no-config --python-version 3.11 --no-header --quiet locks/bench.in -o locks/bench.txt
 
+# A converged re-run of deploy.py against a deployed host next to a one-fact pyinfra run (target <= 3x).
+.PHONY: bench-deploy
+bench-deploy: venv  ## make bench-deploy [INVENTORY=inventory/sandbox.py] [RUNS=3]
+	$(BIN)/python benchmark/deploy_bench.py --inventory '$(INVENTORY)' $(if $(RUNS),--runs '$(RUNS)')
+
 .PHONY: engine-locks
 engine-locks: venv  ## regenerate locks/engine/*.txt (uv pinned in locks/tools.txt; needs PyPI)
 	$(BIN)/python scripts/engine_locks.py

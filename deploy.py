@@ -15,15 +15,18 @@ from roles import (
     hardware,
     headless,
     model,
+    preflight,
     python,
     service,
     status,
+    summary,
     toolkit,
     tools,
     users,
 )
 
 p = profile.for_current_host()
+preflight.apply(p)  # disk, cores, CPU features, memory: refuses this host before any change
 hardware.apply(p)  # the GPUs are the ones the profile was written for
 
 base.apply(p)  # apt sources, base packages
@@ -39,3 +42,4 @@ model.apply(p)  # the checkpoint, before the engine patches its config.json
 engine = engine_kt.apply(p, python.apply(p)) or engine_vllm.apply(p)  # built beside, patched, switched
 service.apply(p, engine_switch=engine.switch_op if engine else None)
 status.apply(p)  # the profile values `glm-flash status` compares the host with
+summary.apply(p)  # per host at the end: endpoint, serving, engine, model, driver, skipped (stderr)

@@ -39,7 +39,7 @@ def job_command(
     """`glm-flash-job run NAME [options] -- COMMAND...`, every value quoted for the shell."""
     if not NAME_RE.fullmatch(name):
         raise OperationError(f"job name {name!r}: lower-case letters, digits and '-' only")
-    if not command or not all(isinstance(a, str) and a for a in command):
+    if not isinstance(command, list) or not command or not all(isinstance(a, str) and a for a in command):
         raise OperationError(f"job {name}: the command must be a non-empty list of non-empty strings, got {command!r}")
     bad = [k for k in (setenv or {}) if not ENV_NAME_RE.fullmatch(k)]
     if bad:
@@ -56,7 +56,7 @@ def job_command(
 
 @operation(is_idempotent=False)
 def job(
-    name: str,
+    job_name: str,
     command: list[str],
     profile,
     user: str = "",
@@ -68,7 +68,7 @@ def job(
 ):
     """Run `command` (argv list, no shell) as the transient unit glm-flash-job-<name> and wait for it.
 
-    + name: the unit's name part (a-z, 0-9, '-'); one job of a name runs at a time
+    + job_name: the unit's name part (a-z, 0-9, '-'); one job of a name runs at a time
     + command: the argv to run; a shell pipeline is ["sh", "-c", "..."] with quoted values
     + profile: the host's profile (where the host tools are)
     + user: run as this user (systemd-run --uid); empty: root
@@ -78,6 +78,7 @@ def job(
     + every: seconds between those progress lines
     + workdir: the job's working directory
     """
+    name = job_name
     cmd = job_command(tool(profile, JOB_TOOL), name, command, user, env_file, setenv, watch, every, workdir)
 
     def follow(state, host) -> bool:
