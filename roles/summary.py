@@ -1,6 +1,6 @@
 """The end of every deploy: per host, what serves where, from what, and what was left undone.
 
-The last operation of deploy.py reads the host at run time (`glm-flash status --json`, the
+The last operation of deploy.py reads the host at run time (`glm-flash status --json --quick`, the
 reboot check of roles/driver.py); when pyinfra exits, the summary of every host, refused and
 failed ones included, goes to stderr (stdout stays pyinfra's: valid JSON with --json) and, when
 GLM_FLASH_SUMMARY_JSON names a file, as JSON into it for scripts.
@@ -16,6 +16,7 @@ import sys
 
 from pyinfra import host
 from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+from pyinfra.api.state import State
 from pyinfra.context import state as state_proxy
 
 from control import layout
@@ -30,10 +31,13 @@ _STATE: list = []  # pyinfra's State of this run, kept for the exit hook
 
 
 class HostStatus(FactBase):
-    """`glm-flash status --json` (its items), or {} before the tool is installed."""
+    """`glm-flash status --json --quick` (its items; the engine environment's files are not hashed),
+    or {} before the tool is installed."""
 
     def command(self, tool: str):
-        return StringCommand("if [ -x", QuoteString(tool), "]; then", QuoteString(tool), "status --json; fi; true")
+        return StringCommand(
+            "if [ -x", QuoteString(tool), "]; then", QuoteString(tool), "status --json --quick; fi; true"
+        )
 
     @staticmethod
     def default():
@@ -61,7 +65,7 @@ def host_summary(planned: dict, status: dict, reboot: list[str]) -> dict:
 
     engine = items.get("engine", {}).get("detail", "")
     env = re.search(r"current (\S+?)[,;]", engine + ";")
-    commit = re.search(r"commit (\S+)", items.get("model", {}).get("detail", ""))
+    commit = re.search(r"commit (\S.*)$", items.get("model", {}).get("detail", ""))
     return {
         **planned,
         "serving": items.get("readiness", {}).get("state") == "ok",
@@ -140,11 +144,12 @@ def _print_at_exit() -> None:
 
 
 def apply(profile: Profile) -> None:
-    if not _STATE:
-        _STATE.append(state_proxy._get_module())
+    run = state_proxy._get_module()
+    if isinstance(run, State) and not _STATE:  # a pyinfra run (not a plan test): print when it ends
+        _STATE.append(run)
         atexit.register(_print_at_exit)
     PLANNED[host.name] = {
-        "endpoint": endpoint(profile, host.data.get("ssh_hostname") or host.name),
+        "endpoint": endpoint(profile, host.data.dict().get("ssh_hostname") or host.name),
         "engine_set": profile.engine_set if profile.platform == "l40s" else f"vllm-moet {profile.vllm_ref[:12]}",
         "driver_branch": profile.driver_branch if profile.driver_source == "nvidia-repo" else profile.driver_source,
         "cuda_version": profile.cuda_version,

@@ -85,11 +85,8 @@ def job(
         # print_output streams each line to stderr as it arrives: the person sees the hours pass.
         ok, output = host.run_shell_command(cmd, print_output=True, print_input=False)
         if not ok:
-            last = [line.line for line in output if line.buffer_name == "stderr"][-3:]
-            logger.error(
-                f"[{host.name}] job {name} did not succeed: {' '.join(last) or 'no output'}. "
-                f"Its log on the host: journalctl -u {unit(name)}"
-            )
+            last = [line.line for line in output if line.buffer_name == "stderr"][-1:]
+            logger.error(f"[{host.name}] job {name} did not succeed: {last[0] if last else 'no output'}")
         return ok
 
     yield FunctionCommand(follow, (), {})

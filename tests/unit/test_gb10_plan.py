@@ -25,10 +25,12 @@ from pyinfra.facts.server import Arch
 
 from control.profile import build
 from roles import engine_vllm
+from roles.facts.capacity import BoxCapacity
 from roles.facts.driver import Kernels, NvidiaLoadedModule, NvidiaModuleOnDisk, NvidiaPciDevices, RebootRequired
 from roles.facts.engine import EngineEnvs, EngineState
 from roles.facts.gb10 import MemTotalKiB, OsRelease
 from roles.facts.system import CudaToolkits, DefaultTarget, GpuProcesses, Gpus, NumaNodes, UnitFiles
+from roles.summary import HostStatus
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -59,6 +61,12 @@ def gb10_facts(over=None):
         DefaultTarget: "graphical.target",
         UnitFiles: {"gdm3.service": "enabled", "ssh.service": "enabled"},
         EngineEnvs: EngineState(),
+        # Preflight: what the GX10 reports (20 cores, its meminfo, a 1 TB disk with room).
+        BoxCapacity: BoxCapacity.parse(
+            ["cpus 20", "cores 0", "Features\t: fp asimd sve2", *lines("gb10-meminfo.txt")[:1]]
+            + ["df 0 800000000000 /", "df 1 800000000000 /", "envs 0"]
+        ),
+        HostStatus: {},
     }
     facts.update(over or {})
     return facts
