@@ -68,8 +68,8 @@ bench-lock: venv  ## regenerate locks/bench.txt from locks/bench.in (uv pinned i
 
 # A converged re-run of deploy.py against a deployed host next to a one-fact pyinfra run (target <= 3x).
 .PHONY: bench-deploy
-bench-deploy: venv  ## make bench-deploy [INVENTORY=inventory/sandbox.py] [RUNS=3]
-	$(BIN)/python benchmark/deploy_bench.py --inventory '$(INVENTORY)' $(if $(RUNS),--runs '$(RUNS)')
+bench-deploy: venv  ## make bench-deploy [INVENTORY=inventory/sandbox.py] [RUNS=3] [PROFILE=1]
+	$(BIN)/python benchmark/deploy_bench.py --inventory '$(INVENTORY)' $(if $(RUNS),--runs '$(RUNS)') $(if $(PROFILE),--profile)
 
 .PHONY: engine-locks
 engine-locks: venv  ## regenerate locks/engine/*.txt (uv pinned in locks/tools.txt; needs PyPI)
