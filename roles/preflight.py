@@ -56,7 +56,7 @@ def disk_needs(profile: Profile, c: Capacity, paths: tuple) -> list[str]:
     return [
         f"disk: {gib(free)} free on {mount}, {gib(need)} needed there ({'; '.join(whats)}; for "
         f"{', '.join(sorted(where))}). Fix: free space on {mount}, or move model_path/install_root "
-        "to a larger filesystem"
+        "to a larger filesystem (sizes: the preflight_*_gib knobs)"
         for mount, (free, need, whats, where) in sorted(by_mount.items())
         if free < need
     ]
@@ -73,8 +73,8 @@ def shortfalls(profile: Profile, c: Capacity, paths: tuple) -> list[str]:
     if missing:
         found.append(
             f"CPU: the FP8 CPU experts need {', '.join(profile.preflight_cpu_flags)}; this CPU lacks "
-            f"{', '.join(missing)} (/proc/cpuinfo). Fix: a CPU with AVX-512 BF16 (Zen 4 or newer, Sapphire "
-            "Rapids or newer)"
+            f"{', '.join(missing)} (/proc/cpuinfo). Fix: a CPU that has them (the field box: EPYC 9845), "
+            "or preflight_cpu_flags: [] to run kt-kernel's slower variant knowingly"
         )
     if c.mem_total < profile.preflight_memory_gib * GIB:
         found.append(
