@@ -89,6 +89,11 @@ model-downloader-lock: venv  ## regenerate files/hf-hub-requirements.txt (hashes
 	  cat files/hf-hub-requirements.txt.new; } > files/hf-hub-requirements.txt
 	rm -f files/hf-hub-requirements.txt.new
 
+# A converged re-run of deploy.py against a deployed host next to a one-fact pyinfra run (target <= 3x).
+.PHONY: bench-deploy
+bench-deploy: venv  ## make bench-deploy [INVENTORY=inventory/sandbox.py] [RUNS=3] [PROFILE=1]
+	$(BIN)/python benchmark/deploy_bench.py --inventory '$(INVENTORY)' $(if $(RUNS),--runs '$(RUNS)') $(if $(PROFILE),--profile)
+
 .PHONY: engine-locks
 engine-locks: venv  ## regenerate locks/engine/*.txt (uv pinned in locks/tools.txt; needs PyPI)
 	$(BIN)/python scripts/engine_locks.py

@@ -14,8 +14,10 @@ from roles import (
     hardware,
     headless,
     model,
+    preflight,
     service,
     status,
+    summary,
     toolkit,
     tools,
     users,
@@ -24,6 +26,7 @@ from roles.operations import refusal
 
 p = profile.for_current_host()  # inventory mistakes end the whole run, before anything is changed
 with refusal.host_refusals():  # a refusal decided from this host's facts fails this host only
+    preflight.apply(p)  # disk, cores, CPU features, memory: refuses this host before any change
     hardware.apply(p)  # the GPUs are the ones the profile was written for
 
     base.apply(p)  # apt sources, base packages
@@ -37,3 +40,4 @@ with refusal.host_refusals():  # a refusal decided from this host's facts fails 
     engine = engines.for_profile(p).apply(p)  # the platform's engine: built beside, patched, checked, switched
     service.apply(p, engine)  # runs exactly the launch spec the engine's parser accepted
     status.apply(p)  # the profile values `glm-flash status` compares the host with
+summary.apply(p)  # per host at the end: endpoint, serving, engine, model, driver, skipped (stderr)

@@ -343,6 +343,33 @@ KNOBS: dict[str, Knob] = {
     "drop_page_cache": K(
         False, "flush the page cache before the engine loads: on unified memory it competes with the model", bool
     ),
+    # --- preflight (roles/preflight.py): what the box must have before anything long starts ---
+    "preflight_model_gib": K(
+        306.0,
+        "the FP8 checkpoint on the hub; needed free where model_path is, less what is already there",
+        float,
+        low=0,
+    ),
+    "preflight_engine_env_gib": K(
+        11.0,
+        "one built engine environment (torch and the CUDA wheels); an upgrade keeps two side by side",
+        float,
+        low=0,
+    ),
+    "preflight_wheelhouse_gib": K(
+        6.0, "the host's wheelhouse: 4.8 GiB of wheels per L40S engine set, two sets share most", float, low=0
+    ),
+    "preflight_memory_gib": K(
+        320.0,
+        "the FP8 CPU experts of the 306 GiB checkpoint stay in RAM, plus the OS (the field box: 768 GB)",
+        float,
+        low=0,
+    ),
+    "preflight_cpu_flags": K(
+        ["avx512f", "avx512bw", "avx512_vnni", "avx512_vbmi", "avx512_bf16"],
+        "kt-kernel's avx512_bf16 CPU-expert variant, the field box's (docs/sources.md §2); empty: not checked",
+        list,
+    ),
 }
 
 # What the GB10 box changes relative to the L40S defaults.
@@ -360,6 +387,10 @@ PLATFORMS: dict[str, dict[str, Any]] = {
         "python_version": "3.12",
         # DGX OS's own python3.12 builds the fork's environment; the page cache shares the 121.6 GiB.
         "drop_page_cache": True,
+        # Preflight: vLLM needs no AVX-512; model 99.6 GiB + KV 7.5 GiB share the unified memory.
+        "preflight_cpu_flags": [],
+        "preflight_memory_gib": 107.0,
+        "preflight_wheelhouse_gib": 0.0,
         # The fork serves its 2-bit-expert checkpoint (its tools make it from the FP8 one); stage it there.
         "model_path": "/srv/models/GLM-5.3-Flash-Moet",
         "model_download": False,

@@ -54,6 +54,11 @@ hosts = hosts(
             "model_revision": hub["commit"],
             "hf_endpoint": f"http://127.0.0.1:{hub['port']}",
             "allow_reboot": False,
+            # Preflight against this machine (2 cores, memory shared with the control machine): no
+            # engine loads here and the stand-in checkpoint is small; disk is checked as on a real box.
+            "kt_cpuinfer": 2,
+            "preflight_memory_gib": 2,
+            "preflight_model_gib": 1,
             # The engine's CPython 3.11 comes from the control machine (pyenv on these machines).
             "python_source": os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7"),
         },

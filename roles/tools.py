@@ -15,6 +15,7 @@ TOOLS = [
     "glm-flash",
     "glm-flash-engine",  # engine environments: build, switch, rollback, status (roles/engine.py)
     "glm-flash-check-flags",  # launch flags against the engine's own parser (roles/flag_check.py)
+    "glm-flash-job",  # hours-long steps as transient units that survive a dropped SSH (roles/operations/job.py)
 ]
 
 

@@ -22,15 +22,17 @@ from pyinfra.api.state import StateHostMeta
 
 from control.problems import Problem
 from control.profile import HOST_ONLY, HostRefused
+from control.report import REFUSED
 
 
 def _fail_this_host(state, host, reasons: str) -> bool:  # pyinfra passes state and host by name
     for line in reasons.splitlines():
         host.log_styled(f"refused: {line}", fg="red", log_func=logger.error)
+    REFUSED[host.name].extend(reasons.splitlines())  # for the end-of-deploy summary
     return False
 
 
-def _refusal(reasons: str) -> FunctionCommand:
+def refusal(reasons: str) -> FunctionCommand:
     """The command that fails this host with `reasons`; seen while pyinfra detects changes
     (a run without -y, or --dry), the reasons are said then too."""
     if not state.is_executing:
@@ -41,7 +43,7 @@ def _refusal(reasons: str) -> FunctionCommand:
 
 def refusal_command(problems: list[Problem]) -> FunctionCommand:
     """For operations that decide from facts at run time: fail this host with these problems."""
-    return _refusal("\n".join(str(p) for p in problems))
+    return refusal("\n".join(str(p) for p in problems))
 
 
 def refusing(func):
@@ -56,7 +58,7 @@ def refusing(func):
         except OperationError as e:
             if type(e) is not OperationError:  # OperationValueError/TypeError: a bug in our call
                 raise
-            yield _refusal(str(e))
+            yield refusal(str(e))
 
     return checked
 

@@ -43,7 +43,9 @@ def test_no_desktop_process_holds_gpu_memory(host):
     assert not [k for k in kinds if "G" in k], f"graphics processes on the GPU:\n{out}"
 
 
-@pytest.mark.parametrize("tool", ["glm-flash-patch", "glm-flash-launch", "glm-flash-preflight", "glm-flash-ready"])
+@pytest.mark.parametrize(
+    "tool", ["glm-flash-patch", "glm-flash-launch", "glm-flash-preflight", "glm-flash-ready", "glm-flash-job"]
+)
 def test_host_tools_installed(host, profile, tool):
     f = host.file(f"{profile.install_root}/bin/{tool}")
     assert f.exists and f.user == "root" and f.mode == 0o755

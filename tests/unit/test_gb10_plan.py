@@ -27,11 +27,13 @@ from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from control.profile import build
 from roles import driver, engine_vllm
+from roles.facts.capacity import BoxCapacity
 from roles.facts.driver import Kernels, NvidiaLoadedModule, NvidiaModuleOnDisk, NvidiaPciDevices, RebootRequired
 from roles.facts.engine import EngineEnvs, EngineState
 from roles.facts.gb10 import MemTotalKiB, OsRelease
 from roles.facts.service import ServiceStart, ServiceStartState, SystemdVersion
 from roles.facts.system import CudaToolkits, DefaultTarget, GpuProcesses, Gpus, NumaNodes, UnitFiles
+from roles.summary import HostStatus
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -66,6 +68,12 @@ def gb10_facts(over=None):
         EngineEnvs: EngineState(),
         SystemdVersion: 255,  # Ubuntu 24.04's (DGX OS 7)
         ServiceStartState: ServiceStart(),  # never started
+        # Preflight: what the GX10 reports (20 cores, its meminfo, a 1 TB disk with room).
+        BoxCapacity: BoxCapacity.parse(
+            ["cpus 20", "cores 0", "Features\t: fp asimd sve2", *lines("gb10-meminfo.txt")[:1]]
+            + ["df 0 800000000000 /", "df 1 800000000000 /", "envs 0"]
+        ),
+        HostStatus: {},
     }
     facts.update(over or {})
     return facts

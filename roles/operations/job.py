@@ -1,0 +1,92 @@
+"""Run an hours-long step on the host through files/glm-flash-job: a transient systemd unit.
+
+The step survives a dropped SSH connection (it runs under systemd, logging to the journal:
+`journalctl -u glm-flash-job-<name>`); a re-run while it still runs attaches to it instead of
+starting a second. Its journal lines and progress are streamed to the deploy's stderr as they
+come (stdout stays pyinfra's, valid JSON with --json). The caller decides from facts whether
+the step is needed, as with any command; this operation only runs it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pyinfra import logger
+from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand, operation
+
+from control.layout import tool
+
+JOB_TOOL = "glm-flash-job"
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def unit(name: str) -> str:
+    return f"glm-flash-job-{name}.service"
+
+
+def job_command(
+    tool_path: str,
+    name: str,
+    command: list[str],
+    user: str = "",
+    env_file: str = "",
+    setenv: dict[str, str] | None = None,
+    watch: str = "",
+    every: int = 30,
+    workdir: str = "",
+) -> StringCommand:
+    """`glm-flash-job run NAME [options] -- COMMAND...`, every value quoted for the shell."""
+    if not NAME_RE.fullmatch(name):
+        raise OperationError(f"job name {name!r}: lower-case letters, digits and '-' only")
+    if not isinstance(command, list) or not command or not all(isinstance(a, str) and a for a in command):
+        raise OperationError(f"job {name}: the command must be a non-empty list of non-empty strings, got {command!r}")
+    bad = [k for k in (setenv or {}) if not ENV_NAME_RE.fullmatch(k)]
+    if bad:
+        raise OperationError(f"job {name}: {bad[0]!r} is not an environment variable name")
+    argv = [tool_path, "run", name, "--every", str(int(every))]
+    for flag, value in (("--user", user), ("--env-file", env_file), ("--watch", watch), ("--workdir", workdir)):
+        if value:
+            argv += [flag, value]
+    for key, value in sorted((setenv or {}).items()):
+        argv += ["--setenv", f"{key}={value}"]
+    argv += ["--", *command]
+    return StringCommand(*(QuoteString(a) for a in argv))
+
+
+@operation(is_idempotent=False)
+def job(
+    job_name: str,
+    command: list[str],
+    profile,
+    user: str = "",
+    env_file: str = "",
+    setenv: dict[str, str] | None = None,
+    watch: str = "",
+    every: int = 30,
+    workdir: str = "",
+):
+    """Run `command` (argv list, no shell) as the transient unit glm-flash-job-<name> and wait for it.
+
+    + job_name: the unit's name part (a-z, 0-9, '-'); one job of a name runs at a time
+    + command: the argv to run; a shell pipeline is ["sh", "-c", "..."] with quoted values
+    + profile: the host's profile (where the host tools are)
+    + user: run as this user (systemd-run --uid); empty: root
+    + env_file: an EnvironmentFile systemd reads (secrets go here, never in command or setenv)
+    + setenv: non-secret environment variables
+    + watch: a directory whose size and file count are reported while the job runs
+    + every: seconds between those progress lines
+    + workdir: the job's working directory
+    """
+    name = job_name
+    cmd = job_command(tool(profile, JOB_TOOL), name, command, user, env_file, setenv, watch, every, workdir)
+
+    def follow(state, host) -> bool:
+        # print_output streams each line to stderr as it arrives: the person sees the hours pass.
+        ok, output = host.run_shell_command(cmd, print_output=True, print_input=False)
+        if not ok:
+            last = [line.line for line in output if line.buffer_name == "stderr"][-1:]
+            logger.error(f"[{host.name}] job {name} did not succeed: {last[0] if last else 'no output'}")
+        return ok
+
+    yield FunctionCommand(follow, (), {})

@@ -1,0 +1,159 @@
+"""The end of every deploy: per host, what serves where, from what, and what was left undone.
+
+The last operation of deploy.py reads the host at run time (`glm-flash status --json --quick`, the
+reboot check of roles/driver.py); when pyinfra exits, the summary of every host, refused and
+failed ones included, goes to stderr (stdout stays pyinfra's: valid JSON with --json) and, when
+GLM_FLASH_SUMMARY_JSON names a file, as JSON into it for scripts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import sys
+
+from pyinfra import host
+from pyinfra.api import FactBase, QuoteString, StringCommand, operation
+from pyinfra.api.state import State
+from pyinfra.context import state as state_proxy
+
+from control import layout
+from control.profile import Profile
+from control.report import REFUSED, SKIPPED
+from roles import driver
+
+SUMMARY_ENV = "GLM_FLASH_SUMMARY_JSON"
+GATHERED: dict[str, dict] = {}  # host name -> what the last operation read
+PLANNED: dict[str, dict] = {}  # host name -> the profile values the summary names
+_STATE: list = []  # pyinfra's State of this run, kept for the exit hook
+
+
+class HostStatus(FactBase):
+    """`glm-flash status --json --quick` (its items; the engine environment's files are not hashed),
+    or {} before the tool is installed."""
+
+    def command(self, tool: str):
+        return StringCommand(
+            "if [ -x", QuoteString(tool), "]; then", QuoteString(tool), "status --json --quick; fi; true"
+        )
+
+    @staticmethod
+    def default():
+        return {}
+
+    def process(self, output):
+        try:
+            return json.loads("\n".join(output))
+        except ValueError:
+            return {}
+
+
+def endpoint(profile: Profile, address: str) -> str:
+    where = address if profile.listen_host in ("0.0.0.0", "::", "") else profile.listen_host
+    return f"http://{where}:{profile.port}/v1"
+
+
+def host_summary(planned: dict, status: dict, reboot: list[str]) -> dict:
+    """One host's summary from its profile values and what `glm-flash status --json` said."""
+    items = {it["item"]: it for it in status.get("items", [])}
+
+    def detail(name: str) -> str:
+        it = items.get(name)
+        return f"{it['state']}: {it['detail']}" if it else "not reported"
+
+    engine = items.get("engine", {}).get("detail", "")
+    env = re.search(r"current (\S+?)[,;]", engine + ";")
+    commit = re.search(r"commit (\S.*)$", items.get("model", {}).get("detail", ""))
+    return {
+        **planned,
+        "serving": items.get("readiness", {}).get("state") == "ok",
+        "service": detail("service"),
+        "readiness": detail("readiness"),
+        "environment": env.group(1) if env else None,
+        "engine": detail("engine"),
+        "model_commit": commit.group(1) if commit else None,
+        "model": detail("model"),
+        "driver": detail("driver"),
+        "toolkit": detail("cuda toolkit"),
+        "reboot_pending": reboot,
+        "problems": [f"{it['item']}: {it['detail']}" for it in items.values() if it["state"] == "problem"],
+    }
+
+
+@operation(is_idempotent=True)
+def gathered(profile: Profile):
+    """Read what the host serves now, for the summary printed when the run ends."""
+    status = host.get_fact(HostStatus, tool=layout.tool(profile, "glm-flash"))
+    reboot = driver.reboot_reasons() if profile.driver_source != "preinstalled" else []
+    GATHERED[host.name] = host_summary(PLANNED[host.name], status, reboot)
+    host.noop("summary gathered (printed at the end)")
+    yield from ()
+
+
+def summaries() -> dict[str, dict]:
+    """Every host of the run: its summary, or why it has none."""
+    run = _STATE[0] if _STATE else None
+    names = [h.name for h in run.inventory] if run else list(PLANNED)
+    failed = {h.name for h in run.failed_hosts} if run else set()
+    out = {}
+    for name in names:
+        s = dict(GATHERED.get(name) or PLANNED.get(name, {}))
+        s["skipped"] = [{"step": step, "reason": why} for step, why in SKIPPED.get(name, [])]
+        s["refused"] = REFUSED.get(name, [])
+        if name in failed:
+            s["result"] = "refused" if s["refused"] else "failed (see the errors above)"
+        elif name in GATHERED:
+            s["result"] = "deployed"
+        else:
+            s["result"] = "not run to the end (dry run, or stopped before the last operation)"
+        out[name] = s
+    return out
+
+
+def render(all_hosts: dict[str, dict]) -> str:
+    lines = ["", "--> Summary"]
+    for name, s in all_hosts.items():
+        lines.append(f"    [{name}] {s['result']}")
+        for reason in s["refused"]:
+            lines.append(f"        refused: {reason}")
+        for key in ("endpoint", "serving", "service", "readiness", "engine_set", "environment", "engine"):
+            if key in s:
+                lines.append(f"        {key}: {s[key]}")
+        for key in ("model_commit", "model", "driver_branch", "driver", "toolkit", "reboot_pending"):
+            if key in s:
+                lines.append(f"        {key}: {s[key] if s[key] not in ([], None) else 'none'}")
+        for p in s.get("problems", []):
+            lines.append(f"        problem: {p}")
+        for sk in s["skipped"]:
+            lines.append(f"        skipped: {sk['step']}: {sk['reason']}")
+    return "\n".join(lines)
+
+
+def _print_at_exit() -> None:
+    if not PLANNED:
+        return
+    all_hosts = summaries()
+    print(render(all_hosts), file=sys.stderr, flush=True)
+    path = os.environ.get(SUMMARY_ENV)
+    if path:
+        with open(path, "w") as f:
+            json.dump({"hosts": all_hosts}, f, indent=1, sort_keys=True)
+            f.write("\n")
+
+
+def apply(profile: Profile) -> None:
+    run = state_proxy._get_module()
+    if isinstance(run, State) and not _STATE:  # a pyinfra run (not a plan test): print when it ends
+        _STATE.append(run)
+        atexit.register(_print_at_exit)
+    PLANNED[host.name] = {
+        "endpoint": endpoint(profile, host.data.dict().get("ssh_hostname") or host.name),
+        "engine_set": profile.engine_set if profile.platform == "l40s" else f"vllm-moet {profile.vllm_ref[:12]}",
+        "driver_branch": profile.driver_branch if profile.driver_source == "nvidia-repo" else profile.driver_source,
+        "cuda_version": profile.cuda_version,
+        "model_id": profile.model_id,
+        "model_revision": profile.model_revision,
+    }
+    gathered(name="Summary: what this host serves now", profile=profile)

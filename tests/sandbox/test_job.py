@@ -1,0 +1,108 @@
+"""glm-flash-job on the deployed sandbox: real systemd-run units, a real SSH connection killed.
+
+Nothing simulated: the jobs are small shell loops, run under the sandbox's systemd exactly as
+the model download or an engine build would be.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import REPO, SANDBOX_INVENTORY, pyinfra, sandbox_sh
+
+pytestmark = pytest.mark.sandbox
+sh = sandbox_sh
+RUNS = "/tmp/glm-flash-job-test"
+
+
+def own_connection(command: str) -> subprocess.Popen:
+    """An SSH connection of its own (no multiplexing): killing this client drops that connection."""
+    return subprocess.Popen(
+        ["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "-o", "ControlMaster=no", "-o", "ControlPath=none", "sandbox"]
+        + [command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(command: str, timeout: float = 30) -> None:
+    end = time.monotonic() + timeout
+    while sh(command, check=False).returncode != 0:
+        assert time.monotonic() < end, f"timed out waiting for: {command}"
+        time.sleep(0.5)
+
+
+def job(name: str, script: str) -> str:
+    return f"glm-flash-job run {name} -- sh -c '{script}'"
+
+
+@pytest.fixture
+def clean():
+    names = ("test-survive", "test-other", "test-op")
+    units = " ".join(f"glm-flash-job-{n}.service" for n in names)
+    sh(f"systemctl stop {units}; systemctl reset-failed {units}; rm -rf {RUNS}; mkdir {RUNS}; true")
+    yield
+    sh(f"systemctl stop {units}; systemctl reset-failed {units}; rm -rf {RUNS}; true")
+
+
+def test_job_survives_a_dropped_connection_and_a_second_run_attaches(sandbox, clean):
+    cmd = job(
+        "test-survive", f"echo started >> {RUNS}/runs; for i in 1 2 3 4 5 6 7 8; do echo tick $i; sleep 1; done; exit 7"
+    )
+    first = own_connection(cmd)
+    wait_for(f"test -s {RUNS}/runs")
+    first.kill()  # the connection drops as with a network failure; sshd hangs up the session
+    first.wait()
+    # The follower went with the session; the unit did not.
+    wait_for("! pgrep -f 'glm-flash-job run test-surviv[e]'")
+    assert sh("systemctl is-active glm-flash-job-test-survive.service", check=False).stdout.strip() == "active"
+
+    second = sh(cmd, check=False)
+    assert second.returncode == 7, second.stderr
+    assert "glm-flash-job-test-survive.service is already running: attaching" in second.stderr
+    assert "tick 8" in second.stdout.splitlines()
+    assert "failed with exit status 7" in second.stderr
+    assert sh(f"cat {RUNS}/runs").stdout == "started\n"  # started once, not twice
+    status = json.loads(sh("glm-flash-job status test-survive --json").stdout)
+    assert (status["state"], status["exit_status"]) == ("ended", 7)
+    invocation = "$(systemctl show -p InvocationID --value glm-flash-job-test-survive.service)"
+    log = sh(f"journalctl _SYSTEMD_INVOCATION_ID={invocation} -o cat --no-pager").stdout.splitlines()
+    assert [line for line in log if line.startswith("tick")] == [f"tick {i}" for i in range(1, 9)]
+
+
+def test_success_progress_and_a_different_command_under_the_same_name(sandbox, clean):
+    cmd = (
+        f"glm-flash-job run test-other --watch {RUNS}/data --every 1 -- sh -c "
+        f"'mkdir -p {RUNS}/data; for i in 1 2 3 4; do head -c 1048576 /dev/zero > {RUNS}/data/f$i; sleep 1; done'"
+    )
+    running = own_connection(cmd)
+    wait_for("systemctl is-active glm-flash-job-test-other.service")
+    other = sh(job("test-other", "exit 0"), check=False)
+    assert other.returncode == 2
+    assert "glm-flash-job-test-other.service is running a different command" in other.stderr
+    out, err = running.communicate(timeout=60)
+    assert running.returncode == 0, err
+    assert "[test-other] 4.0 MiB in 4 files under /tmp/glm-flash-job-test/data" in out
+    assert "glm-flash-job-test-other.service finished" in err
+    status = json.loads(sh("glm-flash-job status test-other --json").stdout)
+    assert (status["state"], status["exit_status"]) == ("ended", 0)
+    # A new run of a finished job starts it again.
+    again = sh(job("test-other", "echo again"), check=False)
+    assert again.returncode == 0 and again.stdout == "again\n", again.stderr
+
+
+def test_the_operation_streams_the_job_and_fails_only_on_its_exit_status(sandbox, clean):
+    r = pyinfra(SANDBOX_INVENTORY, "tests/sandbox/job_deploy.py", timeout=300)
+    assert r.returncode != 0
+    assert "[sandbox] op-line-one" in r.stderr and "[sandbox] op-line-two" in r.stderr
+    assert "op-line" not in r.stdout  # streamed to stderr: stdout stays pyinfra's (JSON with --json)
+    assert (
+        "job test-op did not succeed: glm-flash-job: glm-flash-job-test-op.service failed with exit status 3. "
+        "Log: journalctl -u glm-flash-job-test-op.service"
+    ) in r.stderr
+    assert sh(f"cat {RUNS}/op").stdout == "ran\n"
