@@ -369,6 +369,8 @@ KNOBS: dict[str, Knob] = {
         ["avx512f", "avx512bw", "avx512_vnni", "avx512_vbmi", "avx512_bf16"],
         "kt-kernel's avx512_bf16 CPU-expert variant, the field box's (docs/sources.md §2); empty: not checked",
         list,
+        pattern=r"[a-z0-9_]+",
+        shape="a CPU flag as /proc/cpuinfo names it (lowercase letters, digits, _)",
     ),
 }
 
