@@ -59,6 +59,7 @@ def service_home(profile) -> str:
 # (tests/unit/test_root_state_paths.py keeps them equal).
 ROOT_STATE = "/var/lib/glm-flash-deploy"
 PATCH_STATE = f"{ROOT_STATE}/patches"  # glm-flash-patch: manifests/, originals/
+FLAG_CHECKS = f"{ROOT_STATE}/flag-checks"  # glm-flash-check-flags: launch specs the engine's parser accepted
 INITRAMFS_MARKER = f"{ROOT_STATE}/initramfs-nouveau.sha256"  # blacklist the initramfs was built with
 # Before: root's state sat in the service user's home, which it can write. Never read again:
 # glm-flash-patch re-derives what it needs from the patched files themselves (its docstring).

@@ -32,7 +32,7 @@ def tool_path(profile: Profile) -> str:
 class LaunchFlagCheck(ToolResult):
     """{"exit": int|None, "lines": [...]}; exit None when the engine python or the tool is missing."""
 
-    def command(self, python: str, tool: str, spec_json: str):
+    def command(self, python: str, tool: str, spec_json: str, record_dir: str = layout.FLAG_CHECKS):
         return StringCommand(
             "if [ -x",
             QuoteString(python),
@@ -43,6 +43,8 @@ class LaunchFlagCheck(ToolResult):
             QuoteString(tool),
             "--args-json",
             QuoteString(spec_json),
+            "--record-dir",
+            QuoteString(record_dir),
             "2>&1; echo \"exit=$?\"; else echo missing; fi",
         )
 
