@@ -1,0 +1,66 @@
+"""Kill a sandbox deploy at a named operation, as a dropped laptop lid or a Ctrl-C would.
+
+pyinfra prints `--> Starting operation: <name>` before it runs an operation on the hosts.
+`deploy_killed_at` watches for the first such line whose name contains `op`, waits `delay`
+seconds (0: the operation has just begun; more: it is midway) and SIGKILLs pyinfra's whole
+process group. The SSH connection dies with it, so the host sees what it sees when the
+control machine vanishes: sshd hangs up on whatever the operation was running.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from tests.conftest import REPO, SANDBOX_INVENTORY
+
+# ANSI colours around the words; the name follows "operation:".
+START = re.compile(r"Starting.*?operation:\S*\s+(?:\x1b\[[0-9;]*m)*(?P<name>.+?)(?:\x1b\[[0-9;]*m)*\s*$")
+
+
+class NotReached(AssertionError):
+    pass
+
+
+def deploy_killed_at(op: str, delay: float = 0.0, *data: str, timeout: int = 3600) -> list[str]:
+    """Run the sandbox deploy and kill it `delay` s after operation `op` starts.
+
+    Returns the operations started before the kill; raises NotReached if the deploy ended
+    without starting `op` (a scenario that no longer reaches its kill point proves nothing).
+    """
+    args = [sys.executable, "-m", "pyinfra", "-y"]
+    for d in data:
+        args += ["--data", d]
+    proc = subprocess.Popen(
+        [*args, SANDBOX_INVENTORY, "deploy.py"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    started: list[str] = []
+    deadline = time.monotonic() + timeout
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            m = START.search(line)
+            if m:
+                started.append(m.group("name"))
+                if op in m.group("name"):
+                    time.sleep(delay)
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    return started
+            if time.monotonic() > deadline:
+                break
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    raise NotReached(f"the deploy ended (exit {proc.returncode}) without starting {op!r}; started: {started}")

@@ -1,0 +1,106 @@
+"""Deploys killed for real at the points where a half-done run hurts, then re-run, then nothing.
+
+Not simulated: the kill. pyinfra is SIGKILLed with its SSH connections (tests/sandbox/killpoints.py)
+at the start of, or midway through, a named operation of a deploy that has work to do:
+- after a config upload, before the restart: the restart must still happen in the next run,
+  decided from what the running service was started with (#10 item 2);
+- midway through the checkpoint download (a shard deleted first, so the hub is asked again);
+- while the wheelhouse and engine environment of another engine set are built, and right
+  after the engine switch.
+After each kill: one deploy finishes, the next changes nothing, the service was (re)started
+after the files it reads changed. No GPU here: "started" is the start attempt the unit makes
+(its preflight then refuses, as tests/sandbox/test_unit_hardening.py shows).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from tests.conftest import SANDBOX_INVENTORY, changed_operations, inventory_hosts, pyinfra, sandbox_sh
+from tests.sandbox.killpoints import deploy_killed_at
+
+pytestmark = pytest.mark.sandbox
+RESTART = "glm-flash.service started from the files on disk"
+
+
+def deploy(*data: str) -> list[str]:
+    args = ["--json"]
+    for d in data:
+        args += ["--data", d]
+    run = pyinfra(*args, SANDBOX_INVENTORY, "deploy.py")
+    assert run.returncode == 0, run.stderr[-6000:]
+    return changed_operations(run.stdout)
+
+
+def last_start() -> float:
+    out = sandbox_sh("systemctl show --timestamp=unix -p InactiveExitTimestamp --value glm-flash.service").stdout
+    return float(out.strip().lstrip("@") or 0)
+
+
+def mtime(path: str) -> float:
+    return float(sandbox_sh(f"stat -c %.Y {shlex.quote(path)}").stdout)
+
+
+@pytest.fixture(scope="module")
+def converged(sandbox):
+    if deploy():
+        assert deploy() == [], "the deploy converges before the kill points"
+    sandbox_sh("systemctl stop glm-flash.service")  # no retry of an earlier start pending
+    return True
+
+
+def rerun_then_nothing(*data: str) -> list[str]:
+    finishing = deploy(*data)
+    assert deploy(*data) == [], "the run after the finishing one changes nothing"
+    return finishing
+
+
+def test_killed_after_a_config_upload_before_the_restart(converged):
+    data = ("served_model_name=glm-kill-point",)
+    started = deploy_killed_at(RESTART, 0.0, *data)
+    assert "Launch flags" in started  # the new flags went up in the killed run
+    finishing = deploy(*data)
+    assert RESTART in finishing and "Launch flags" not in finishing
+    assert last_start() >= mtime("/etc/glm-flash/launch.json")
+    assert deploy(*data) == []
+    # back to the inventory's own name, for the tests after these
+    assert RESTART in deploy()
+    assert deploy() == []
+
+
+def test_killed_midway_through_the_checkpoint_download(converged):
+    (name, data), *_ = inventory_hosts(SANDBOX_INVENTORY)
+    if not data.get("model_download"):
+        pytest.skip("not applicable: the sandbox inventory stages the checkpoint")
+    path = shlex.quote(data["model_path"])
+    shard = sandbox_sh(f"ls {path} | grep -m1 '\\.safetensors$'").stdout.strip()
+    assert shard, "the stand-in checkpoint has shards"
+    sandbox_sh(f"rm -f {path}/{shlex.quote(shard)}")
+    deploy_killed_at("Checkpoint ", 1.0)
+    finishing = rerun_then_nothing()
+    assert any(op.startswith("Checkpoint ") for op in finishing)
+    sandbox_sh(f"test -f {path}/{shlex.quote(shard)}")
+    # no download unit left behind, and the token (none here) nowhere
+    assert sandbox_sh("systemctl is-active glm-flash-model-download.service", check=False).stdout.strip() != "active"
+
+
+@pytest.mark.parametrize("delay", [0.0, 20.0])
+def test_killed_at_the_engine_switch_of_another_set(converged, delay):
+    """delay 0: killed as the switch begins; 20 s: long after it (the environment was built beside
+    in the killed run or an earlier one, and `current` moved)."""
+    other = "engine_set=0.7.0.post4"
+    envs = sandbox_sh("ls /opt/glm-flash/engine/envs").stdout.split()
+    if not any(e.startswith("0.7.0.post4-") for e in envs):
+        pytest.skip("not applicable: the post4 environment is built by tests/sandbox/test_engine_upgrade.py")
+    deploy_killed_at("Switch engine current", delay, other)
+    deploy(other)
+    current = sandbox_sh("readlink /opt/glm-flash/engine/current").stdout.strip()
+    assert "0.7.0.post4-" in current
+    assert last_start() >= mtime("/opt/glm-flash/engine/current")
+    assert deploy(other) == []
+    # back to the inventory's engine set
+    deploy()
+    assert deploy() == []
+    assert "0.7.0.post1-" in sandbox_sh("readlink /opt/glm-flash/engine/current").stdout
