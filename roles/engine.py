@@ -25,6 +25,7 @@ from pyinfra.operations import files
 from control import layout
 from control.profile import Profile
 from roles.facts.engine import EngineEnvs, WheelhouseFiles
+from roles.operations.job import followed, job_command
 
 ENGINE_TOOL = "glm-flash-engine"
 
@@ -61,9 +62,13 @@ def layout_on_host(profile: Profile) -> None:
 
 
 @operation()
-def environment_built(tool: str, env: str, build: list[str], wheels: list[str] | None = None, wheelhouse: str = ""):
+def environment_built(
+    tool: str, env: str, build: list[str], wheels: list[str] | None = None, wheelhouse: str = "", job_tool: str = ""
+):
     """
-    Build the engine environment `env` beside the others unless it is complete.
+    Build the engine environment `env` beside the others unless it is complete; with `job_tool`
+    the build runs as the transient unit glm-flash-job-engine-build (survives a dropped SSH
+    connection, a re-run attaches to it; `journalctl -u glm-flash-job-engine-build`).
 
     + tool: glm-flash-engine on the host (reads the environments)
     + env: the environment's name
@@ -80,6 +85,9 @@ def environment_built(tool: str, env: str, build: list[str], wheels: list[str] |
         for w in map(Path, wheels):
             if have.get(w.name) != w.stat().st_size:
                 yield FileUploadCommand(str(w), f"{wheelhouse}/{w.name}")
+    if job_tool:
+        yield followed("engine-build", job_command(job_tool, "engine-build", build, watch=wheelhouse.rsplit("/", 1)[0]))
+        return
     yield StringCommand(*[QuoteString(word) for word in build])
 
 

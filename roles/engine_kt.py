@@ -139,6 +139,7 @@ def apply(profile: Profile) -> engine.EngineResult:
         build=[tool, "build", env, "--python", host_python, "--lock", lock_dest, "--wheelhouse", wheelhouse],
         wheels=[str(w) for w in wheels],
         wheelhouse=wheelhouse,
+        job_tool=layout.tool(profile, "glm-flash-job"),
     )
     cudnn = pin_of(pins, "nvidia-cudnn-cu12")
     pin_asserted(

@@ -195,6 +195,8 @@ def apply(profile: Profile) -> engine.EngineResult:
         tool=engine.engine_tool(profile),
         env=env,
         build=build_argv(profile, env),
+        wheelhouse=f"{layout.engine_root(profile)}/wheelhouse",
+        job_tool=layout.tool(profile, "glm-flash-job"),
     )
 
     # Our edits, through the patch tool (checked every run; applied only when pending).

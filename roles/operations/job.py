@@ -78,15 +78,20 @@ def job(
     + every: seconds between those progress lines
     + workdir: the job's working directory
     """
-    name = job_name
-    cmd = job_command(tool(profile, JOB_TOOL), name, command, user, env_file, setenv, watch, every, workdir)
+    cmd = job_command(tool(profile, JOB_TOOL), job_name, command, user, env_file, setenv, watch, every, workdir)
+    yield followed(job_name, cmd)
 
-    def follow(state, host) -> bool:
-        # print_output streams each line to stderr as it arrives: the person sees the hours pass.
-        ok, output = host.run_shell_command(cmd, print_output=True, print_input=False)
-        if not ok:
-            last = [line.line for line in output if line.buffer_name == "stderr"][-1:]
-            logger.error(f"[{host.name}] job {name} did not succeed: {last[0] if last else 'no output'}")
-        return ok
 
-    yield FunctionCommand(follow, (), {})
+def _follow(state, host, name: str, cmd: StringCommand) -> bool:  # pyinfra passes state and host first
+    # print_output streams each line to stderr as it arrives: the person sees the hours pass.
+    ok, output = host.run_shell_command(cmd, print_output=True, print_input=False)
+    if not ok:
+        last = [line.line for line in output if line.buffer_name == "stderr"][-1:]
+        logger.error(f"[{host.name}] job {name} did not succeed: {last[0] if last else 'no output'}")
+    return ok
+
+
+def followed(name: str, cmd: StringCommand) -> FunctionCommand:
+    """The command that runs (or attaches to) job `name` and streams its lines; for operations
+    that decide from facts whether a long step is due (roles/engine.py environment_built)."""
+    return FunctionCommand(_follow, (name, cmd), {})

@@ -93,6 +93,24 @@ def test_build_uploads_only_the_wheels_the_host_lacks(tmp_path):
     assert got == [f"upload {wh}/{b.name}\nbbb", f"{TOOL} build {ENV}"]
 
 
+def test_the_build_runs_as_a_job_that_survives_the_connection():
+    fake = FakeHost({EngineEnvs: st()})
+    with on(fake):
+        (command,) = engine.environment_built._inner(
+            tool=TOOL,
+            env=ENV,
+            build=[TOOL, "build", ENV],
+            wheelhouse="/r/engine/wheelhouse",
+            job_tool="/r/bin/glm-flash-job",
+        )
+    assert render(command) == "function _follow"
+    name, cmd = command.args
+    assert name == "engine-build"
+    assert cmd.get_raw_value() == (
+        f"/r/bin/glm-flash-job run engine-build --every 30 --watch /r/engine -- {TOOL} build {ENV}"
+    )
+
+
 def test_commands_quote_what_comes_from_the_inventory():
     root = "/opt/glm flash;$(id)"
     got = commands(
