@@ -329,6 +329,24 @@ BOOT_TIMEOUT = 90
 SSH_FAIL_GRACE = 5
 
 
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+# Every booted machine's systemd holds dozens of inotify instances, all counted against root on
+# this machine; Debian's default of 128 lets about three boot ("Too many open files" from PID 1).
+INOTIFY_NEEDED = 1024
+
+
+def inotify_room() -> None:
+    try:
+        have = int(INOTIFY_INSTANCES.read_text())
+    except (OSError, ValueError):
+        return
+    if have < INOTIFY_NEEDED:
+        say(
+            f"raising fs.inotify.max_user_instances from {have} to {INOTIFY_NEEDED} (each machine's systemd needs its own)"
+        )
+        INOTIFY_INSTANCES.write_text(f"{INOTIFY_NEEDED}\n")
+
+
 def up() -> None:
     ensure_keys()
     if pid() and ssh_ready():
@@ -348,6 +366,7 @@ def up() -> None:
         sys.exit("sandbox: systemd-nspawn is missing; run `make deps`")
     if not ROOTFS.exists():
         create_rootfs()
+    inotify_room()
     say("booting with systemd-nspawn")
     logfile = STATE / "boot.log"
     offset = logfile.stat().st_size if logfile.exists() else 0
