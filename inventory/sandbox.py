@@ -59,8 +59,8 @@ hosts = hosts(
             "kt_cpuinfer": 2,
             "preflight_memory_gib": 2,
             "preflight_model_gib": 1,
-            # One environment here is about 11 GiB, but the second (an upgrade beside) shares most
-            # wheels' files through the wheelhouse's cache: ask for what two need together here.
+            # An environment is about 11 GiB (the default); the sandbox's disk is the control
+            # machine's, shared with its own caches and checkouts: a smaller floor keeps it deployable.
             "preflight_engine_env_gib": 6,
             # The engine's CPython 3.11 comes from the control machine (pyenv on these machines).
             "python_source": os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7"),
