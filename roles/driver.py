@@ -33,6 +33,7 @@ from pyinfra.facts.server import KernelModules, Which
 from pyinfra.operations import server, systemd
 
 from control.layout import INITRAMFS_MARKER, ROOT_STATE
+from control.profile import refuse
 from control.report import skipped
 from roles.facts.apt import AptHeldPackages
 from roles.facts.driver import (
@@ -438,46 +439,20 @@ def driver_at_least(minimum: str):
 # The role
 
 
-def _refuse_debian(profile) -> None:
-    """Debian's driver is refused by the profile's cross-check (one source of truth);
-    re-run it here so a Profile that did not come through profile.build() is refused too."""
-    from control import profile as profile_mod
-
-    try:
-        profile_mod.build(profile.host, profile.as_dict(), api_key_present=True)
-    except profile_mod.ProfileError as e:
-        problems = [p for p in e.problems if p.key == "driver_source"]
-        if problems:
-            profile_mod.fail(profile_mod.ProfileError(problems))
-    profile_mod.fail(
-        profile_mod.ProfileError(
-            [
-                profile_mod.Problem(
-                    profile.host,
-                    "driver_source",
-                    "'debian' is not supported by this deploy",
-                    "use driver_source: 'nvidia-repo'",
-                )
-            ]
-        )
-    )
-
-
 def gpu_present(profile) -> bool:
     """NVIDIA GPUs on the PCI bus. None with require_gpu true is an error; with it false
     (the sandbox, CI) the GPU steps are skipped and say so."""
-    devices = host.get_fact(NvidiaPciDevices)
-    if profile.require_gpu and len(devices) < profile.gpu_count:
-        raise OperationError(
-            f"{host.name}: gpu_count: the profile expects {profile.gpu_count} NVIDIA GPU(s), the PCI bus shows "
-            f"{len(devices)}. Fix: check the hardware, or set gpu_count (require_gpu: false for a test box)"
-        )
-    return bool(devices)
+    # Too few with require_gpu is refused at run time by roles/hardware.py, before this role.
+    return bool(host.get_fact(NvidiaPciDevices))
 
 
 def apply(profile, bin_dir: str) -> None:
     if profile.driver_source == "debian":
-        _refuse_debian(profile)
+        refuse(
+            "driver_source",
+            "'debian' is not supported by this deploy (Debian 13's driver is 550; CUDA 12.8 needs 570.26 or newer)",
+            "use driver_source: 'nvidia-repo'",
+        )
     gpu = gpu_present(profile)
     if profile.driver_source == "preinstalled":
         if not gpu:

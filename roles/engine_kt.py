@@ -30,7 +30,7 @@ from pyinfra.operations import files
 
 from control import layout
 from control.engine_lock import PYPI_SIMPLE, LockError, cached, env_id, fetch, load_lock, lock_json, lock_path, pin_of
-from control.profile import Problem, Profile, ProfileError, fail
+from control.profile import Profile, refuse
 from control.pypi_cache import FetchError
 from control.report import skipped
 from control.run import dry_run
@@ -89,10 +89,6 @@ def launch_spec(profile: Profile, numa_nodes: int) -> dict:
     return launch.launch_spec(profile, numa_nodes)
 
 
-def _refuse(profile: Profile, key: str, e: Exception, fix: str) -> None:
-    fail(ProfileError([Problem(profile.host, key, str(e), fix)]))
-
-
 def _wheels(profile: Profile, pins: list) -> list:
     """The lock's files in the control machine's cache: fetched now, or in a dry run only the
     ones already there (the rest is reported, nothing is fetched)."""
@@ -113,12 +109,11 @@ def apply(profile: Profile) -> engine.EngineResult:
         env, _, pins = plan(profile, art.sha256 if art else "")
         wheels = _wheels(profile, pins)
     except LockError as e:
-        _refuse(profile, "engine_set", e, "regenerate the locks with `make engine-locks`, or pick another engine_set")
+        refuse("engine_set", str(e), "regenerate the locks with `make engine-locks`, or pick another engine_set")
     except FetchError as e:
-        _refuse(
-            profile,
+        refuse(
             "engine_set",
-            e,
+            str(e),
             "check this machine's network access to that address (GLM_FLASH_PYPI_SIMPLE names a mirror), "
             "then run the deploy again",
         )
@@ -164,11 +159,9 @@ def apply(profile: Profile) -> engine.EngineResult:
         triton = pin_of(pins, "triton")
         triton_configs.apply(profile, engine.site_packages(profile, env_dir), triton.version if triton else None)
     except engine_patches.PatchSetError as e:
-        _refuse(profile, "engine_set", e, "write a patch set for that version, or pick an engine_set that has one")
+        refuse("engine_set", str(e), "write a patch set for that version, or pick an engine_set that has one")
     except triton_configs.TritonConfigError as e:
-        _refuse(
-            profile, "triton_configs_dir", e, "fix or remove the file, or set triton_configs_dir: '' to install none"
-        )
+        refuse("triton_configs_dir", str(e), "fix or remove the file, or set triton_configs_dir: '' to install none")
     # The new environment's own parser accepts the flags before it becomes `current`;
     # the service then runs exactly this spec through current/.
     spec = launch.launch_spec(profile, host.get_fact(NumaNodes))

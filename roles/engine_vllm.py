@@ -34,7 +34,7 @@ from pyinfra.facts.server import Arch
 from pyinfra.operations import files
 
 from control import layout
-from control.profile import Problem, Profile, ProfileError, fail
+from control.profile import Problem, Profile, ProfileError, fail, refuse
 from roles import engine, engine_patches, model, vllm_launch
 from roles.facts.gb10 import Gb10View, MemTotalKiB, OsRelease
 from roles.facts.system import Gpus
@@ -165,18 +165,11 @@ def apply(profile: Profile) -> engine.EngineResult:
     try:
         env = env_id(profile)
     except VllmLockError as e:
-        fail(
-            ProfileError(
-                [
-                    Problem(
-                        profile.host,
-                        "vllm_ref",
-                        str(e),
-                        "run `make vllm-lock INVENTORY=<this inventory>` on a machine that reaches the fork, "
-                        "PyPI and vllm_torch_index_url, and commit locks/vllm/",
-                    )
-                ]
-            )
+        refuse(
+            "vllm_ref",
+            str(e),
+            "run `make vllm-lock INVENTORY=<this inventory>` on a machine that reaches the fork, "
+            "PyPI and vllm_torch_index_url, and commit locks/vllm/",
         )
     logger.info(
         f"[{host.name}] GB10 box: {view.arch}, {view.os.describe()}, "

@@ -41,7 +41,7 @@ from control import layout
 from control.engine_lock import fetch as fetch_wheels
 from control.engine_lock import parse_lock
 from control.model_lock import ModelLockError, commit_for
-from control.profile import Problem, Profile, ProfileError, fail
+from control.profile import Profile, refuse
 from control.pypi_cache import cache_root
 from control.report import skipped
 from roles.facts.model import ModelCheck
@@ -161,10 +161,6 @@ def checkpoint_staged(tool: str, path: str):
     )
 
 
-def refuse(profile: Profile, key: str, problem: str, fix: str) -> None:
-    fail(ProfileError([Problem(profile.host, key, problem, fix)]))
-
-
 def apply(profile: Profile, unit: str = "glm-flash-model-download") -> None:
     tool = layout.tool(profile, FETCH)
     host_tool(FETCH, layout.bin_dir(profile))
@@ -175,17 +171,16 @@ def apply(profile: Profile, unit: str = "glm-flash-model-download") -> None:
     try:
         token = read_token(profile)
     except ModelError as e:
-        refuse(profile, "hf_token_vault", str(e), "fix the vault file or its password, as the message says")
+        refuse("hf_token_vault", str(e), "fix the vault file or its password, as the message says")
         return
     try:
         commit = commit_for(profile.model_id, profile.model_revision)
     except ModelLockError as e:
-        refuse(profile, "model_revision", str(e), "lock it with `make model-lock`, or set a commit")
+        refuse("model_revision", str(e), "lock it with `make model-lock`, or set a commit")
         return
     requirements = REQUIREMENTS.read_text()
     if hub_version(requirements) != profile.huggingface_hub_version:
         refuse(
-            profile,
             "huggingface_hub_version",
             f"{profile.huggingface_hub_version} differs from the downloader lock's {hub_version(requirements)}",
             "edit locks/model-downloader.in and run `make model-downloader-lock`, or use the lock's version",

@@ -32,7 +32,8 @@ from pyinfra.operations import apt, files
 
 from control import layout
 from control.engine_lock import tools_bin
-from control.profile import Problem, Profile, ProfileError, fail
+from control.profile import Profile
+from control.profile import refuse as profile_refuse
 from control.pypi_cache import FetchError, cache_root, progress, sha256_file
 from control.report import skipped
 from control.run import dry_run
@@ -337,7 +338,7 @@ def refuse(profile: Profile, e: Exception) -> None:
             "check this machine's internet access (or set UV_PYTHON_INSTALL_MIRROR), "
             "or set python_source to a CPython install tree on this machine"
         )
-    fail(ProfileError([Problem(profile.host, key, str(e), fix)]))
+    profile_refuse(key, str(e), fix)
 
 
 @operation()

@@ -10,7 +10,7 @@ from pyinfra.operations import files, server
 
 from control.layout import ROOT_STATE
 from control.layout import service_home as state_dir
-from control.profile import Problem, Profile, ProfileError, fail
+from control.profile import Profile, refuse
 
 # video and render give access to /dev/nvidia* and /dev/dri without root.
 GPU_GROUPS = ["video", "render"]
@@ -18,17 +18,10 @@ GPU_GROUPS = ["video", "render"]
 
 def apply(profile: Profile) -> None:
     if state_dir(profile) == ROOT_STATE:
-        fail(
-            ProfileError(
-                [
-                    Problem(
-                        profile.host,
-                        "service_user",
-                        f"its home would be {ROOT_STATE}, root's own state directory",
-                        "pick another name, such as glm-flash",
-                    )
-                ]
-            )
+        refuse(
+            "service_user",
+            f"its home would be {ROOT_STATE}, root's own state directory",
+            "pick another name, such as glm-flash",
         )
     files.directory(name="Root's state directory", path=ROOT_STATE, user="root", group="root", mode="755")
     server.group(name="Service group", group=profile.service_user, system=True)

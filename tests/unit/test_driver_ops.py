@@ -10,7 +10,6 @@ tests/sandbox/test_nvidia_sources.py; apt holds and the pin in tests/sandbox/tes
 
 import pytest
 from fakehost import F, FakeHost, Recorder, commands, on, refusal
-from pyinfra.api import OperationError
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import FileContents, Sha256File
 from pyinfra.facts.server import KernelModules, Which
@@ -390,7 +389,7 @@ def test_debian_source_refused(monkeypatch, capsys):
         driver.apply(Profile("node1", values), "/opt/glm-flash/bin")
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "node1: driver_source: Debian 13 ships driver 550, CUDA 12.8 needs 570.26 or newer" in err
+    assert "driver_source: 'debian' is not supported by this deploy (Debian 13's driver is 550" in err
     assert "no host was changed" in err
     assert rec.calls == [] and fake.fact_calls == []
 
@@ -431,11 +430,6 @@ def test_no_gpu_test_box_installs_from_the_repository_and_skips_gpu_steps(monkey
     assert f"linux-headers-{RUNNING}" not in " ".join(rec.all_commands)  # a container's kernel is not its own
     assert "skipped: nvidia module build per kernel, nouveau blacklist, persistence mode, reboot check" in caplog.text
     assert "no NVIDIA GPU on this host and require_gpu is false" in caplog.text
-
-
-def test_missing_gpu_on_real_node_fails(monkeypatch):
-    with pytest.raises(OperationError, match="expects 2 NVIDIA GPU.*shows 1"):
-        simulate(monkeypatch, fresh_host({NvidiaPciDevices: L40S[:1]}), profile())
 
 
 def test_local_mirror_with_its_own_key(monkeypatch):
