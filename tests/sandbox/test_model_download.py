@@ -29,15 +29,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
-
-from conftest import SANDBOX_INVENTORY, changed_operations, inventory_hosts, pyinfra, sandbox_sh  # noqa: E402
-
-from control import layout  # noqa: E402
-from control.profile import build  # noqa: E402
-from roles import model  # noqa: E402
-from roles.operations import checkpoint  # noqa: E402
+from control import layout
+from control.profile import build
+from roles import model
+from roles.operations import checkpoint
+from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, inventory_hosts, pyinfra, sandbox_sh
 
 HUB_LOG = REPO / ".sandbox" / "hub.log"
 ROOTFS = REPO / ".sandbox" / "rootfs"
