@@ -1,7 +1,7 @@
 """The checkpoint downloaded for real in the sandbox, and secrets that never leak.
 
 Simulated: the hub. sandbox/sandbox.py serves a small checkpoint with the real config.json
-keys (sandbox/fake_model.py) from tests/engine/fake_hub.py on loopback, and logs every request
+keys (sandbox/fake_model.py) from sandbox/fake_hub.py on loopback, and logs every request
 it answers to .sandbox/hub.log; inventory/sandbox.py points the deploy at it (hf_endpoint).
 The download itself is the real one: the hash-locked huggingface-hub in its venv on the host,
 in a transient systemd unit as the downloader's own user.
