@@ -20,7 +20,7 @@ if not STANDIN_INFO.exists():
         "Fix: make sandbox-up (or make demo), then run this again"
     )
 standin = json.loads(STANDIN_INFO.read_text())
-# The stand-in hub (sandbox/sandbox.py: tests/engine/fake_hub.py serving sandbox/fake_model.py's checkpoint).
+# The stand-in hub (sandbox/sandbox.py: sandbox/fake_hub.py serving sandbox/fake_model.py's checkpoint).
 HUB_INFO = Path(".sandbox/hub/hub.json")
 if not HUB_INFO.exists():
     raise SystemExit(

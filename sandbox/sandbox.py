@@ -39,7 +39,7 @@ STANDIN_PORT = int(os.environ.get("GLM_FLASH_STANDIN_PORT", str(PORT + 6000)))
 # Inside the machine (its key is also read there, as file:///srv/glm-flash-standin/...).
 STANDIN_WWW = ROOTFS / "srv" / "glm-flash-standin"
 STANDIN_PIDFILE = STATE / "standin.pid"
-# The stand-in hub (tests/engine/fake_hub.py) serving a small checkpoint with the real config.json
+# The stand-in hub (sandbox/fake_hub.py) serving a small checkpoint with the real config.json
 # keys (sandbox/fake_model.py), also on loopback: the deploy downloads it as from the real hub.
 HUB_PORT = int(os.environ.get("GLM_FLASH_HUB_PORT", str(STANDIN_PORT + 1000)))
 HUB_DIR = STATE / "hub"
@@ -246,7 +246,7 @@ def hub_up() -> None:
     log = open(STATE / "hub.out", "ab")
     cmd = [
         sys.executable,
-        str(REPO / "tests/engine/fake_hub.py"),
+        str(Path(__file__).resolve().parent / "fake_hub.py"),
         "--repo",
         info["repo"],
         "--dir",

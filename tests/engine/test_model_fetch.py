@@ -4,7 +4,7 @@
   decrypted by roles/model.read_token with a password file (as on a control machine).
 - The downloader: files/glm-flash-model-fetch with the hash-locked huggingface-hub
   (files/hf-hub-requirements.txt, in a cached venv) against a tiny fake hub on 127.0.0.1
-  (tests/engine/fake_hub.py, via HF_ENDPOINT) serving a tiny fake repo. The token comes as
+  (sandbox/fake_hub.py, via HF_ENDPOINT) serving a tiny fake repo. The token comes as
   systemd hands a credential over (a file in $CREDENTIALS_DIRECTORY). While it runs, every
   process's command line and environment on this machine is read: the token must be in none.
 - Convergence with the engine patch: the real glm-flash-patch edits the downloaded
@@ -33,12 +33,12 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
 import pypi  # noqa: E402
-from fake_hub import FakeHub  # noqa: E402
 
 from control import profile  # noqa: E402
 from roles import engine_patches, model  # noqa: E402
 from roles.operations import checkpoint  # noqa: E402
 from sandbox import fake_model  # noqa: E402
+from sandbox.fake_hub import FakeHub  # noqa: E402
 
 FETCH = REPO / "files" / "glm-flash-model-fetch"
 TOKEN = "hf_" + "Zq9" * 11  # looks like a token, unique enough to grep for

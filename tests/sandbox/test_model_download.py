@@ -1,7 +1,7 @@
 """The checkpoint downloaded for real in the sandbox, and secrets that never leak.
 
 Simulated: the hub. sandbox/sandbox.py serves a small checkpoint with the real config.json
-keys (sandbox/fake_model.py) from tests/engine/fake_hub.py on loopback, and logs every request
+keys (sandbox/fake_model.py) from sandbox/fake_hub.py on loopback, and logs every request
 it answers to .sandbox/hub.log; inventory/sandbox.py points the deploy at it (hf_endpoint).
 The download itself is the real one: the hash-locked huggingface-hub in its venv on the host,
 in a transient systemd unit as the downloader's own user.
@@ -29,14 +29,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
-
-from control import layout  # noqa: E402
-from control.profile import build  # noqa: E402
-from roles import model  # noqa: E402
-from roles.operations import checkpoint  # noqa: E402
-from tests.conftest import SANDBOX_INVENTORY, changed_operations, inventory_hosts, pyinfra, sandbox_sh  # noqa: E402
+from control import layout
+from control.profile import build
+from roles import model
+from roles.operations import checkpoint
+from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, inventory_hosts, pyinfra, sandbox_sh
 
 HUB_LOG = REPO / ".sandbox" / "hub.log"
 ROOTFS = REPO / ".sandbox" / "rootfs"

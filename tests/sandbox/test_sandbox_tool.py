@@ -33,7 +33,7 @@ def checkout(tmp_path):
     base = tmp_path / "home" / "alice" / "src" / "github.com" / "acme-infrastructure" / "gpu-provisioning"
     root = base / ("glm-flash-node-" + "x" * max(0, 120 - len(str(base)) - 15))
     assert len(str(root)) >= 120
-    for part in ("sandbox", "roles"):  # roles: the stand-in NVIDIA repository fetches through roles/pypi_cache
+    for part in ("sandbox", "control"):  # control: the stand-in NVIDIA repository fetches through control/pypi_cache
         shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
     port = free_port()
     env = dict(os.environ, GLM_FLASH_SANDBOX_PORT=str(port), GLM_FLASH_STANDIN_PORT=str(free_port()))

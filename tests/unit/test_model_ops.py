@@ -19,6 +19,7 @@ from pyinfra.facts.server import Users
 from control import model_lock
 from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive
 from roles.operations import checkpoint, secrets
+from sandbox.fake_hub import FakeHub
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-unit-" + "Wq3" * 8
@@ -150,9 +151,6 @@ def test_model_lock_resolves_main_through_the_lock_only(tmp_path):
 
 
 def test_make_model_lock_asks_the_hub_once(tmp_path):
-    sys.path.insert(0, str(REPO / "tests" / "engine"))
-    from fake_hub import FakeHub
-
     lock = tmp_path / "model.json"
     with FakeHub("zai-org/GLM-5.3-Flash", {"config.json": b"{}"}, commit=COMMIT) as hub:
         r = subprocess.run(
