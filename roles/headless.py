@@ -11,6 +11,7 @@ from pyinfra.operations import systemd
 from control import layout
 from control.profile import Profile
 from control.report import skipped
+from control.run import dry_run
 from roles.facts.system import DefaultTarget, GpuProcesses, Gpus, UnitFiles
 
 TARGET = "multi-user.target"
@@ -53,6 +54,8 @@ def gpu_free_of_desktop(tool: str):
     + tool: glm-flash-preflight on the host
     """
     if not host.get_fact(Gpus):
+        if host.state.is_executing or dry_run():  # once per run: without -y it also runs at prepare
+            skipped("desktop GPU memory check", "no NVIDIA GPU on this host")
         host.noop("no NVIDIA GPU on this host: no desktop process can hold GPU memory")
         return
     held = [p for p in host.get_fact(GpuProcesses) if p.is_desktop]

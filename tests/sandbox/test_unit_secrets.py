@@ -7,6 +7,7 @@
 - The unit's LogFilterPatterns= backstop, through the real journald: a drop-in under /run
   makes the deployed unit's start print key-carrying lines (the forms sglang-kt and a
   bearer header would have) and plain ones; the journal keeps only the plain ones.
+  Simulated: the engine's output (no GPU to run it), printed by one long-lived process.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.sandbox
 PY = "/opt/glm-flash/engine/current/bin/python"  # install_root of inventory/sandbox.py
 CANARY = "sk-canary-51be07"
 DROPIN = "/run/systemd/system/glm-flash.service.d/test-log.conf"
+LINES = "/run/glm-flash-test-lines"
 
 REPR = f"""
 import dataclasses
@@ -49,18 +51,36 @@ def noisy_start():
         "probe-plain-line",
         "server_args=ServerArgs(model_path='/srv/m', api_key=None) probe-none",
     ]
-    steps = "".join(f"ExecStartPre=/bin/echo {line}\n" for line in lines)
-    put(DROPIN, f"[Service]\nExecStartPre=\n{steps}ExecStartPre=/bin/false\n")
+    put(LINES, "\n".join(lines) + "\n")
+    # One process that lives a while and prints after a moment, as the engine does.
+    step = f"ExecStartPre=/bin/sh -c 'sleep 1; cat {LINES}; sleep 1'"
+    put(DROPIN, f"[Service]\nExecStartPre=\n{step}\nExecStartPre=/bin/false\n")
     sandbox_sh("systemctl daemon-reload")
     try:
         yield
     finally:
-        sandbox_sh(f"rm -f {DROPIN} && systemctl daemon-reload", check=False)
+        sandbox_sh(f"rm -f {DROPIN} {LINES} && systemctl daemon-reload", check=False)
+
+
+def attributed(inv: str) -> bool:
+    """journald resolved the cgroup of the process that printed the lines (_SYSTEMD_CGROUP set)."""
+    out = sandbox_sh(f"journalctl -o verbose _SYSTEMD_INVOCATION_ID={inv} MESSAGE=probe-plain-line").stdout
+    return "_SYSTEMD_CGROUP=/system.slice/glm-flash.service" in out
 
 
 def test_journal_drops_lines_carrying_a_key(sandbox, noisy_start):
+    """journald takes a unit's patterns from the cgroup of the process that logs. In the sandbox
+    it sometimes cannot resolve that cgroup for a process just started (its lines then lack
+    _SYSTEMD_CGROUP, and no pattern applies: about 1 start in 4 here). Such starts are retried
+    and counted; every start where journald knew the unit must have dropped the key lines."""
     shown = sandbox_sh("systemctl show -p LogFilterPatterns --value glm-flash.service").stdout
     assert shown.startswith("~"), "the deployed unit has the filter (systemd 257)"
-    _, log, _ = start_and_log()
-    assert "probe-plain-line" in log and "probe-none" in log, log
-    assert CANARY not in log, log
+    unattributed = 0
+    for _ in range(6):
+        _, log, inv = start_and_log()
+        assert "probe-plain-line" in log and "probe-none" in log, log
+        if attributed(inv):
+            assert CANARY not in log, log
+            return
+        unattributed += 1
+    pytest.fail(f"journald resolved the service's cgroup in none of {unattributed} starts")
