@@ -72,3 +72,17 @@ engine-locks: venv  ## regenerate locks/engine/*.txt (uv pinned in locks/tools.t
 
 clean: sandbox-down
 	$(PY) sandbox/sandbox.py destroy
+
+# Fleet sandbox (issue 14): N Debian 13 machines on 127.0.0.2.. sharing one read-only image.
+N ?= 3
+.PHONY: fleet-up fleet-down gateway-lock
+fleet-up: deps venv  ## make fleet-up N=3
+	$(BIN)/python sandbox/fleet.py up -n $(N)
+
+fleet-down:
+	$(PY) sandbox/fleet.py down
+
+gateway-lock: venv  ## regenerate locks/gateway.txt from locks/gateway.in (uv pinned in locks/tools.txt)
+	$$($(BIN)/python -c 'from control.engine_lock import tools_bin; print(tools_bin())')/uv pip compile \
+	  --generate-hashes --no-config --python-version 3.13 --python-platform x86_64-manylinux_2_28 --no-header \
+	  --quiet locks/gateway.in -o locks/gateway.txt
