@@ -6,8 +6,8 @@ from pathlib import Path
 
 from pyinfra.operations import files
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-FILES = Path(__file__).resolve().parent.parent / "files"
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+FILES = Path(__file__).resolve().parents[2] / "files"
 
 
 def template(src: str, dest: str, name: str = "", mode: str = "644", user: str = "root", group: str = "root", **data):

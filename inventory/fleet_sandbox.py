@@ -1,0 +1,49 @@
+"""The fleet sandbox (`make fleet-up N=3`): node1 is the gateway, node2.. are the workers.
+
+Simulated: no GPU here, so the workers' engines are OpenAI-compatible stand-ins
+(tests/bench/fake_openai.py) that the fleet tests run on each worker's address; this inventory
+deploys the gateway (`--limit gateway`). Health checks, key, routing: the real router.
+"""
+
+import json
+import os
+from pathlib import Path
+
+from control.fleet import fleet
+
+PORT = int(os.environ.get("GLM_FLASH_SANDBOX_PORT", "2222"))
+NODES = Path(".sandbox/fleet/nodes.json")
+if not NODES.exists():
+    raise SystemExit("glm-flash: the fleet sandbox is not up. Fix: make fleet-up N=3, then run this again")
+nodes = json.loads(NODES.read_text())
+if len(nodes) < 2:
+    raise SystemExit("glm-flash: the fleet sandbox needs a gateway and a worker. Fix: make fleet-up N=3")
+
+
+def ssh(node: dict) -> dict:
+    return {
+        "ssh_hostname": node["address"],
+        "ssh_port": node["port"],
+        "ssh_user": "root",
+        "ssh_key": ".sandbox/keys/id_ed25519",
+        "ssh_known_hosts_file": ".sandbox/fleet/known_hosts",
+        "ssh_strict_host_key_checking": "yes",
+    }
+
+
+workers, gateway = fleet(
+    shared={"require_gpu": False, "model_download": False, "allow_reboot": False},
+    # Each worker's engine listens on its own loopback address (the containers share the network).
+    workers=[(n["name"], {**ssh(n), "listen_host": n["address"]}) for n in nodes[1:]],
+    gateway=(
+        nodes[0]["name"],
+        {
+            **ssh(nodes[0]),
+            "gateway_listen_host": nodes[0]["address"],
+            # A few test requests, not production load: balance as soon as one worker has more.
+            "gateway_balance_abs_threshold": 1,
+            "gateway_balance_rel_threshold": 1.0,
+            "gateway_health_interval_s": 2,
+        },
+    ),
+)
