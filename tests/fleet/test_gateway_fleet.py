@@ -25,9 +25,8 @@ import pytest
 from control.fleet import gateway_profile
 from tests.bench.fake_openai import FakeOpenAI
 from tests.conftest import REPO
+from tests.fleet.conftest import KEY, env
 
-KEY = "fleet-test-key"
-N = 3
 pytestmark = pytest.mark.sandbox
 
 
@@ -56,11 +55,6 @@ class Worker(FakeOpenAI):
                 pass
 
 
-def env() -> dict:
-    port = os.environ.get("GLM_FLASH_SANDBOX_PORT", "2222")
-    return dict(os.environ, GLM_FLASH_API_KEY=KEY, GLM_FLASH_SANDBOX_PORT=port)
-
-
 def inventory() -> dict:
     out = subprocess.run(
         [
@@ -79,13 +73,7 @@ def inventory() -> dict:
 
 
 @pytest.fixture(scope="module")
-def fleet():
-    if os.geteuid() != 0:
-        pytest.skip("the fleet sandbox needs root (systemd-nspawn, overlay mounts)")
-    nodes = REPO / ".sandbox" / "fleet" / "nodes.json"
-    booted = not nodes.exists() or len(json.loads(nodes.read_text())) < N
-    if booted:
-        subprocess.run([sys.executable, "sandbox/fleet.py", "up", "-n", str(N)], cwd=REPO, env=env(), check=True)
+def fleet(fleet_up):
     inv = inventory()
     run = subprocess.run(
         [sys.executable, "-m", "pyinfra", "-y", "inventory/fleet_sandbox.py", "deploy_fleet.py", "--limit", "gateway"],
@@ -105,8 +93,6 @@ def fleet():
     yield gw, workers
     for w in workers.values():
         w.stop()
-    if booted:
-        subprocess.run([sys.executable, "sandbox/fleet.py", "down"], cwd=REPO, env=env())
 
 
 def base(gw) -> str:
