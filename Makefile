@@ -75,7 +75,7 @@ clean: sandbox-down
 
 # Fleet sandbox (issue 14): N Debian 13 machines on 127.0.0.2.. sharing one read-only image.
 N ?= 3
-.PHONY: fleet-up fleet-down gateway-lock
+.PHONY: fleet-up fleet-down gateway-lock bench-fleet
 fleet-up: deps venv  ## make fleet-up N=3
 	$(BIN)/python sandbox/fleet.py up -n $(N)
 
@@ -86,3 +86,6 @@ gateway-lock: venv  ## regenerate locks/gateway.txt from locks/gateway.in (uv pi
 	$$($(BIN)/python -c 'from control.engine_lock import tools_bin; print(tools_bin())')/uv pip compile \
 	  --generate-hashes --no-config --python-version 3.13 --python-platform x86_64-manylinux_2_28 --no-header \
 	  --quiet locks/gateway.in -o locks/gateway.txt
+
+bench-fleet: venv  ## bytes on the outside and control links: one worker vs the fleet sandbox's (make fleet-up N=3)
+	$(BIN)/python benchmark/fleet_bench.py

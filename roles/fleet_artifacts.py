@@ -76,7 +76,7 @@ def lacking(target, root: str, entries: list[Entry]) -> list[Entry]:
 
 def apply(profile: Profile, entries: list[Entry]) -> None:
     workers = inventory.get_group(WORKERS)
-    if len(workers) < 2 or not entries:
+    if not entries or host not in workers:
         return
     seed, root, q = workers[0], profile.install_root, shlex.quote
     seed_address = worker_url(seed.name, seed.data.dict()).split("//")[1].rsplit(":", 1)[0].strip("[]")
