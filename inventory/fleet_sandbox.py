@@ -15,7 +15,8 @@ PORT = int(os.environ.get("GLM_FLASH_SANDBOX_PORT", "2222"))
 NODES = Path(".sandbox/fleet/nodes.json")
 if not NODES.exists():
     raise SystemExit("glm-flash: the fleet sandbox is not up. Fix: make fleet-up N=3, then run this again")
-nodes = json.loads(NODES.read_text())
+# A dict, not a list: pyinfra takes every top-level list of an inventory for a group.
+nodes = dict(enumerate(json.loads(NODES.read_text())))
 # How many of node2.. are workers (all by default); the fleet bench compares one with several.
 WORKERS = int(os.environ.get("GLM_FLASH_FLEET_WORKERS", len(nodes) - 1))
 if len(nodes) < 2:
@@ -36,7 +37,7 @@ def ssh(node: dict) -> dict:
 workers, gateway = fleet(
     shared={"require_gpu": False, "model_download": False, "allow_reboot": False},
     # Each worker's engine listens on its own loopback address (the containers share the network).
-    workers=[(n["name"], {**ssh(n), "listen_host": n["address"]}) for n in nodes[1 : 1 + WORKERS]],
+    workers=[(n["name"], {**ssh(n), "listen_host": n["address"]}) for i, n in nodes.items() if 1 <= i <= WORKERS],
     gateway=(
         nodes[0]["name"],
         {

@@ -1,7 +1,7 @@
 """Artifacts cross the control machine's link once per fleet, not once per worker.
 
 The control machine uploads what a worker needs from it (the engine's CPython, the engine's
-wheels) to one worker, the seed (the first of the `workers` group); the seed serves exactly
+wheels) to one worker, the seed (the first of the `workers` group that the run reached); the seed serves exactly
 those files (files/glm-flash-peer, a manifest of `sha256 size mode relpath`) on its worker
 address while the others fetch what they lack from it, each file checked against the sha256 the
 control machine took from the lock, then stops. The files land where deploy.py's roles upload
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
 
-from pyinfra import host, inventory
+from pyinfra import host, inventory, state
 from pyinfra.operations import apt, files, server
 
 from control.fleet import PEER_PORT, WORKERS, worker_url
@@ -75,7 +75,8 @@ def lacking(target, root: str, entries: list[Entry]) -> list[Entry]:
 
 
 def apply(profile: Profile, entries: list[Entry]) -> None:
-    workers = inventory.get_group(WORKERS)
+    # Only the workers this run reached: one that is down stops neither the seed nor its peers.
+    workers = [h for h in inventory.get_group(WORKERS) if h in state.active_hosts]
     if not entries or host not in workers:
         return
     seed, root, q = workers[0], profile.install_root, shlex.quote

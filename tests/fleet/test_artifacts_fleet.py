@@ -107,3 +107,23 @@ def test_a_file_the_seed_sends_wrong_is_refused_and_not_kept(fleet_up):
     ssh(seed, f"rm -f {DIR}/{name}")
     assert deploy().returncode == 0
     assert sums(peer)[name] == manifest(peer)[name] == sums(seed)[name]
+
+
+def test_an_unreachable_worker_stops_no_other_and_catches_up_later(fleet_up):
+    seed, peer = [n["name"] for n in fleet_up[1:3]]
+    subprocess.run(
+        ["ssh", "-F", str(REPO / ".sandbox/fleet/ssh_config"), peer, "systemctl poweroff"], capture_output=True
+    )
+    ssh(seed, f"rm -rf {DIR}")
+    run = deploy()
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and f"[{peer}] Could not connect" in out, out[-2000:]
+    assert sums(seed) == manifest(seed), "the reachable worker did not converge"
+    # Back up: it takes what it lacks from the seed.
+    subprocess.run(
+        [sys.executable, "sandbox/fleet.py", "up", "-n", str(len(fleet_up))], cwd=REPO, env=env(), check=True
+    )
+    ssh(peer, f"rm -rf {DIR}")
+    run = deploy()
+    assert run.returncode == 0, (run.stdout + run.stderr)[-2000:]
+    assert sums(peer) == manifest(peer)

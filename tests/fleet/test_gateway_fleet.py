@@ -75,14 +75,7 @@ def inventory() -> dict:
 @pytest.fixture(scope="module")
 def fleet(fleet_up):
     inv = inventory()
-    run = subprocess.run(
-        [sys.executable, "-m", "pyinfra", "-y", "inventory/fleet_sandbox.py", "deploy_fleet.py", "--limit", "gateway"],
-        cwd=REPO,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
+    run = gateway_deploy()
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     name, data = inv["gateway"][0]
     with mock.patch.dict(os.environ, {"GLM_FLASH_API_KEY": KEY}):
@@ -150,6 +143,24 @@ def burst(gw, n: int, tag: str) -> list[int]:
 def window(gw, checks: int) -> float:
     """How long the router may take to decide: `checks` health checks in a row, the last one timing out."""
     return checks * gw.gateway_health_interval_s + gw.gateway_health_timeout_s
+
+
+def gateway_deploy() -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", "inventory/fleet_sandbox.py", "deploy_fleet.py", "--limit", "gateway"],
+        cwd=REPO,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+
+
+def test_a_second_gateway_deploy_changes_nothing(fleet):
+    run = gateway_deploy()
+    out = run.stdout + run.stderr
+    totals = [line for line in out.splitlines() if "Grand total" in line][0].split()
+    assert run.returncode == 0 and totals[-3:] == ["-", "-", totals[-4]], out[-2000:]
 
 
 def test_requests_spread_over_the_workers(fleet):
