@@ -35,7 +35,13 @@ def ssh(node: dict) -> dict:
 
 
 workers, gateway = fleet(
-    shared={"require_gpu": False, "model_download": False, "allow_reboot": False},
+    shared={
+        "require_gpu": False,
+        "model_download": False,
+        "allow_reboot": False,
+        # The engine's CPython 3.11 comes from the control machine (pyenv on these machines).
+        "python_source": os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7"),
+    },
     # Each worker's engine listens on its own loopback address (the containers share the network).
     workers=[(n["name"], {**ssh(n), "listen_host": n["address"]}) for i, n in nodes.items() if 1 <= i <= WORKERS],
     gateway=(
