@@ -65,6 +65,12 @@ GATEWAY_KNOBS: dict[str, Knob] = {
     "gateway_health_timeout_s": K(3, "a /health slower than this counts as a failure", int, low=1, high=600),
     "gateway_health_failures": K(2, "failed checks in a row that take a worker out", int, low=1, high=100),
     "gateway_health_successes": K(2, "good checks in a row that put it back", int, low=1, high=100),
+    "gateway_breaker_failures": K(
+        10, "failed requests to a worker that open its circuit breaker: no traffic until it is half-open", int, low=1
+    ),
+    "gateway_breaker_open_s": K(
+        60, "how long an open breaker keeps a worker out, even once its health checks pass again", int, low=1
+    ),
     "gateway_dir": K("/opt/glm-flash-gateway", "the router's environment and its wheels"),
     "gateway_workers": K([], "worker URLs; filled in by control.fleet.fleet() from the worker entries", list),
     "api_key_env": KNOBS["api_key_env"],

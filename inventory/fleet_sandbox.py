@@ -53,6 +53,8 @@ workers, gateway = fleet(
             "gateway_balance_abs_threshold": 1,
             "gateway_balance_rel_threshold": 1.0,
             "gateway_health_interval_s": 2,
+            # Requests fail fast on a stopped stand-in: let a restarted one back within seconds, not a minute.
+            "gateway_breaker_open_s": 5,
         },
     ),
 )

@@ -61,6 +61,10 @@ def router_args(p: Profile) -> list[str]:
         str(p.gateway_health_failures),
         "--health-success-threshold",
         str(p.gateway_health_successes),
+        "--cb-failure-threshold",
+        str(p.gateway_breaker_failures),
+        "--cb-timeout-duration-secs",
+        str(p.gateway_breaker_open_s),
         "--log-level",
         "warn",
     ]
