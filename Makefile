@@ -70,7 +70,7 @@ bench-lock: venv  ## regenerate locks/bench.txt from locks/bench.in (uv pinned i
 engine-locks: venv  ## regenerate locks/engine/*.txt (uv pinned in locks/tools.txt; needs PyPI)
 	$(BIN)/python scripts/engine_locks.py
 
-clean: sandbox-down
+clean: sandbox-down fleet-down
 	$(PY) sandbox/sandbox.py destroy
 
 # Fleet sandbox (issue 14): N Debian 13 machines on 127.0.0.2.. sharing one read-only image.

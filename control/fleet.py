@@ -17,7 +17,17 @@ import re
 from typing import Any
 
 from control.defaults import KNOBS, Knob
-from control.profile import Problem, Profile, ProfileError, _check_value, _is_connector_key, build, fail, hosts
+from control.profile import (
+    Problem,
+    Profile,
+    ProfileError,
+    _check_value,
+    _first_contact,
+    _is_connector_key,
+    build,
+    fail,
+    hosts,
+)
 
 WORKERS, GATEWAY = "workers", "gateway"
 # What a client of the gateway gets from a worker: these resolve to the same value on every worker.
@@ -124,10 +134,11 @@ def fleet_problems(
         )
     profiles = []
     for name, data in merged:
+        problems.extend(_first_contact(name, data))
         try:
             profiles.append(build(name, data))
-        except ProfileError:
-            pass  # reported by hosts() with the rest of that host's mistakes
+        except ProfileError as e:
+            problems.extend(e.problems)
     if profiles:
         first = _served(profiles[0])
         for p in profiles[1:]:
@@ -192,21 +203,30 @@ def fleet(
     gateway: tuple[str, dict[str, Any]] | None = None,
 ) -> tuple[list, list]:
     """Inventory helper: (workers, gateway) host lists, checked before any host is contacted."""
+    malformed = [e for e in workers if not (isinstance(e, tuple) and len(e) == 2 and isinstance(e[1], dict))]
+    if malformed:
+        hosts(*malformed)  # says what is wrong with each and exits
     problems = fleet_problems(shared, workers, gateway is not None)
+    merged = [(name, {**data, **shared}) for name, data in workers]
+    if gateway is not None:
+        name, data = gateway
+        data = {**data, "gateway_workers": [worker_url(n, d) for n, d in merged]}
+        if "api_key_env" in shared:
+            data["api_key_env"] = shared["api_key_env"]
+        problems.extend(_first_contact(name, data))
+        if name in {n for n, _ in merged}:
+            problems.append(
+                Problem(name, "(name)", "is both a worker and the gateway", "give the gateway its own host")
+            )
+        try:
+            gateway_profile(name, data)
+        except ProfileError as e:
+            problems.extend(e.problems)
+        gateway = (name, data)
     if problems:
         fail(ProfileError(problems))
-    checked = hosts(*[(name, {**data, **shared}) for name, data in workers])
-    if gateway is None:
-        return checked, []
-    name, data = gateway
-    data = {**data, "gateway_workers": [worker_url(n, d) for n, d in checked]}
-    if "api_key_env" in shared:
-        data["api_key_env"] = shared["api_key_env"]
-    try:
-        gateway_profile(name, data)
-    except ProfileError as e:
-        fail(e)
-    return checked, [(name, data)]
+    # hosts() also checks the entries' shape and names given twice.
+    return hosts(*merged), [gateway] if gateway else []
 
 
 def gateway_for_current_host() -> Profile:

@@ -63,6 +63,11 @@ def test_workers_that_would_serve_different_things_are_refused(capsys):
     assert "gpu2.invalid: served_model_name: resolves to 'other' but gpu1.invalid serves 'glm-5.3-flash'" in err
 
 
+def test_a_malformed_worker_entry_is_refused(capsys):
+    err = refused(capsys, shared={}, workers=[("gpu1.invalid", WORKER), "gpu2.invalid"])
+    assert "(entry): is not a (name, {data}) pair" in err
+
+
 def test_a_moving_model_revision_is_refused_for_a_downloading_fleet(capsys):
     err = refused(capsys, shared={}, workers=workers())
     assert "(shared): model_revision: 'main' moves" in err
@@ -132,3 +137,32 @@ def test_a_mismatched_fleet_stops_pyinfra_before_connecting(tmp_path):
     assert run.returncode == 2, out
     assert "gpu2.invalid: engine_set: resolves to '0.7.2' but gpu1.invalid serves '0.7.0.post1'" in out
     assert "Traceback" not in out and "Connecting to hosts" not in out
+
+
+def test_the_example_fleet_inventory_is_refused_until_its_placeholders_are_replaced():
+    run = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", "inventory/fleet.py", "deploy_fleet.py"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "GLM_FLASH_API_KEY": "k", "HOME": "/nonexistent"},
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 2 and "Traceback" not in out
+    for host in ("gpu1", "gpu2", "gpu3", "gw"):
+        assert f"{host}.example.lan: (host name): '{host}.example.lan' is the example inventory's placeholder" in out
+    assert "ssh_key: '~/.ssh/id_ed25519' does not exist" in out
+
+
+def test_the_gateway_launcher_refuses_a_key_in_its_flags(tmp_path):
+    conf = tmp_path / "router.json"
+    conf.write_text(json.dumps({"args": ["--port", "30000", "--api-key=secret"]}))
+    run = subprocess.run(
+        [sys.executable, str(REPO / "files" / "glm-flash-gateway-launch"), str(conf)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert run.returncode != 0 and "the key comes from the credential only" in run.stderr
+    assert "secret" not in run.stderr
