@@ -77,7 +77,7 @@ def run(workers: list[str]) -> dict:
         counters = json.loads(io.read())
     sent = ssh(
         workers[0],
-        f"journalctl -u glm-flash-peer-serve --since @{since} -o cat --no-pager | grep -F sent | tail -n 1 || true",
+        f"journalctl -u glm-flash-peer-serve-artifacts --since @{since} -o cat --no-pager | grep -F sent | tail -n 1 || true",
     )
     size = int(ssh(workers[0], f"du -sb {DIR}").split()[0])
     return {

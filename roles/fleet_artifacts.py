@@ -26,12 +26,12 @@ from control.pypi_cache import sha256_file
 from roles.facts.engine import PythonArtifact, WheelhouseFiles
 from roles.operations.uploads import host_tool
 
-UNIT = "glm-flash-peer-serve"
+UNIT = "glm-flash-peer-serve"  # -<name> of the set
 
 
 @dataclass(frozen=True)
 class Entry:
-    src: Path  # on the control machine
+    src: Path | None  # on the control machine; None: made on the seed by an earlier operation (a download)
     sha256: str
     size: int
     mode: str
@@ -74,26 +74,29 @@ def lacking(target, root: str, entries: list[Entry]) -> list[Entry]:
     return [e for e in entries if listings[str(Path(root, e.rel).parent)].get(Path(e.rel).name) != e.size]
 
 
-def apply(profile: Profile, entries: list[Entry]) -> None:
+def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root: str | None = None) -> None:
+    """Every reached worker ends with `entries` under `root` (install_root by default). `name` tells
+    sets apart (their manifests and servers): e.g. "artifacts" here, "checkpoint" for a model role
+    whose seed downloads the files (entries without src) in an operation defined before this call."""
     # Only the workers this run reached: one that is down stops neither the seed nor its peers.
     workers = [h for h in inventory.get_group(WORKERS) if h in state.active_hosts]
     if not entries or host not in workers:
         return
-    seed, root, q = workers[0], profile.install_root, shlex.quote
+    seed, base, root, q = workers[0], profile.install_root, root or profile.install_root, shlex.quote
     seed_address = worker_url(seed.name, seed.data.dict()).split("//")[1].rsplit(":", 1)[0].strip("[]")
-    tool, mfile = f"{root}/bin/glm-flash-peer", f"{root}/fleet/manifest.txt"
-    files.directory(name="Fleet directory", path=f"{root}/fleet", mode="755")
-    files.directory(name="Host tools directory", path=f"{root}/bin", mode="755")
-    host_tool("glm-flash-peer", f"{root}/bin")
+    tool, mfile, unit = f"{base}/bin/glm-flash-peer", f"{base}/fleet/{name}.txt", f"{UNIT}-{name}"
+    files.directory(name="Fleet directory", path=f"{base}/fleet", mode="755")
+    files.directory(name="Host tools directory", path=f"{base}/bin", mode="755")
+    host_tool("glm-flash-peer", f"{base}/bin")
     files.put(
-        name=f"Manifest of the fleet's artifacts ({len(entries)} files)",
+        name=f"Manifest of the fleet's {name} ({len(entries)} files)",
         src=StringIO("".join(e.line() for e in entries)),
         dest=mfile,
         mode="644",
     )
     apt.packages(name="python3 for glm-flash-peer", packages=["python3"], update=True, cache_time=86400)
     if host == seed:
-        mine = lacking(host, root, entries)
+        mine = [e for e in lacking(host, root, entries) if e.src is not None]
         for d in sorted({str(Path(root, e.rel).parent) for e in mine}):
             files.directory(name=f"Directory {d}", path=d, mode="755")
         for e in mine:
@@ -105,10 +108,10 @@ def apply(profile: Profile, entries: list[Entry]) -> None:
     # the same operations for pyinfra: it runs the seed's serving before any fetch, the fetches before
     # the seed stops.
     server.shell(
-        name=f"Serve the artifacts from {seed.name} on {seed_address}:{PEER_PORT} (to {', '.join(peers_lack)})",
+        name=f"Serve the {name} from {seed.name} on {seed_address}:{PEER_PORT} (to {', '.join(peers_lack)})",
         commands=[
-            f"systemctl stop {UNIT} 2>/dev/null; systemctl reset-failed {UNIT} 2>/dev/null; "
-            f"systemd-run -q --unit {UNIT} -p RuntimeMaxSec=3h -p NoNewPrivileges=yes "
+            f"systemctl stop {unit} 2>/dev/null; systemctl reset-failed {unit} 2>/dev/null; "
+            f"systemd-run -q --unit {unit} -p RuntimeMaxSec=3h -p NoNewPrivileges=yes "
             f"-p ProtectSystem=strict -p ProtectHome=yes -p PrivateTmp=yes "
             f"-p CapabilityBoundingSet=CAP_DAC_READ_SEARCH "
             f"{q(tool)} serve {q(root)} {q(mfile)} --bind {q(seed_address)} --port {PEER_PORT}"
@@ -117,14 +120,14 @@ def apply(profile: Profile, entries: list[Entry]) -> None:
         else [],
     )
     server.shell(
-        name=f"Fetch what is missing from {seed.name} on the local network (hashes checked)",
+        name=f"Fetch the {name} missing here from {seed.name} on the local network (hashes checked)",
         commands=[f"{q(tool)} fetch http://{seed_address}:{PEER_PORT} {q(root)} {q(mfile)}"]
         if host.name in peers_lack
         else [],
     )
     server.shell(
-        name=f"Stop serving the artifacts on {seed.name}",
-        commands=[f"systemctl stop {UNIT}; journalctl -u {UNIT} -o cat --no-pager | grep -F sent | tail -n 1"]
+        name=f"Stop serving the {name} on {seed.name}",
+        commands=[f"systemctl stop {unit}; journalctl -u {unit} -o cat --no-pager | grep -F sent | tail -n 1"]
         if host == seed
         else [],
     )

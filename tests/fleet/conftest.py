@@ -27,9 +27,10 @@ def fleet_up() -> list[dict]:
     if os.geteuid() != 0:
         pytest.skip("the fleet sandbox needs root (systemd-nspawn, overlay mounts)")
     nodes = REPO / ".sandbox" / "fleet" / "nodes.json"
-    booted = not nodes.exists() or len(json.loads(nodes.read_text())) < N
-    if booted:
-        subprocess.run([sys.executable, "sandbox/fleet.py", "up", "-n", str(N)], cwd=REPO, env=env(), check=True)
+    existing = len(json.loads(nodes.read_text())) if nodes.exists() else 0
+    # Boots only the machines that are not running (a test may have powered one off).
+    n = str(max(N, existing))
+    subprocess.run([sys.executable, "sandbox/fleet.py", "up", "-n", n], cwd=REPO, env=env(), check=True)
     yield json.loads(nodes.read_text())
-    if booted:
+    if not existing:
         subprocess.run([sys.executable, "sandbox/fleet.py", "down"], cwd=REPO, env=env())

@@ -2,20 +2,24 @@
 
 tests/fleet/deploy_artifacts.py runs only the artifact step, with the gateway's 25 wheels
 (36 MB) as the artifacts (the engine's 5 GB would not fit three times here): the seed worker
-(node2) gets them from the control machine, the others from it over the local network.
+(node2) gets them from the control machine, the others from it over the local network. A
+3 MB stand-in checkpoint shard is made on the seed only (as its hub download would) and copied.
 """
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import REPO
+from tests.fleet import checkpoint_standin as standin
 from tests.fleet.conftest import env
 
 DIR = "/opt/glm-flash/fleet-test/wheelhouse"
+CHECKPOINT = standin.CHECKPOINT
 pytestmark = pytest.mark.sandbox
 
 
@@ -51,7 +55,7 @@ def ssh(node: str, command: str) -> str:
 
 
 def manifest(node: str) -> dict[str, str]:
-    lines = ssh(node, "cat /opt/glm-flash/fleet/manifest.txt").splitlines()
+    lines = ssh(node, "cat /opt/glm-flash/fleet/artifacts.txt").splitlines()
     return {rel.rsplit("/", 1)[1]: sha for sha, _, _, rel in (line.split() for line in lines)}
 
 
@@ -63,25 +67,28 @@ def sums(node: str) -> dict[str, str]:
 def test_workers_get_the_artifacts_once_from_outside_and_from_the_seed(fleet_up):
     workers = [n["name"] for n in fleet_up[1:]]
     for node in workers:
-        ssh(node, f"rm -rf {DIR}")
+        ssh(node, f"rm -rf {DIR} {CHECKPOINT}")
     run = deploy()
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     want = manifest(workers[0])
     assert len(want) == 25
+    shard = hashlib.sha256(standin.shard()).hexdigest()
     for node in workers:
         assert sums(node) == want, node
+        # Made on the seed only (the stand-in of its hub download), copied to the others, same hash.
+        assert ssh(node, f"sha256sum {CHECKPOINT}/{standin.SHARD}").split()[0] == shard, node
     # Uploads from the control machine went to the seed only; the seed served the rest.
     out = run.stdout + run.stderr
     uploads = [line for line in out.splitlines() if "Starting operation: From the control machine:" in line]
     assert len(uploads) == 25, out[-3000:]
     assert out.count(f"[{workers[0]}] Success") >= 25 and f"[{workers[1]}] Success" in out
-    sent = ssh(workers[0], "journalctl -u glm-flash-peer-serve -o cat --no-pager | grep -F sent | tail -n 1")
+    sent = ssh(workers[0], "journalctl -u glm-flash-peer-serve-artifacts -o cat --no-pager | grep -F sent | tail -n 1")
     size = int(ssh(workers[0], f"du -sb {DIR}").split()[0])
     assert f"sent {size * (len(workers) - 1)} bytes" in sent
     # Complete everywhere: a second run moves nothing and changes nothing.
     again = deploy()
     again_out = again.stdout + again.stderr
-    assert again.returncode == 0 and "Serve the artifacts" not in again_out
+    assert again.returncode == 0 and "Serve the" not in again_out
     totals = [line for line in again_out.splitlines() if "Grand total" in line][0].split()
     assert totals[-3:] == ["-", "-", totals[-4]], again_out[-2000:]
 
