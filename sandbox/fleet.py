@@ -155,16 +155,24 @@ def wait_ready(index: int, proc: subprocess.Popen | None) -> None:
     deadline = time.time() + sb.BOOT_TIMEOUT
     while time.time() < deadline:
         if proc is not None and proc.poll() is not None:
-            sys.exit(
-                f"fleet: node{index}'s systemd-nspawn exited with status {proc.returncode}; "
-                f"see {node_dir(index) / 'boot.log'}"
-            )
+            log = node_dir(index) / "boot.log"
+            if "Too many open files" in log.read_text(errors="replace"):
+                sys.exit(
+                    f"fleet: node{index}'s systemd could not start: the host's inotify instances are used up "
+                    f"(fs.inotify.max_user_instances = {inotify_limit()}, each booted machine takes about 7). "
+                    "Fix: stop other containers, or raise it: sysctl fs.inotify.max_user_instances=512"
+                )
+            sys.exit(f"fleet: node{index}'s systemd-nspawn exited with status {proc.returncode}; see {log}")
         if sb.ssh_ready(address(index)):
             r = ssh(index, "systemctl is-system-running --wait >/dev/null 2>&1; true")
             if r.returncode == 0:
                 return
         time.sleep(0.5)
     sys.exit(f"fleet: node{index} ({address(index)}:{sb.PORT}) did not answer SSH within {sb.BOOT_TIMEOUT} s")
+
+
+def inotify_limit() -> str:
+    return Path("/proc/sys/fs/inotify/max_user_instances").read_text().strip()
 
 
 def nodes_up() -> list[int]:
