@@ -76,8 +76,8 @@ clean: sandbox-down fleet-down
 # Fleet sandbox (issue 14): N Debian 13 machines on 127.0.0.2.. sharing one read-only image.
 N ?= 3
 .PHONY: fleet-up fleet-down gateway-lock bench-fleet
-fleet-up: deps venv  ## make fleet-up N=3
-	$(BIN)/python sandbox/fleet.py up -n $(N)
+fleet-up: deps venv  ## make fleet-up N=3 [FROM_SANDBOX=1: on the deployed, powered-off single sandbox]
+	$(BIN)/python sandbox/fleet.py up -n $(N) $(if $(FROM_SANDBOX),--from-sandbox)
 
 fleet-down:
 	$(PY) sandbox/fleet.py down

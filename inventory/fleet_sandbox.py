@@ -3,10 +3,12 @@
 Simulated: no GPU here, so the workers' engines are OpenAI-compatible stand-ins
 (tests/bench/fake_openai.py) that the fleet tests run on each worker's address; this inventory
 deploys the gateway (`--limit gateway`). Health checks, key, routing: the real router.
+On a fleet booted from the deployed single sandbox (FROM_SANDBOX=1) the whole fleet deploy runs.
 """
 
 import json
 import os
+import runpy
 from pathlib import Path
 
 from control.fleet import fleet
@@ -34,14 +36,21 @@ def ssh(node: dict) -> dict:
     }
 
 
+shared = {
+    "require_gpu": False,
+    "model_download": False,
+    "allow_reboot": False,
+    # The engine's CPython 3.11 comes from the control machine (pyenv on these machines).
+    "python_source": os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7"),
+}
+if Path(".sandbox/fleet/from-sandbox").exists():
+    # `make fleet-up FROM_SANDBOX=1`: the workers are overlays of the deployed single sandbox, so they get
+    # its settings (the stand-in NVIDIA repository, the staged model): the full node deploy converges there.
+    (_, single), *_ = runpy.run_path("inventory/sandbox.py")["hosts"]
+    shared.update({k: v for k, v in single.items() if not k.startswith("ssh_")})
+
 workers, gateway = fleet(
-    shared={
-        "require_gpu": False,
-        "model_download": False,
-        "allow_reboot": False,
-        # The engine's CPython 3.11 comes from the control machine (pyenv on these machines).
-        "python_source": os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7"),
-    },
+    shared=shared,
     # Each worker's engine listens on its own loopback address (the containers share the network).
     workers=[(n["name"], {**ssh(n), "listen_host": n["address"]}) for i, n in nodes.items() if 1 <= i <= WORKERS],
     gateway=(

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A fleet sandbox: N Debian 13 machines booted with real systemd, one loopback address each.
 
-    fleet.py up [-n N]   boot N machines (default 3): node1 on 127.0.0.2, node2 on 127.0.0.3, ...
+    fleet.py up [-n N] [--from-sandbox]
+                         boot N machines (default 3): node1 on 127.0.0.2, node2 on 127.0.0.3, ...
+                         --from-sandbox: on the deployed single sandbox instead of the bare image
     fleet.py down        power them off and delete what they wrote (the shared image stays)
     fleet.py status
 
@@ -12,7 +14,9 @@ Nothing but 127.0.0.0/8 is used.
 Disk: every machine is an overlay (overlayfs) whose read-only lower layer is ONE unpacked copy of
 the cached pristine image (sandbox.py's, about 400 MB, kept in the cache beside the tarball), and
 whose upper layer holds only what that machine writes (a few MB once booted). N machines cost
-one image plus their own changes, not N images.
+one image plus their own changes, not N images. With --from-sandbox the lower layer is the single
+sandbox's root (`make deploy`ed, powered off, and left off while the fleet runs: a lower layer must
+not change): N deployed workers for the disk of one, the NVIDIA stand-in served as for it.
 
 Simulated: the machines are containers on one kernel, not separate computers; they share the host
 key of the single sandbox (.sandbox/keys), each known under its own address in
@@ -37,6 +41,7 @@ FLEET = sb.STATE / "fleet"
 KNOWN_HOSTS = FLEET / "known_hosts"
 SSH_CONFIG = FLEET / "ssh_config"
 NODES_FILE = FLEET / "nodes.json"  # what is up: read by inventory/fleet_sandbox.py and the tests
+FROM_SANDBOX = FLEET / "from-sandbox"  # present while the fleet's lower layer is the single sandbox
 MAX_NODES = 16
 
 
@@ -179,7 +184,7 @@ def nodes_up() -> list[int]:
     return sorted(int(p.name[4:]) for p in FLEET.glob("node*") if p.name[4:].isdigit() and sb.alive(p / "nspawn.pid"))
 
 
-def up(n: int) -> None:
+def up(n: int, from_sandbox: bool = False) -> None:
     if not 1 <= n <= MAX_NODES:
         sys.exit(f"fleet: N={n} is out of range; use 1 to {MAX_NODES}")
     if not shutil.which("systemd-nspawn"):
@@ -187,14 +192,25 @@ def up(n: int) -> None:
     extra = [i for i in nodes_up() if i > n]
     if extra:
         sys.exit(f"fleet: {len(extra)} more machines are up than N={n}; run fleet down first")
+    if any(node_dir(i).exists() for i in range(1, MAX_NODES + 1)) and FROM_SANDBOX.exists() != from_sandbox:
+        sys.exit("fleet: the fleet is on another lower layer; run fleet down first")
+    if from_sandbox and (sb.pid() or not (sb.ROOTFS / "etc/glm-flash").exists()):
+        sys.exit(
+            "fleet: --from-sandbox needs the single sandbox deployed and powered off "
+            "(make deploy, then sandbox.py down): its root is the fleet's read-only lower layer"
+        )
     sb.ensure_keys()
     FLEET.mkdir(parents=True, exist_ok=True)
     write_client_files(n)
-    base = lower()
+    base = sb.ROOTFS if from_sandbox else lower()
+    if from_sandbox:
+        FROM_SANDBOX.touch()
     started = time.time()
     procs = {i: boot(i, base) for i in range(1, n + 1)}
     for i, proc in procs.items():
         wait_ready(i, proc)
+    if from_sandbox:
+        sb.standin_up()  # the stand-in NVIDIA repository inventory/sandbox.py points at
     sb.say(f"fleet of {n} up in {time.time() - started:.0f} s: ssh -F {SSH_CONFIG} node1 .. node{n}")
 
 
@@ -211,6 +227,9 @@ def down() -> None:
     for sock in sb.control_dir().glob("fleet-*"):
         sock.unlink(missing_ok=True)
     NODES_FILE.unlink(missing_ok=True)
+    if FROM_SANDBOX.exists():
+        sb.stop_pidfile(sb.STANDIN_PIDFILE)
+        FROM_SANDBOX.unlink()
     sb.say("fleet down and removed (the shared image stays in the cache)")
 
 
@@ -226,9 +245,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("action", choices=("up", "down", "status"))
     ap.add_argument("-n", type=int, default=3, help="how many machines (up)")
+    ap.add_argument("--from-sandbox", action="store_true", help="lower layer: the deployed single sandbox")
     args = ap.parse_args()
     sb.STATE.mkdir(exist_ok=True)
-    {"up": lambda: up(args.n), "down": down, "status": status}[args.action]()
+    {"up": lambda: up(args.n, args.from_sandbox), "down": down, "status": status}[args.action]()
 
 
 if __name__ == "__main__":
