@@ -21,6 +21,12 @@ def env() -> dict:
     )
 
 
+def boot(n: int) -> None:
+    """Boot the fleet's machines that are not running, on the lower layer the fleet already has."""
+    lower = ["--from-sandbox"] if (REPO / ".sandbox" / "fleet" / "from-sandbox").exists() else []
+    subprocess.run([sys.executable, "sandbox/fleet.py", "up", "-n", str(n), *lower], cwd=REPO, env=env(), check=True)
+
+
 @pytest.fixture(scope="session")
 def fleet_up() -> list[dict]:
     """The fleet's nodes (node1 the gateway, node2.. the workers) as sandbox/fleet.py wrote them."""
@@ -29,8 +35,7 @@ def fleet_up() -> list[dict]:
     nodes = REPO / ".sandbox" / "fleet" / "nodes.json"
     existing = len(json.loads(nodes.read_text())) if nodes.exists() else 0
     # Boots only the machines that are not running (a test may have powered one off).
-    n = str(max(N, existing))
-    subprocess.run([sys.executable, "sandbox/fleet.py", "up", "-n", n], cwd=REPO, env=env(), check=True)
+    boot(max(N, existing))
     yield json.loads(nodes.read_text())
     if not existing:
         subprocess.run([sys.executable, "sandbox/fleet.py", "down"], cwd=REPO, env=env())

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.fleet import checkpoint_standin as standin
-from tests.fleet.conftest import env
+from tests.fleet.conftest import boot, env
 
 DIR = "/opt/glm-flash/fleet-test/wheelhouse"
 CHECKPOINT = standin.CHECKPOINT
@@ -127,9 +127,7 @@ def test_an_unreachable_worker_stops_no_other_and_catches_up_later(fleet_up):
     assert run.returncode != 0 and f"[{peer}] Could not connect" in out, out[-2000:]
     assert sums(seed) == manifest(seed), "the reachable worker did not converge"
     # Back up: it takes what it lacks from the seed.
-    subprocess.run(
-        [sys.executable, "sandbox/fleet.py", "up", "-n", str(len(fleet_up))], cwd=REPO, env=env(), check=True
-    )
+    boot(len(fleet_up))
     ssh(peer, f"rm -rf {DIR}")
     run = deploy()
     assert run.returncode == 0, (run.stdout + run.stderr)[-2000:]
