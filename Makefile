@@ -98,5 +98,22 @@ bench-deploy: venv  ## make bench-deploy [INVENTORY=inventory/sandbox.py] [RUNS=
 engine-locks: venv  ## regenerate locks/engine/*.txt (uv pinned in locks/tools.txt; needs PyPI)
 	$(BIN)/python scripts/engine_locks.py
 
-clean: sandbox-down
+clean: sandbox-down fleet-down
 	$(PY) sandbox/sandbox.py destroy
+
+# Fleet sandbox (issue 14): N Debian 13 machines on 127.0.0.2.. sharing one read-only image.
+N ?= 3
+.PHONY: fleet-up fleet-down gateway-lock bench-fleet
+fleet-up: deps venv  ## make fleet-up N=3 [FROM_SANDBOX=1: on the deployed, powered-off single sandbox]
+	$(BIN)/python sandbox/fleet.py up -n $(N) $(if $(FROM_SANDBOX),--from-sandbox)
+
+fleet-down:
+	$(PY) sandbox/fleet.py down
+
+gateway-lock: venv  ## regenerate locks/gateway.txt from locks/gateway.in (uv pinned in locks/tools.txt)
+	$$($(BIN)/python -c 'from control.engine_lock import tools_bin; print(tools_bin())')/uv pip compile \
+	  --generate-hashes --no-config --python-version 3.13 --python-platform x86_64-manylinux_2_28 --no-header \
+	  --quiet locks/gateway.in -o locks/gateway.txt
+
+bench-fleet: venv  ## bytes on the outside and control links: one worker vs the fleet sandbox's (make fleet-up N=3)
+	$(BIN)/python benchmark/fleet_bench.py

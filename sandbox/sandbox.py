@@ -281,18 +281,18 @@ def pid() -> int | None:
     return alive(PIDFILE)
 
 
-def port_open(port: int = PORT) -> bool:
+def port_open(port: int = PORT, address: str = "127.0.0.1") -> bool:
     """Something accepts connections on a loopback port (the sandbox's by default)."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
+        with socket.create_connection((address, port), timeout=1):
             return True
     except OSError:
         return False
 
 
-def ssh_ready() -> bool:
+def ssh_ready(address: str = "127.0.0.1") -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", PORT), timeout=1) as s:
+        with socket.create_connection((address, PORT), timeout=1) as s:
             return s.recv(4).startswith(b"SSH-")
     except OSError:
         return False
@@ -322,6 +322,34 @@ def log_since(offset: int, lines: int = 15) -> str:
 def first_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return "; ".join(lines[-3:]) if lines else "(no message)"
+
+
+def nspawn(root: Path, machine: str, logfile: Path, pidfile: Path) -> subprocess.Popen:
+    """Boot `root` with its own systemd in the background (shared network); its pid in `pidfile`."""
+    inotify_room()
+    log = open(logfile, "ab")
+    env = dict(os.environ, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY="1")
+    proc = subprocess.Popen(
+        [
+            "systemd-nspawn",
+            "-b",
+            "-D",
+            str(root),
+            "-M",
+            machine,
+            "--register=no",
+            "--keep-unit",
+            "--console=passive",
+            "--resolv-conf=copy-host",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        env=env,
+        start_new_session=True,
+    )
+    pidfile.write_text(str(proc.pid))
+    return proc
 
 
 BOOT_TIMEOUT = 90
@@ -366,32 +394,10 @@ def up() -> None:
         sys.exit("sandbox: systemd-nspawn is missing; run `make deps`")
     if not ROOTFS.exists():
         create_rootfs()
-    inotify_room()
     say("booting with systemd-nspawn")
     logfile = STATE / "boot.log"
     offset = logfile.stat().st_size if logfile.exists() else 0
-    log = open(logfile, "ab")
-    env = dict(os.environ, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY="1")
-    proc = subprocess.Popen(
-        [
-            "systemd-nspawn",
-            "-b",
-            "-D",
-            str(ROOTFS),
-            "-M",
-            MACHINE,
-            "--register=no",
-            "--keep-unit",
-            "--console=passive",
-            "--resolv-conf=copy-host",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        env=env,
-        start_new_session=True,
-    )
-    PIDFILE.write_text(str(proc.pid))
+    proc = nspawn(ROOTFS, MACHINE, logfile, PIDFILE)
     deadline = time.time() + BOOT_TIMEOUT
     failing_since, last_error = None, ""
     while time.time() < deadline:
@@ -423,22 +429,29 @@ def up() -> None:
     sys.exit(f"sandbox: SSH did not answer within {BOOT_TIMEOUT} s; {why}")
 
 
-def down() -> None:
-    stop_pidfile(STANDIN_PIDFILE)
-    stop_pidfile(HUB_PIDFILE)
-    value = pid()
+def poweroff(pidfile: Path) -> bool:
+    """Power off the machine booted with this pidfile; False when it was not running."""
+    value = alive(pidfile)
     if value is None:
-        PIDFILE.unlink(missing_ok=True)
-        say("not running")
-        return
+        pidfile.unlink(missing_ok=True)
+        return False
     os.kill(value, signal.SIGTERM)  # nspawn asks the container's systemd to power off
     for _ in range(120):
-        if pid() is None:
+        if alive(pidfile) is None:
             break
         time.sleep(0.25)
     else:
         os.killpg(value, signal.SIGKILL)
-    PIDFILE.unlink(missing_ok=True)
+    pidfile.unlink(missing_ok=True)
+    return True
+
+
+def down() -> None:
+    stop_pidfile(STANDIN_PIDFILE)
+    stop_pidfile(HUB_PIDFILE)
+    if not poweroff(PIDFILE):
+        say("not running")
+        return
     for sock in control_dir().glob("cm-*"):
         sock.unlink(missing_ok=True)
     say("down")

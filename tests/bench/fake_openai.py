@@ -10,7 +10,8 @@ are counted from the characters (one per `chars_per_token`, plus a template over
 the bench must calibrate to hit a length. With `api_key` set, other keys get 401. Every
 `fail_every`-th generation breaks off mid-stream. `/metrics` publishes vLLM's spec-decode
 counters when `accept_len` is set (drafts of `draft_k` tokens, `accept_len - 1` accepted).
-The server stops by itself after `lifetime_s`.
+`/health` answers 200 like the engines'. The server stops by itself after `lifetime_s`;
+`host` and `port` choose where it listens (a fleet sandbox's loopback address).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ class FakeOpenAI:
     def __init__(self, tok_s: float = 200.0, ttft_s: float = 0.05, prefill_tok_s: float | None = None,
                  chunk: int = 1, usage: bool = True, api_key: str | None = None, fail_every: int = 0,
                  accept_len: float | None = None, draft_k: int = 7, chars_per_token: float = 3.5,
-                 model: str = "glm-5.3-flash", chunked: bool = True, lifetime_s: float = 300.0):
+                 model: str = "glm-5.3-flash", chunked: bool = True, lifetime_s: float = 300.0,
+                 host: str = "127.0.0.1", port: int = 0):
         self.tok_s, self.ttft_s, self.prefill_tok_s, self.chunk = tok_s, ttft_s, prefill_tok_s, chunk
         self.usage, self.api_key, self.fail_every, self.model = usage, api_key, fail_every, model
         self.accept_len, self.draft_k, self.chars_per_token = accept_len, draft_k, chars_per_token
@@ -45,8 +47,8 @@ class FakeOpenAI:
         self.prompts: list[str] = []
         self.bodies: list[dict] = []
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
-        self.httpd = _Server(("127.0.0.1", 0), self._handler())
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.httpd = _Server((host, port), self._handler())
+        self.url = f"http://{host}:{self.httpd.server_address[1]}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self._timer = threading.Timer(lifetime_s, self.stop)
         self._timer.daemon = True
@@ -104,7 +106,9 @@ class FakeOpenAI:
                 return True
 
             def do_GET(self):
-                if self.path == "/metrics" and fake.accept_len:
+                if self.path == "/health":  # what SGLang and vLLM answer, without a key
+                    self._reply(200, b"")
+                elif self.path == "/metrics" and fake.accept_len:
                     with fake.lock:
                         self._reply(200, fake.metrics_text().encode(), "text/plain; version=0.0.4")
                 elif self.path == "/v1/models" and self._authorized():

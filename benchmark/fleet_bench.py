@@ -1,0 +1,117 @@
+"""make bench-fleet: bytes a fleet's artifacts cost on the outside link and on the control
+machine's link, one worker against all the fleet sandbox's workers (`make fleet-up N=3` first).
+
+The artifacts are those of tests/fleet/deploy_artifacts.py (the gateway's 25 wheels, 36 MB: the
+engine's 5 GB would not fit on every worker here); the step is roles/fleet_artifacts.py, as in
+deploy_fleet.py. For each fleet size the workers' copies are removed, then the step runs:
+
+- control link: bytes the deploy process (pyinfra) sent and received over SSH to every host
+  (commands, facts, uploads; counted in paramiko's packetizer, encrypted as on the wire);
+- local network: bytes the seed sent to its peers (glm-flash-peer's own count);
+- outside: bytes the control machine added to its download cache during the run (0 once cached:
+  the control machine fetches each file once, whatever the fleet's size).
+
+Goal (issue 14): a fleet's control-link bytes <= 1.2x one host's; outside bytes <= 1.1x.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FLEET = REPO / ".sandbox" / "fleet"
+DIR = "/opt/glm-flash/fleet-test/wheelhouse"
+# Runs pyinfra, counting every byte its SSH connections (paramiko) send and receive.
+WRAP = (
+    "import atexit, json, runpy, sys\n"
+    "import paramiko.packet as pk\n"
+    "out, n = sys.argv.pop(1), {'sent': 0, 'received': 0}\n"
+    "w, r = pk.Packetizer.write_all, pk.Packetizer.read_all\n"
+    "def write_all(self, data):\n    n['sent'] += len(data); return w(self, data)\n"
+    "def read_all(self, size, check_rekey=False):\n"
+    "    data = r(self, size, check_rekey); n['received'] += len(data); return data\n"
+    "pk.Packetizer.write_all, pk.Packetizer.read_all = write_all, read_all\n"
+    "atexit.register(lambda: open(out, 'w').write(json.dumps(n)))\n"
+    "sys.argv[0] = 'pyinfra'\n"
+    "runpy.run_module('pyinfra', run_name='__main__')\n"
+)
+
+
+def ssh(node: str, command: str) -> str:
+    r = subprocess.run(
+        ["ssh", "-F", str(FLEET / "ssh_config"), node, command], capture_output=True, text=True, timeout=120
+    )
+    if r.returncode:
+        sys.exit(f"bench-fleet: {node}: {command}: {r.stderr.strip()}")
+    return r.stdout
+
+
+def cache_bytes() -> int:
+    from control.pypi_cache import cache_root
+
+    return sum(p.stat().st_size for p in cache_root().rglob("*") if p.is_file())
+
+
+def run(workers: list[str]) -> dict:
+    for node in workers:
+        ssh(node, f"rm -rf {DIR}")
+    since = ssh(workers[0], "date +%s").strip()
+    before = cache_bytes()
+    with tempfile.NamedTemporaryFile("r", suffix=".io") as io:
+        env = dict(os.environ, GLM_FLASH_FLEET_WORKERS=str(len(workers)))
+        cmd = [sys.executable, "-c", WRAP, io.name, "-y", "inventory/fleet_sandbox.py"]
+        r = subprocess.run(
+            [*cmd, "tests/fleet/deploy_artifacts.py", "--limit", "workers"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode:
+            sys.exit(f"bench-fleet: the deploy failed:\n{(r.stdout + r.stderr)[-3000:]}")
+        counters = json.loads(io.read())
+    sent = ssh(
+        workers[0],
+        f"journalctl -u glm-flash-peer-serve-artifacts --since @{since} -o cat --no-pager | grep -F sent | tail -n 1 || true",
+    )
+    size = int(ssh(workers[0], f"du -sb {DIR}").split()[0])
+    return {
+        "workers": len(workers),
+        "artifact_bytes": size,
+        "control_link_bytes": counters["sent"] + counters["received"],
+        "local_network_bytes": int(sent.split()[2]) if sent.startswith("glm-flash-peer: sent") else 0,
+        "outside_bytes": cache_bytes() - before,
+    }
+
+
+def main() -> None:
+    sys.path.insert(0, str(REPO))
+    nodes_file = FLEET / "nodes.json"
+    if not nodes_file.exists():
+        sys.exit("bench-fleet: the fleet sandbox is not up. Fix: make fleet-up N=3")
+    workers = [n["name"] for n in json.loads(nodes_file.read_text())[1:]]
+    if len(workers) < 2:
+        sys.exit("bench-fleet: needs at least two workers. Fix: make fleet-up N=3")
+    one, many = run(workers[:1]), run(workers)
+    ratio = many["control_link_bytes"] / one["control_link_bytes"]
+    out_ratio = (many["outside_bytes"] + 1) / (one["outside_bytes"] + 1)
+    print(f"{'workers':>8} {'artifacts':>12} {'control link':>14} {'local network':>14} {'outside':>10}")
+    for r in (one, many):
+        print(
+            f"{r['workers']:>8} {r['artifact_bytes']:>12} {r['control_link_bytes']:>14} "
+            f"{r['local_network_bytes']:>14} {r['outside_bytes']:>10}"
+        )
+    print(
+        f"control link: {ratio:.2f}x one host's (goal <= 1.2x; one upload per worker would be "
+        f"~{len(workers)}x); outside: {out_ratio:.2f}x (goal <= 1.1x)"
+    )
+    (FLEET / "bench.json").write_text(json.dumps({"one": one, "fleet": many, "control_link_ratio": ratio}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""A fleet: worker nodes of one profile serving the same thing, and optionally a gateway.
+
+    from control.fleet import fleet
+    workers, gateway = fleet(shared={...}, workers=[(name, {...}), ...], gateway=(name, {...}))
+
+In an inventory the two lists become pyinfra's groups `workers` and `gateway`. `shared` holds the
+group-level values (the model commit, the engine set, ...): they are merged into every worker, so
+every worker serves the same thing by construction. A worker entry that sets one of them itself to
+something else, or a fleet whose resolved workers would still serve different things, is refused
+while the inventory loads, before any host is contacted, like every other profile mistake.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from control.defaults import KNOBS, Knob
+from control.profile import (
+    Problem,
+    Profile,
+    ProfileError,
+    _check_value,
+    _first_contact,
+    _is_connector_key,
+    build,
+    fail,
+    hosts,
+)
+
+WORKERS, GATEWAY = "workers", "gateway"
+# What a client of the gateway gets from a worker: these resolve to the same value on every worker.
+SERVED = (
+    "platform",
+    "engine_set",
+    "python_release",
+    "model_id",
+    "model_revision",
+    "served_model_name",
+    "vllm_ref",
+    "drafter_model",
+    "drafter_revision",
+    "tool_call_parser",
+    "reasoning_parser",
+    "context_length",
+    "max_model_len",
+    "kv_cache_dtype",
+    "api_key_env",
+)
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+# During a deploy the seed worker serves the fleet's artifacts to its peers here (roles/fleet_artifacts.py).
+PEER_PORT = 30080
+ANY = ("0.0.0.0", "::")
+
+K = Knob
+# The gateway host's settings (it runs no engine, so the node knobs of control/defaults.py do not apply).
+GATEWAY_KNOBS: dict[str, Knob] = {
+    "gateway_listen_host": K("0.0.0.0", "clients reach the fleet here; the API key guards it"),
+    "gateway_port": K(
+        30000, "the same port a single node serves on, so clients change only the host", int, low=1, high=65535
+    ),
+    "gateway_policy": K(
+        "cache_aware",
+        "SGLang keeps a prefix (radix) cache per worker: send a prompt where its prefix already is",
+        choices=("cache_aware", "round_robin", "power_of_two", "random"),
+    ),
+    "gateway_balance_abs_threshold": K(
+        64, "cache-aware routing balances load once workers differ by this many requests (router default)", int, low=1
+    ),
+    "gateway_balance_rel_threshold": K(
+        1.5, "... and the busiest has this many times the requests of the idlest (router default)", float, low=1.0
+    ),
+    "gateway_health_interval_s": K(5, "how often each worker's /health is asked", int, low=1, high=3600),
+    "gateway_health_timeout_s": K(3, "a /health slower than this counts as a failure", int, low=1, high=600),
+    "gateway_health_failures": K(2, "failed checks in a row that take a worker out", int, low=1, high=100),
+    "gateway_health_successes": K(2, "good checks in a row that put it back", int, low=1, high=100),
+    "gateway_breaker_failures": K(
+        10, "failed requests to a worker that open its circuit breaker: no traffic until it is half-open", int, low=1
+    ),
+    "gateway_breaker_open_s": K(
+        60, "how long an open breaker keeps a worker out, even once its health checks pass again", int, low=1
+    ),
+    "gateway_dir": K("/opt/glm-flash-gateway", "the router's environment and its wheels"),
+    "gateway_workers": K([], "worker URLs; filled in by control.fleet.fleet() from the worker entries", list),
+    "api_key_env": KNOBS["api_key_env"],
+}
+
+
+def _served(profile: Profile) -> dict[str, Any]:
+    return {k: getattr(profile, k) for k in SERVED}
+
+
+def worker_url(name: str, data: dict[str, Any]) -> str:
+    """Where the gateway reaches a worker: its listen address, or its SSH address when it listens on all."""
+    listen = data.get("listen_host", KNOBS["listen_host"].default)
+    where = data.get("ssh_hostname") or name if listen in ANY else listen
+    port = data.get("port", KNOBS["port"].default)
+    return f"http://[{where}]:{port}" if ":" in str(where) else f"http://{where}:{port}"
+
+
+def fleet_problems(
+    shared: dict[str, Any], workers: list[tuple[str, dict[str, Any]]], has_gateway: bool
+) -> list[Problem]:
+    """Mistakes that make workers serve different things, or a gateway unable to reach them."""
+    problems = []
+    for key in shared:
+        if key not in KNOBS or _is_connector_key(key):
+            problems.append(Problem("(shared)", key, "is not a node setting", "control/defaults.py lists them"))
+    for name, data in workers:
+        for key, value in data.items():
+            if key in shared and value != shared[key]:
+                problems.append(
+                    Problem(
+                        name,
+                        key,
+                        f"{value!r} differs from the fleet's shared {shared[key]!r}",
+                        "set it once in shared= (every worker serves the same thing), not per worker",
+                    )
+                )
+    if not workers:
+        problems.append(Problem("(fleet)", "workers", "is empty", "list at least one worker"))
+    merged = [(name, {**data, **shared}) for name, data in workers]
+    revision = merged[0][1].get("model_revision", KNOBS["model_revision"].default) if merged else ""
+    downloads = any(d.get("model_download", KNOBS["model_download"].default) for _, d in merged)
+    if len(merged) > 1 and downloads and not re.fullmatch(r"[0-9a-f]{40}", str(revision)):
+        problems.append(
+            Problem(
+                "(shared)",
+                "model_revision",
+                f"{revision!r} moves: workers downloading at different times would serve different checkpoints",
+                "pin the checkpoint's 40-character commit in shared= (the hub's model page, 'Files', commit)",
+            )
+        )
+    profiles = []
+    for name, data in merged:
+        problems.extend(_first_contact(name, data))
+        try:
+            profiles.append(build(name, data))
+        except ProfileError as e:
+            problems.extend(e.problems)
+    if profiles:
+        first = _served(profiles[0])
+        for p in profiles[1:]:
+            for key, value in _served(p).items():
+                if value != first[key]:
+                    problems.append(
+                        Problem(
+                            p.host,
+                            key,
+                            f"resolves to {value!r} but {profiles[0].host} serves {first[key]!r}",
+                            "give every worker the same value (in shared=)",
+                        )
+                    )
+    if has_gateway:
+        for name, data in merged:
+            if data.get("listen_host", KNOBS["listen_host"].default) in LOOPBACK:
+                problems.append(
+                    Problem(
+                        name,
+                        "listen_host",
+                        "the worker listens on loopback only, so the gateway cannot reach it",
+                        "set listen_host to the address the gateway reaches it on (with GLM_FLASH_API_KEY exported)",
+                    )
+                )
+    return problems
+
+
+def gateway_profile(name: str, data: dict[str, Any]) -> Profile:
+    """The gateway host's settings: GATEWAY_KNOBS defaults, then its inventory data."""
+    problems, values = [], {k: knob.default for k, knob in GATEWAY_KNOBS.items()}
+    for key, value in data.items():
+        if _is_connector_key(key):
+            continue
+        knob = GATEWAY_KNOBS.get(key)
+        if knob is None:
+            problems.append(Problem(name, key, "is not a gateway setting", "control/fleet.py GATEWAY_KNOBS lists them"))
+            continue
+        problem = _check_value(name, key, knob, value)
+        if problem:
+            problems.append(problem)
+        else:
+            values[key] = float(value) if knob.kind is float else value
+    if not problems and not values["gateway_workers"]:
+        problems.append(Problem(name, "gateway_workers", "is empty", "list the fleet's workers in fleet(workers=...)"))
+    if not problems and values["gateway_listen_host"] not in LOOPBACK and not os.environ.get(values["api_key_env"]):
+        problems.append(
+            Problem(
+                name,
+                "gateway_listen_host",
+                f"{values['gateway_listen_host']} exposes the gateway without an API key",
+                f"export {values['api_key_env']} on the control machine, or set gateway_listen_host: 127.0.0.1",
+            )
+        )
+    if problems:
+        raise ProfileError(problems)
+    return Profile(name, values)
+
+
+def fleet(
+    shared: dict[str, Any],
+    workers: list[tuple[str, dict[str, Any]]],
+    gateway: tuple[str, dict[str, Any]] | None = None,
+) -> tuple[list, list]:
+    """Inventory helper: (workers, gateway) host lists, checked before any host is contacted."""
+    malformed = [e for e in workers if not (isinstance(e, tuple) and len(e) == 2 and isinstance(e[1], dict))]
+    if malformed:
+        hosts(*malformed)  # says what is wrong with each and exits
+    problems = fleet_problems(shared, workers, gateway is not None)
+    merged = [(name, {**data, **shared}) for name, data in workers]
+    if gateway is not None:
+        name, data = gateway
+        data = {**data, "gateway_workers": [worker_url(n, d) for n, d in merged]}
+        if "api_key_env" in shared:
+            data["api_key_env"] = shared["api_key_env"]
+        problems.extend(_first_contact(name, data))
+        if name in {n for n, _ in merged}:
+            problems.append(
+                Problem(name, "(name)", "is both a worker and the gateway", "give the gateway its own host")
+            )
+        try:
+            gateway_profile(name, data)
+        except ProfileError as e:
+            problems.extend(e.problems)
+        gateway = (name, data)
+    if problems:
+        fail(ProfileError(problems))
+    # hosts() also checks the entries' shape and names given twice.
+    return hosts(*merged), [gateway] if gateway else []
+
+
+def gateway_for_current_host() -> Profile:
+    """The current pyinfra host's gateway settings (after --data overrides); exits cleanly on mistakes."""
+    from pyinfra import host
+
+    try:
+        return gateway_profile(host.name, host.data.dict())
+    except ProfileError as e:
+        fail(e)
+        raise  # unreachable: fail() exits

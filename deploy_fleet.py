@@ -1,0 +1,21 @@
+"""Deploy a fleet (inventory/fleet.py): the gateway host gets the router, every worker the node
+(its artifacts cross the control machine's link once: roles/fleet_artifacts.py).
+
+    pyinfra inventory/fleet.py deploy_fleet.py
+
+The inventory has already refused a fleet whose workers would serve different things.
+"""
+
+from pyinfra import host, local
+
+from control import profile
+from control.fleet import GATEWAY, gateway_for_current_host
+from roles import fleet_artifacts, gateway
+
+if GATEWAY in host.groups:
+    gateway.apply(gateway_for_current_host())
+else:
+    p = profile.for_current_host()
+    # The interpreter and the engine's wheels: from the control machine to one worker, from it to the others.
+    fleet_artifacts.apply(p, fleet_artifacts.engine_entries(p))
+    local.include("deploy.py")

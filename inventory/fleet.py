@@ -1,0 +1,35 @@
+"""A fleet: L40S worker nodes that serve the same model, and one gateway in front of them.
+
+Everything per host comes from the profile as for a single node (control/defaults.py); the
+values in `shared` are set once for the whole group, so every worker serves the same thing.
+A worker that sets one of them differently, or a moving model revision, is refused before any
+host is contacted. Replace the example names, the model commit and the keys first (README,
+"First real host"); export GLM_FLASH_API_KEY: workers listen beyond loopback.
+
+    .venv/bin/pyinfra inventory/fleet.py deploy_fleet.py
+"""
+
+from control.fleet import fleet
+
+ssh = {
+    "ssh_user": "root",
+    "ssh_key": "~/.ssh/id_ed25519",
+    "ssh_known_hosts_file": "inventory/known_hosts",
+    "ssh_strict_host_key_checking": "yes",
+}
+
+workers, gateway = fleet(
+    shared={
+        "platform": "l40s",
+        "engine_set": "0.7.0.post1",
+        # The checkpoint's commit on the hub: "main" would let workers download different ones.
+        "model_revision": "0" * 40,
+        "listen_host": "0.0.0.0",  # the gateway reaches each worker at its ssh address
+    },
+    workers=[
+        ("gpu1.example.lan", {**ssh, "kt_cpuinfer": 152}),
+        ("gpu2.example.lan", {**ssh, "kt_cpuinfer": 152}),
+        ("gpu3.example.lan", {**ssh, "kt_cpuinfer": 152}),
+    ],
+    gateway=("gw.example.lan", {**ssh, "gateway_policy": "cache_aware"}),
+)

@@ -1,0 +1,69 @@
+"""The fleet sandbox (`make fleet-up N=3`): node1 is the gateway, node2.. are the workers.
+
+Simulated: no GPU here, so the workers' engines are OpenAI-compatible stand-ins
+(tests/bench/fake_openai.py) that the fleet tests run on each worker's address; this inventory
+deploys the gateway (`--limit gateway`). Health checks, key, routing: the real router.
+On a fleet booted from the deployed single sandbox (FROM_SANDBOX=1) the whole fleet deploy runs.
+"""
+
+import json
+import os
+import runpy
+from pathlib import Path
+
+from control.fleet import fleet
+
+PORT = int(os.environ.get("GLM_FLASH_SANDBOX_PORT", "2222"))
+NODES = Path(".sandbox/fleet/nodes.json")
+if not NODES.exists():
+    raise SystemExit("glm-flash: the fleet sandbox is not up. Fix: make fleet-up N=3, then run this again")
+# A dict, not a list: pyinfra takes every top-level list of an inventory for a group.
+nodes = dict(enumerate(json.loads(NODES.read_text())))
+# How many of node2.. are workers (all by default); the fleet bench compares one with several.
+WORKERS = int(os.environ.get("GLM_FLASH_FLEET_WORKERS", len(nodes) - 1))
+if len(nodes) < 2:
+    raise SystemExit("glm-flash: the fleet sandbox needs a gateway and a worker. Fix: make fleet-up N=3")
+
+
+def ssh(node: dict) -> dict:
+    return {
+        "ssh_hostname": node["address"],
+        "ssh_port": node["port"],
+        "ssh_user": "root",
+        "ssh_key": ".sandbox/keys/id_ed25519",
+        "ssh_known_hosts_file": ".sandbox/fleet/known_hosts",
+        "ssh_strict_host_key_checking": "yes",
+    }
+
+
+shared = {
+    "require_gpu": False,
+    "model_download": False,
+    "allow_reboot": False,
+    # The engine's CPython 3.11 comes from the control machine (pyenv on these machines).
+    "python_source": os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7"),
+}
+if Path(".sandbox/fleet/from-sandbox").exists():
+    # `make fleet-up FROM_SANDBOX=1`: the workers are overlays of the deployed single sandbox, so they get
+    # its settings (the stand-in NVIDIA repository, the staged model): the full node deploy converges there.
+    (_, single), *_ = runpy.run_path("inventory/sandbox.py")["hosts"]
+    shared.update({k: v for k, v in single.items() if not k.startswith("ssh_")})
+
+workers, gateway = fleet(
+    shared=shared,
+    # Each worker's engine listens on its own loopback address (the containers share the network).
+    workers=[(n["name"], {**ssh(n), "listen_host": n["address"]}) for i, n in nodes.items() if 1 <= i <= WORKERS],
+    gateway=(
+        nodes[0]["name"],
+        {
+            **ssh(nodes[0]),
+            "gateway_listen_host": nodes[0]["address"],
+            # A few test requests, not production load: balance as soon as one worker has more.
+            "gateway_balance_abs_threshold": 1,
+            "gateway_balance_rel_threshold": 1.0,
+            "gateway_health_interval_s": 2,
+            # Requests fail fast on a stopped stand-in: let a restarted one back within seconds, not a minute.
+            "gateway_breaker_open_s": 5,
+        },
+    ),
+)

@@ -1,0 +1,160 @@
+"""The fleet's one endpoint: SGLang's router (sglang-router, locks/gateway.txt) as a systemd service.
+
+The router runs on the gateway host's Debian python3 in a venv built offline from wheels the
+control machine fetched once (checked against the lock's hashes, installed with
+--require-hashes). Health checks of every worker's /health take a dead worker out after
+`gateway_health_failures` failed checks and put it back after `gateway_health_successes` good
+ones; failed requests are retried on another worker by the router. The API key guards the
+router's API and is sent to the workers; it reaches the router as a systemd credential
+(files/glm-flash-gateway-launch), never on a command line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+from io import StringIO
+from pathlib import Path
+
+from pyinfra import host
+from pyinfra.facts.files import FileContents
+from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations.util import any_changed
+
+from control.engine_lock import LockError, fetch, parse_lock
+from control.profile import Problem, Profile, ProfileError, fail
+from control.pypi_cache import cache_root
+from roles.facts.engine import WheelhouseFiles
+from roles.operations.uploads import host_tool, template
+
+LOCK = Path(__file__).resolve().parent.parent / "locks" / "gateway.txt"
+PYTHON = "3.13"  # Debian 13's python3, which the lock is compiled for
+CONF_DIR = "/etc/glm-flash-gateway"
+UNIT = "/etc/systemd/system/glm-flash-gateway.service"
+MARKER = ".glm-flash-lock"  # in the venv: the sha256 of the lock it was built from
+
+
+def router_args(p: Profile) -> list[str]:
+    """The router's own flags (everything but the key), from the gateway settings."""
+    return [
+        "--host",
+        p.gateway_listen_host,
+        "--port",
+        str(p.gateway_port),
+        "--worker-urls",
+        *p.gateway_workers,
+        "--policy",
+        p.gateway_policy,
+        "--balance-abs-threshold",
+        str(p.gateway_balance_abs_threshold),
+        "--balance-rel-threshold",
+        str(p.gateway_balance_rel_threshold),
+        "--health-check-endpoint",
+        "/health",
+        "--health-check-interval-secs",
+        str(p.gateway_health_interval_s),
+        "--health-check-timeout-secs",
+        str(p.gateway_health_timeout_s),
+        "--health-failure-threshold",
+        str(p.gateway_health_failures),
+        "--health-success-threshold",
+        str(p.gateway_health_successes),
+        "--cb-failure-threshold",
+        str(p.gateway_breaker_failures),
+        "--cb-timeout-duration-secs",
+        str(p.gateway_breaker_open_s),
+        "--log-level",
+        "warn",
+    ]
+
+
+def wheels(p: Profile) -> list[Path]:
+    try:
+        pins = parse_lock(LOCK.read_text(), str(LOCK))
+        # A wheelhouse of its own: the engine's (CPython 3.11) would hand back cp311 files.
+        return fetch(pins, dest=cache_root() / f"wheelhouse-py{PYTHON}", py=PYTHON)
+    except LockError as e:
+        fail(ProfileError([Problem(p.host, "locks/gateway.txt", str(e), "run `make gateway-lock`")]))
+        raise  # unreachable: fail() exits
+
+
+def apply(p: Profile) -> None:
+    api_key = os.environ.get(p.api_key_env, "")
+    d = p.gateway_dir
+    venv, wheelhouse, bin_dir, lock_dest = f"{d}/venv", f"{d}/wheelhouse", f"{d}/bin", f"{d}/gateway.txt"
+    lock_sha = hashlib.sha256(LOCK.read_bytes()).hexdigest()
+    apt.packages(
+        name="Python for the gateway",
+        packages=["python3", "python3-venv"],
+        update=True,
+        cache_time=86400,
+        no_recommends=True,
+    )
+    for path in (d, wheelhouse, bin_dir):
+        files.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
+    files.put(name="Gateway lock", src=str(LOCK), dest=lock_dest, mode="644")
+    built = (host.get_fact(FileContents, path=f"{venv}/{MARKER}") or [""])[0].strip()
+    env_op = None
+    if built != lock_sha:
+        have = host.get_fact(WheelhouseFiles, path=wheelhouse)
+        for w in wheels(p):
+            if have.get(w.name) != w.stat().st_size:
+                files.put(name=f"Gateway wheel {w.name}", src=str(w), dest=f"{wheelhouse}/{w.name}", mode="644")
+        new, q = f"{venv}.new", shlex.quote
+        env_op = server.shell(
+            name="Build the gateway environment offline (hashes checked)",
+            commands=[
+                f"rm -rf {q(new)} && python3 -m venv {q(new)}",
+                f"{q(new)}/bin/python -m pip install --quiet --disable-pip-version-check --no-index "
+                f"--find-links {q(wheelhouse)} --require-hashes -r {q(lock_dest)}",
+                f"echo {lock_sha} > {q(new + '/' + MARKER)} && rm -rf {q(venv)} && mv {q(new)} {q(venv)}",
+            ],
+        )
+    launcher = host_tool("glm-flash-gateway-launch", bin_dir)
+    files.directory(name=f"Directory {CONF_DIR}", path=CONF_DIR, user="root", group="root", mode="755")
+    conf = files.put(
+        name="Router flags",
+        src=StringIO(json.dumps({"args": router_args(p)}, indent=2) + "\n"),
+        dest=f"{CONF_DIR}/router.json",
+        mode="644",
+    )
+    if api_key:
+        # Read by systemd as a credential; only root can read the file itself.
+        key = files.put(
+            name="Gateway API key (from the control machine's environment)",
+            src=StringIO(api_key),
+            dest=f"{CONF_DIR}/api-key",
+            user="root",
+            group="root",
+            mode="600",
+        )
+    else:
+        key = files.file(name="No gateway API key configured", path=f"{CONF_DIR}/api-key", present=False)
+    unit = template(
+        "glm-flash-gateway.service.j2",
+        UNIT,
+        name="glm-flash-gateway.service unit",
+        policy=p.gateway_policy,
+        workers=len(p.gateway_workers),
+        api_key=bool(api_key),
+        conf_dir=CONF_DIR,
+        venv=venv,
+        bin=bin_dir,
+    )
+    systemd.daemon_reload(name="Reload systemd after the gateway unit changed", _if=any_changed(unit))
+    systemd.service(
+        name="Enable and start glm-flash-gateway.service",
+        service="glm-flash-gateway.service",
+        enabled=True,
+        running=True,
+    )
+    changed = [op for op in (env_op, launcher, conf, key, unit) if op is not None]
+    systemd.service(
+        name="Restart the gateway after its environment or configuration changed",
+        service="glm-flash-gateway.service",
+        running=None,
+        restarted=True,
+        _if=any_changed(*changed),
+    )

@@ -1,0 +1,41 @@
+"""The fleet sandbox for tests/fleet: `make fleet-up N=3` when it is not up (then removed after)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+KEY = "fleet-test-key"
+N = 3
+
+
+def env() -> dict:
+    return dict(
+        os.environ, GLM_FLASH_API_KEY=KEY, GLM_FLASH_SANDBOX_PORT=os.environ.get("GLM_FLASH_SANDBOX_PORT", "2222")
+    )
+
+
+def boot(n: int) -> None:
+    """Boot the fleet's machines that are not running, on the lower layer the fleet already has."""
+    lower = ["--from-sandbox"] if (REPO / ".sandbox" / "fleet" / "from-sandbox").exists() else []
+    subprocess.run([sys.executable, "sandbox/fleet.py", "up", "-n", str(n), *lower], cwd=REPO, env=env(), check=True)
+
+
+@pytest.fixture(scope="session")
+def fleet_up() -> list[dict]:
+    """The fleet's nodes (node1 the gateway, node2.. the workers) as sandbox/fleet.py wrote them."""
+    if os.geteuid() != 0:
+        pytest.skip("the fleet sandbox needs root (systemd-nspawn, overlay mounts)")
+    nodes = REPO / ".sandbox" / "fleet" / "nodes.json"
+    existing = len(json.loads(nodes.read_text())) if nodes.exists() else 0
+    # Boots only the machines that are not running (a test may have powered one off).
+    boot(max(N, existing))
+    yield json.loads(nodes.read_text())
+    if not existing:
+        subprocess.run([sys.executable, "sandbox/fleet.py", "down"], cwd=REPO, env=env())

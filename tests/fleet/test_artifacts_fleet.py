@@ -1,0 +1,134 @@
+"""Artifacts cross the control machine's link once (roles/fleet_artifacts.py), on the fleet sandbox.
+
+tests/fleet/deploy_artifacts.py runs only the artifact step, with the gateway's 25 wheels
+(36 MB) as the artifacts (the engine's 5 GB would not fit three times here): the seed worker
+(node2) gets them from the control machine, the others from it over the local network. A
+3 MB stand-in checkpoint shard is made on the seed only (as its hub download would) and copied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from tests.fleet import checkpoint_standin as standin
+from tests.fleet.conftest import boot, env
+
+DIR = "/opt/glm-flash/fleet-test/wheelhouse"
+CHECKPOINT = standin.CHECKPOINT
+pytestmark = pytest.mark.sandbox
+
+
+def deploy() -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pyinfra",
+            "-y",
+            "inventory/fleet_sandbox.py",
+            "tests/fleet/deploy_artifacts.py",
+            "--limit",
+            "workers",
+        ],
+        cwd=REPO,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def ssh(node: str, command: str) -> str:
+    r = subprocess.run(
+        ["ssh", "-F", str(REPO / ".sandbox/fleet/ssh_config"), node, command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def manifest(node: str) -> dict[str, str]:
+    lines = ssh(node, "cat /opt/glm-flash/fleet/artifacts.txt").splitlines()
+    return {rel.rsplit("/", 1)[1]: sha for sha, _, _, rel in (line.split() for line in lines)}
+
+
+def sums(node: str) -> dict[str, str]:
+    out = ssh(node, f"cd {DIR} 2>/dev/null && sha256sum -- * || true")
+    return {name: sha for sha, name in (line.split() for line in out.splitlines())}
+
+
+def test_workers_get_the_artifacts_once_from_outside_and_from_the_seed(fleet_up):
+    workers = [n["name"] for n in fleet_up[1:]]
+    for node in workers:
+        ssh(node, f"rm -rf {DIR} {CHECKPOINT}")
+    run = deploy()
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    want = manifest(workers[0])
+    assert len(want) == 25
+    shard = hashlib.sha256(standin.shard()).hexdigest()
+    for node in workers:
+        assert sums(node) == want, node
+        # Made on the seed only (the stand-in of its hub download), copied to the others, same hash.
+        assert ssh(node, f"sha256sum {CHECKPOINT}/{standin.SHARD}").split()[0] == shard, node
+    # Uploads from the control machine went to the seed only; the seed served the rest.
+    out = run.stdout + run.stderr
+    uploads = [line for line in out.splitlines() if "Starting operation: From the control machine:" in line]
+    assert len(uploads) == 25, out[-3000:]
+    assert out.count(f"[{workers[0]}] Success") >= 25 and f"[{workers[1]}] Success" in out
+    sent = ssh(workers[0], "journalctl -u glm-flash-peer-serve-artifacts -o cat --no-pager | grep -F sent | tail -n 1")
+    size = int(ssh(workers[0], f"du -sb {DIR}").split()[0])
+    assert f"sent {size * (len(workers) - 1)} bytes" in sent
+    # Complete everywhere: a second run moves nothing and changes nothing.
+    again = deploy()
+    again_out = again.stdout + again.stderr
+    assert again.returncode == 0 and "Serve the" not in again_out
+    totals = [line for line in again_out.splitlines() if "Grand total" in line][0].split()
+    assert totals[-3:] == ["-", "-", totals[-4]], again_out[-2000:]
+
+
+def test_a_file_the_seed_sends_wrong_is_refused_and_not_kept(fleet_up):
+    seed, peer = [n["name"] for n in fleet_up[1:3]]
+    deploy()
+    name = "idna-3.20-py3-none-any.whl"
+    # The seed's copy has the right size and the wrong bytes (a hostile or broken peer).
+    ssh(
+        seed,
+        f"cd {DIR} && python3 -c \"import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); "
+        f"b[100]^=0xff; open(p,'wb').write(b)\" {name}",
+    )
+    ssh(peer, f"rm -f {DIR}/{name}")
+    run = deploy()
+    out = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert f"fleet-test/wheelhouse/{name}: sha256" in out and "is not the manifest's" in out
+    assert name not in sums(peer)
+    assert not ssh(peer, f"ls -A {DIR} | grep -F peer-partial || true").strip()
+    # Removed on the seed, it comes again from the control machine, and from the seed to the peer.
+    ssh(seed, f"rm -f {DIR}/{name}")
+    assert deploy().returncode == 0
+    assert sums(peer)[name] == manifest(peer)[name] == sums(seed)[name]
+
+
+def test_an_unreachable_worker_stops_no_other_and_catches_up_later(fleet_up):
+    seed, peer = [n["name"] for n in fleet_up[1:3]]
+    subprocess.run(
+        ["ssh", "-F", str(REPO / ".sandbox/fleet/ssh_config"), peer, "systemctl poweroff"], capture_output=True
+    )
+    ssh(seed, f"rm -rf {DIR}")
+    run = deploy()
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and f"[{peer}] Could not connect" in out, out[-2000:]
+    assert sums(seed) == manifest(seed), "the reachable worker did not converge"
+    # Back up: it takes what it lacks from the seed.
+    boot(len(fleet_up))
+    ssh(peer, f"rm -rf {DIR}")
+    run = deploy()
+    assert run.returncode == 0, (run.stdout + run.stderr)[-2000:]
+    assert sums(peer) == manifest(peer)

@@ -1,0 +1,246 @@
+"""The gateway on the fleet sandbox: sglang-router deployed by roles/gateway.py on node1, in front of
+the workers node2.. (`make fleet-up N=3`; booted here when it is not up, and removed after).
+
+Simulated: no GPU here, so each worker's engine is an OpenAI-compatible stand-in
+(tests/bench/fake_openai.py) listening on that worker's loopback address; the containers share
+the host's network, so it is the address the gateway reaches. The router, its health checks,
+its key check, its systemd unit and the deploy are the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from unittest import mock
+
+import pytest
+
+from control.fleet import gateway_profile
+from tests.bench.fake_openai import FakeOpenAI
+from tests.conftest import REPO
+from tests.fleet.conftest import KEY, env
+
+pytestmark = pytest.mark.sandbox
+
+
+class Worker(FakeOpenAI):
+    """A stand-in engine whose stop() also drops the connections it has open, as a dying process's
+    do (the router keeps connections alive; the stand-in's threads would go on serving them)."""
+
+    def __init__(self, url: str):
+        host, port = url.split("//")[1].rsplit(":", 1)
+        super().__init__(host=host, port=int(port), api_key=KEY, tok_s=400, lifetime_s=1800)
+        self.conns: list[socket.socket] = []
+        serve = self.httpd.process_request
+
+        def track(request, client_address):
+            self.conns.append(request)
+            serve(request, client_address)
+
+        self.httpd.process_request = track
+
+    def stop(self):
+        super().stop()
+        for conn in self.conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def inventory() -> dict:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import json, runpy; ns = runpy.run_path('inventory/fleet_sandbox.py'); "
+            "print(json.dumps({'workers': ns['workers'], 'gateway': ns['gateway']}))",
+        ],
+        cwd=REPO,
+        env=env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def fleet(fleet_up):
+    name, data = inventory()["gateway"][0]
+    with mock.patch.dict(os.environ, {"GLM_FLASH_API_KEY": KEY}):
+        gw = gateway_profile(name, data)
+    # The engines are up before the gateway (re)starts, as on a fleet whose gateway is deployed last.
+    workers = {url: Worker(url).__enter__() for url in gw.gateway_workers}
+    run = gateway_deploy()
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    yield gw, workers
+    for w in workers.values():
+        w.stop()
+
+
+def base(gw) -> str:
+    return f"http://{gw.gateway_listen_host}:{gw.gateway_port}"
+
+
+def call(gw, path: str, body: dict | None = None, key: str | None = KEY) -> tuple[int, bytes]:
+    req = urllib.request.Request(base(gw) + path, data=json.dumps(body).encode() if body else None)
+    req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except OSError as e:
+        return 0, str(e).encode()
+
+
+def chat(gw, text: str, key: str | None = KEY) -> int:
+    body = {"model": "glm-5.3-flash", "messages": [{"role": "user", "content": text}], "max_tokens": 40, "stream": True}
+    code, out = call(gw, "/v1/chat/completions", body, key)
+    return code if code != 200 or b"[DONE]" in out else -1
+
+
+def healthy(gw) -> dict[str, bool]:
+    code, out = call(gw, "/workers")
+    return {w["url"]: w["is_healthy"] for w in json.loads(out)["workers"]} if code == 200 else {}
+
+
+def wait(cond, timeout: float) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if cond():
+            return time.monotonic() - start
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout} s")
+
+
+def burst(gw, n: int, tag: str) -> list[int]:
+    codes = [None] * n
+
+    def one(i):
+        codes[i] = chat(gw, f"{tag} {i} {os.urandom(8).hex()} write a function")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return codes
+
+
+def window(gw, checks: int) -> float:
+    """How long the router may take to decide: `checks` health checks in a row, the last one timing out."""
+    return checks * gw.gateway_health_interval_s + gw.gateway_health_timeout_s
+
+
+def gateway_deploy() -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", "inventory/fleet_sandbox.py", "deploy_fleet.py", "--limit", "gateway"],
+        cwd=REPO,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+
+
+def test_a_second_gateway_deploy_changes_nothing(fleet):
+    run = gateway_deploy()
+    out = run.stdout + run.stderr
+    totals = [line for line in out.splitlines() if "Grand total" in line][0].split()
+    assert run.returncode == 0 and totals[-3:] == ["-", "-", totals[-4]], out[-2000:]
+
+
+def test_requests_spread_over_the_workers(fleet):
+    gw, workers = fleet
+    wait(lambda: healthy(gw) == {u: True for u in workers}, 60)
+    before = {u: w.generations for u, w in workers.items()}
+    codes = burst(gw, 16, "spread")
+    assert codes == [200] * 16
+    served = {u: w.generations - before[u] for u, w in workers.items()}
+    assert sum(served.values()) == 16 and all(n > 0 for n in served.values()), served
+
+
+def test_a_request_without_the_key_is_refused(fleet):
+    gw, workers = fleet
+    before = sum(w.generations for w in workers.values())
+    assert chat(gw, "no key", key=None) == 401
+    assert chat(gw, "wrong key", key="not-" + KEY) == 401
+    assert sum(w.generations for w in workers.values()) == before, "a refused request reached a worker"
+
+
+def test_gateway_host_checks_pass(fleet):
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "tests/host/test_gateway.py",
+            "--no-deploy",
+            "--inventory",
+            "inventory/fleet_sandbox.py",
+            "--hosts",
+            "ssh://node1",
+            "--ssh-config",
+            ".sandbox/fleet/ssh_config",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=REPO,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0 and " passed" in run.stdout and "skipped" not in run.stdout, run.stdout[-3000:]
+
+
+def test_a_stopped_worker_is_taken_out_then_put_back(fleet):
+    gw, workers = fleet
+    (dead_url, dead), *rest = workers.items()
+    wait(lambda: all(healthy(gw).values()) and len(healthy(gw)) == len(workers), 60)
+    dead.stop()
+    stopped = time.monotonic()
+    lost, retried = [], 0
+    # Keep sending while the router notices: a request may fail once, a retry must be served.
+    while healthy(gw).get(dead_url, True):
+        if time.monotonic() - stopped > window(gw, gw.gateway_health_failures) + 3:
+            pytest.fail(f"{dead_url} still counted healthy {time.monotonic() - stopped:.1f} s after it stopped")
+        text = f"during {os.urandom(8).hex()}"
+        first = chat(gw, text)
+        if first != 200:
+            retried += 1
+            second = chat(gw, text)  # the same request again, as a client retries it
+            if second != 200:
+                lost.append((round(time.monotonic() - stopped, 1), first, second))
+        time.sleep(0.1)
+    taken_out = time.monotonic() - stopped
+    assert not lost, f"requests a retry did not serve (seconds after the stop, status, status again): {lost}"
+    # Out: everything goes to the others, at the first try.
+    before = sum(w.generations for _, w in rest)
+    assert burst(gw, 8, "after") == [200] * 8
+    assert sum(w.generations for _, w in rest) - before == 8
+    # Back: the same address answers again and gets traffic after `gateway_health_successes` checks.
+    workers[dead_url] = back = Worker(dead_url).__enter__()
+    put_back = wait(lambda: healthy(gw).get(dead_url) is True, window(gw, gw.gateway_health_successes) + 3)
+    # Requests that failed on it may have opened its circuit breaker: traffic returns once that half-opens.
+    start = time.monotonic()
+    while back.generations == 0 and time.monotonic() - start < gw.gateway_breaker_open_s + 3:
+        assert burst(gw, 8, "back") == [200] * 8
+        time.sleep(0.5)
+    assert back.generations > 0, "the restarted worker got no traffic back"
+    print(
+        f"taken out after {taken_out:.1f} s, {retried} request(s) retried; healthy again after {put_back:.1f} s, "
+        f"served again after {put_back + time.monotonic() - start:.1f} s"
+    )

@@ -1,0 +1,110 @@
+"""Host checks of a fleet's gateway (roles/gateway.py): run against the gateway host.
+
+    pytest tests/host/test_gateway.py --no-deploy --inventory inventory/fleet.py --hosts ssh://root@gw.lan
+
+On another host they are reported as not applicable. The API key is read on the host from the
+root-only credential file, so it is never on a command line here either.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import runpy
+
+import pytest
+
+from control.fleet import GATEWAY, gateway_profile
+from roles.gateway import CONF_DIR
+from tests.conftest import REPO
+
+UNIT = "glm-flash-gateway.service"
+
+# Runs on the gateway host with its python3: status codes of requests with and without the key.
+PROBE = r"""
+import json, sys, urllib.request, urllib.error
+base = sys.argv[1]
+key = open("/etc/glm-flash-gateway/api-key").read().strip()
+def code(path, key=None, body=None):
+    req = urllib.request.Request(base + path, data=body and json.dumps(body).encode())
+    req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", "Bearer " + key)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+chat = {"model": "glm-5.3-flash", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+print(json.dumps({
+    "models_key": code("/v1/models", key),
+    "chat_nokey": code("/v1/chat/completions", None, chat),
+    "chat_badkey": code("/v1/chat/completions", "wrong-" + key, chat),
+    "workers_nokey": code("/workers"),
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def gateway(request):
+    """The checked host's gateway settings, from the inventory's `gateway` group."""
+    old = os.getcwd()
+    os.chdir(REPO)
+    try:
+        entries = runpy.run_path(str(REPO / request.config.getoption("--inventory"))).get(GATEWAY, [])
+    finally:
+        os.chdir(old)
+    hosts = request.config.getoption("hosts") or ""
+    wanted = hosts.split("://")[-1].split("@")[-1].split(":")[0].split("?")[0]
+    for name, data in entries:
+        if wanted in (name, data.get("ssh_hostname")):
+            return gateway_profile(name, data)
+    pytest.skip("not applicable: this host is not the fleet's gateway")
+
+
+def test_gateway_unit_enabled_and_active(host, gateway):
+    svc = host.service(UNIT)
+    assert svc.is_enabled and svc.is_running
+
+
+def test_gateway_listens_where_clients_reach_it(host, gateway):
+    assert host.socket(f"tcp://{gateway.gateway_listen_host}:{gateway.gateway_port}").is_listening
+
+
+def test_gateway_runs_unprivileged(host, gateway):
+    pid = host.check_output(f"systemctl show -p MainPID --value {UNIT}")
+    status = host.file(f"/proc/{pid}/status").content_string
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    assert fields["Uid"].split()[0] != "0", "the router runs as root"
+    assert int(fields["CapEff"], 16) == 0 and int(fields["CapBnd"], 16) == 0
+    assert fields["NoNewPrivs"].strip() == "1"
+
+
+def test_gateway_key_is_a_root_only_credential_not_an_argument(host, gateway):
+    key_file = host.file(f"{CONF_DIR}/api-key")
+    assert key_file.exists and key_file.user == "root" and key_file.mode == 0o600
+    unit = host.file("/etc/systemd/system/" + UNIT).content_string
+    assert f"LoadCredential=api-key:{CONF_DIR}/api-key" in unit
+    pid = host.check_output(f"systemctl show -p MainPID --value {UNIT}")
+    key = host.file(f"{CONF_DIR}/api-key").content_string.strip()
+    cmdline = host.file(f"/proc/{pid}/cmdline").content_string
+    assert key and key not in cmdline
+
+
+def test_gateway_answers_with_the_key_and_refuses_without(host, gateway):
+    base = f"http://{gateway.gateway_listen_host.replace('0.0.0.0', '127.0.0.1')}:{gateway.gateway_port}"
+    out = host.run("python3 -c %s %s", PROBE, base)
+    assert out.rc == 0, out.stderr
+    codes = json.loads(out.stdout)
+    assert codes["models_key"] == 200
+    # The router refuses its API without the key itself (it does not reach a worker).
+    assert codes["chat_nokey"] == 401 and codes["chat_badkey"] == 401 and codes["workers_nokey"] == 401
+
+
+def test_gateway_sandboxing_is_tight(host, gateway):
+    """systemd's own score of the unit's sandboxing (0 best, 10 worst); the unit scores 1.2 on Debian 13."""
+    out = host.run(f"systemd-analyze security {UNIT} --no-pager")
+    assert out.rc == 0, out.stderr
+    score = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", out.stdout).group(1))
+    assert score <= 2.0, out.stdout[-3000:]

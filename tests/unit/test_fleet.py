@@ -1,0 +1,168 @@
+"""A fleet inventory: workers serve the same thing by construction, mistakes stop it before contact."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from control.fleet import fleet, gateway_profile
+from roles.gateway import router_args
+from tests.conftest import REPO
+
+COMMIT = "a" * 40
+WORKER = {"ssh_user": "root", "listen_host": "0.0.0.0"}
+
+
+def workers(n=2, **extra):
+    return [(f"gpu{i}.invalid", {**WORKER, **extra}) for i in range(1, n + 1)]
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch):
+    monkeypatch.setenv("GLM_FLASH_API_KEY", "k")
+
+
+def refused(capsys, **kw) -> str:
+    with pytest.raises(SystemExit) as e:
+        fleet(**kw)
+    assert e.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_shared_values_reach_every_worker_and_the_gateway_gets_their_urls():
+    w, g = fleet(
+        shared={"model_revision": COMMIT, "engine_set": "0.7.0.post4"},
+        workers=[("gpu1.invalid", WORKER), ("gpu2.invalid", {**WORKER, "ssh_hostname": "10.0.0.12", "port": 30001})],
+        gateway=("gw.invalid", {}),
+    )
+    assert [d["engine_set"] for _, d in w] == ["0.7.0.post4", "0.7.0.post4"]
+    assert [d["model_revision"] for _, d in w] == [COMMIT, COMMIT]
+    assert g[0][1]["gateway_workers"] == ["http://gpu1.invalid:30000", "http://10.0.0.12:30001"]
+
+
+def test_a_worker_overriding_a_shared_value_is_refused(capsys):
+    err = refused(
+        capsys,
+        shared={"model_revision": COMMIT},
+        workers=[("gpu1.invalid", WORKER), ("gpu2.invalid", {**WORKER, "model_revision": "b" * 40})],
+    )
+    assert f"gpu2.invalid: model_revision: '{'b' * 40}' differs from the fleet's shared '{COMMIT}'" in err
+    assert "no host was changed" in err
+
+
+def test_workers_that_would_serve_different_things_are_refused(capsys):
+    err = refused(
+        capsys,
+        shared={"model_revision": COMMIT},
+        workers=[("gpu1.invalid", WORKER), ("gpu2.invalid", {**WORKER, "served_model_name": "other"})],
+    )
+    assert "gpu2.invalid: served_model_name: resolves to 'other' but gpu1.invalid serves 'glm-5.3-flash'" in err
+
+
+def test_a_malformed_worker_entry_is_refused(capsys):
+    err = refused(capsys, shared={}, workers=[("gpu1.invalid", WORKER), "gpu2.invalid"])
+    assert "(entry): is not a (name, {data}) pair" in err
+
+
+def test_a_moving_model_revision_is_refused_for_a_downloading_fleet(capsys):
+    err = refused(capsys, shared={}, workers=workers())
+    assert "(shared): model_revision: 'main' moves" in err
+    # One worker, or a staged checkpoint, cannot diverge.
+    fleet(shared={"model_download": False}, workers=workers())
+    fleet(shared={}, workers=workers(1))
+
+
+def test_a_worker_on_loopback_behind_a_gateway_is_refused(capsys):
+    err = refused(
+        capsys,
+        shared={"model_revision": COMMIT},
+        workers=[("gpu1.invalid", {"listen_host": "127.0.0.1"})],
+        gateway=("gw.invalid", {}),
+    )
+    assert "gpu1.invalid: listen_host: the worker listens on loopback only" in err
+
+
+def test_gateway_mistakes_are_refused(capsys, monkeypatch):
+    err = refused(
+        capsys,
+        shared={"model_revision": COMMIT},
+        workers=workers(),
+        gateway=("gw.invalid", {"gateway_polcy": "round_robin"}),
+    )
+    assert "gw.invalid: gateway_polcy: is not a gateway setting" in err
+    monkeypatch.delenv("GLM_FLASH_API_KEY")
+    with pytest.raises(Exception) as e:
+        gateway_profile("gw.invalid", {"gateway_workers": ["http://w:30000"]})
+    assert "exposes the gateway without an API key" in str(e.value)
+
+
+def test_router_flags_carry_the_settings_and_never_the_key():
+    p = gateway_profile(
+        "gw.invalid", {"gateway_workers": ["http://a:30000", "http://b:30000"], "gateway_health_interval_s": 7}
+    )
+    args = router_args(p)
+    assert args[args.index("--worker-urls") + 1 : args.index("--worker-urls") + 3] == [
+        "http://a:30000",
+        "http://b:30000",
+    ]
+    assert args[args.index("--health-check-interval-secs") + 1] == "7"
+    assert args[args.index("--policy") + 1] == "cache_aware"
+    assert not any("api-key" in a or a == "k" for a in args)
+
+
+def test_a_mismatched_fleet_stops_pyinfra_before_connecting(tmp_path):
+    inv = tmp_path / "fleet_bad.py"
+    inv.write_text(
+        textwrap.dedent(f"""
+        from control.fleet import fleet
+        workers, gateway = fleet(
+            shared={{"model_revision": {COMMIT!r}}},
+            workers=[("gpu1.invalid", {json.dumps(WORKER)}), ("gpu2.invalid", {{"engine_set": "0.7.2"}})],
+        )
+    """)
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", str(inv), "deploy_fleet.py"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "GLM_FLASH_API_KEY": "k"},
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 2, out
+    assert "gpu2.invalid: engine_set: resolves to '0.7.2' but gpu1.invalid serves '0.7.0.post1'" in out
+    assert "Traceback" not in out and "Connecting to hosts" not in out
+
+
+def test_the_example_fleet_inventory_is_refused_until_its_placeholders_are_replaced():
+    run = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", "inventory/fleet.py", "deploy_fleet.py"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "GLM_FLASH_API_KEY": "k", "HOME": "/nonexistent"},
+    )
+    out = run.stdout + run.stderr
+    assert run.returncode == 2 and "Traceback" not in out
+    for host in ("gpu1", "gpu2", "gpu3", "gw"):
+        assert f"{host}.example.lan: (host name): '{host}.example.lan' is the example inventory's placeholder" in out
+    assert "ssh_key: '~/.ssh/id_ed25519' does not exist" in out
+
+
+def test_the_gateway_launcher_refuses_a_key_in_its_flags(tmp_path):
+    conf = tmp_path / "router.json"
+    conf.write_text(json.dumps({"args": ["--port", "30000", "--api-key=secret"]}))
+    run = subprocess.run(
+        [sys.executable, str(REPO / "files" / "glm-flash-gateway-launch"), str(conf)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert run.returncode != 0 and "the key comes from the credential only" in run.stderr
+    assert "secret" not in run.stderr
