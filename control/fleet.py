@@ -24,7 +24,9 @@ from control.profile import (
     _check_value,
     _first_contact,
     _is_connector_key,
+    _placeholders,
     build,
+    checked,
     fail,
     hosts,
 )
@@ -208,6 +210,8 @@ def fleet(
         hosts(*malformed)  # says what is wrong with each and exits
     problems = fleet_problems(shared, workers, gateway is not None)
     merged = [(name, {**data, **shared}) for name, data in workers]
+    for name, data in merged + ([gateway] if gateway else []):
+        problems.extend(_placeholders(name, data))
     if gateway is not None:
         name, data = gateway
         data = {**data, "gateway_workers": [worker_url(n, d) for n, d in merged]}
@@ -225,6 +229,8 @@ def fleet(
         gateway = (name, data)
     if problems:
         fail(ProfileError(problems))
+    if gateway:
+        checked([gateway])  # checked above against the gateway's own knobs, not a node's
     # hosts() also checks the entries' shape and names given twice.
     return hosts(*merged), [gateway] if gateway else []
 
