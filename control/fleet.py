@@ -16,7 +16,7 @@ import os
 import re
 from typing import Any
 
-from control.defaults import KNOBS, Knob
+from control.defaults import HOST_PATH, KNOBS, LISTEN, URL, Knob
 from control.profile import (
     Problem,
     Profile,
@@ -58,9 +58,9 @@ ANY = ("0.0.0.0", "::")
 K = Knob
 # The gateway host's settings (it runs no engine, so the node knobs of control/defaults.py do not apply).
 GATEWAY_KNOBS: dict[str, Knob] = {
-    "gateway_listen_host": K("0.0.0.0", "clients reach the fleet here; the API key guards it"),
+    "gateway_listen_host": K("0.0.0.0", "clients reach the fleet here; the API key guards it", **LISTEN),
     "gateway_port": K(
-        30000, "the same port a single node serves on, so clients change only the host", int, low=1, high=65535
+        30000, "the same port a single node serves on, so clients change only the host", int, low=1024, high=65535
     ),
     "gateway_policy": K(
         "cache_aware",
@@ -83,8 +83,8 @@ GATEWAY_KNOBS: dict[str, Knob] = {
     "gateway_breaker_open_s": K(
         60, "how long an open breaker keeps a worker out, even once its health checks pass again", int, low=1
     ),
-    "gateway_dir": K("/opt/glm-flash-gateway", "the router's environment and its wheels"),
-    "gateway_workers": K([], "worker URLs; filled in by control.fleet.fleet() from the worker entries", list),
+    "gateway_dir": K("/opt/glm-flash-gateway", "the router's environment and its wheels", **HOST_PATH),
+    "gateway_workers": K([], "worker URLs; filled in by control.fleet.fleet() from the worker entries", list, **URL),
     "api_key_env": KNOBS["api_key_env"],
 }
 

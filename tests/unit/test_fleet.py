@@ -166,3 +166,21 @@ def test_the_gateway_launcher_refuses_a_key_in_its_flags(tmp_path):
     )
     assert run.returncode != 0 and "the key comes from the credential only" in run.stderr
     assert "secret" not in run.stderr
+
+
+def test_every_gateway_string_knob_has_a_shape():
+    from control.fleet import GATEWAY_KNOBS
+
+    for key, knob in GATEWAY_KNOBS.items():
+        strings = knob.kind is str or knob.kind is list
+        if strings:
+            assert knob.pattern or knob.choices, f"{key}: give it a pattern or choices"
+
+
+def test_a_gateway_value_with_shell_characters_is_refused():
+    from control.fleet import gateway_profile
+    from control.profile import ProfileError
+
+    with pytest.raises(ProfileError) as e:
+        gateway_profile("gw.lan", {"gateway_dir": "/opt/gw;$(id)", "gateway_workers": ["http://10.0.0.2:30000"]})
+    assert any(p.key == "gateway_dir" for p in e.value.problems)
