@@ -9,7 +9,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api import QuoteString, StringCommand
+
+from roles.facts import ParsedFact
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class Capacity:
     complete_envs: int = 0
 
 
-class BoxCapacity(FactBase):
+class BoxCapacity(ParsedFact):
     """`paths`: where data will go (df of each); `sized`: directories whose current size counts
     against what they still need; `envs`: the engine's envs/ directory."""
 
@@ -75,6 +77,3 @@ class BoxCapacity(FactBase):
                 c.complete_envs = int(words[0])
         c.cores = c.cores or c.cpus  # aarch64 /proc/cpuinfo has no core ids: every CPU is a core
         return c
-
-    def process(self, output):
-        return self.parse(output)

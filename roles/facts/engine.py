@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from pyinfra.api import FactBase
 
+from roles.facts import ParsedFact
+
 MARKER = ".glm-flash-complete"
 
 
@@ -29,7 +31,7 @@ class PythonArtifact(FactBase):
         return words[0] if words and re.fullmatch(r"[0-9a-f]{64}", words[0]) else None
 
 
-class WheelhouseFiles(FactBase):
+class WheelhouseFiles(ParsedFact):
     """{filename: size} of the host's wheelhouse."""
 
     def command(self, path):
@@ -48,9 +50,6 @@ class WheelhouseFiles(FactBase):
             if name and size.isdigit():
                 out[name] = int(size)
         return out
-
-    def process(self, output):
-        return self.parse(output)
 
 
 @dataclass(frozen=True)
@@ -71,7 +70,7 @@ class EngineState:
         return None if owner is None else owner != "mixed"
 
 
-class EngineEnvs(FactBase):
+class EngineEnvs(ParsedFact):
     """`glm-flash-engine status --json`: where current/previous point, which environments are
     complete, and for those their versions and the owners of shared directories. The host
     tool is the one reader of environments (verify and the deploy see the same thing)."""
@@ -100,6 +99,3 @@ class EngineEnvs(FactBase):
             dists={n: d.get("versions", {}) for n, d in details.items()},
             owners={n: d.get("owners", {}) for n, d in details.items()},
         )
-
-    def process(self, output):
-        return self.parse(output)

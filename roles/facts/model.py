@@ -7,8 +7,10 @@ import json
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
+from roles.facts import ParsedFact
 
-class ModelCheck(FactBase):
+
+class ModelCheck(ParsedFact):
     """`glm-flash-model-fetch check` with the host's python3:
     {"exit", "state", "reason", "commit", "sealed"} (exit None: the tool is not there yet)."""
 
@@ -46,9 +48,6 @@ class ModelCheck(FactBase):
                 except ValueError:
                     pass
         return out
-
-    def process(self, output):
-        return self.parse(output)
 
 
 class DownloaderMarker(FactBase):

@@ -7,7 +7,9 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api import QuoteString, StringCommand
+
+from roles.facts import ParsedFact
 
 # `systemctl show --timestamp=us+utc`: "Tue 2026-12-01 06:12:32.123456 UTC"
 _TIMESTAMP = "%a %Y-%m-%d %H:%M:%S.%f UTC"
@@ -31,7 +33,7 @@ def _timestamp(value: str) -> float:
     return datetime.strptime(value, _TIMESTAMP).replace(tzinfo=UTC).timestamp()
 
 
-class ServiceStartState(FactBase):
+class ServiceStartState(ParsedFact):
     """ServiceStart of `service`, with the mtimes of `paths` (a missing path is left out).
 
     The last start is InactiveExitTimestamp: the start job left `inactive`/`failed` there,
@@ -76,11 +78,8 @@ class ServiceStartState(FactBase):
             inputs=inputs,
         )
 
-    def process(self, output):
-        return self.parse(output)
 
-
-class SystemdVersion(FactBase):
+class SystemdVersion(ParsedFact):
     """The host's systemd major version (`systemctl --version`: "systemd 257 (257.13-1~deb13u1)"); 0 unknown."""
 
     def command(self):
@@ -94,6 +93,3 @@ class SystemdVersion(FactBase):
     def parse(lines) -> int:
         m = re.match(r"systemd (\d+)", lines[0] if lines else "")
         return int(m.group(1)) if m else 0
-
-    def process(self, output):
-        return self.parse(output)

@@ -6,7 +6,7 @@ Parsers are plain static methods so unit tests feed them real command output.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pyinfra.api import FactBase
 
@@ -106,37 +106,6 @@ class GpuProcesses(ParsedFact):
                 current["used"] = int(m.group(1)) if m else 0
         flush()
         return procs
-
-
-@dataclass(frozen=True)
-class Cpu:
-    model: str
-    cores: int
-    flags: frozenset = field(default_factory=frozenset)
-
-    def has(self, *flags: str) -> bool:
-        return all(f in self.flags for f in flags)
-
-
-class CpuInfo(ParsedFact):
-    """CPU model, logical processor count and feature flags from /proc/cpuinfo."""
-
-    def command(self):
-        return "cat /proc/cpuinfo"
-
-    @staticmethod
-    def parse(lines) -> Cpu:
-        model, count, flags = "", 0, frozenset()
-        for line in lines:
-            key, _, value = line.partition(":")
-            key, value = key.strip(), value.strip()
-            if key == "processor":
-                count += 1
-            elif key in ("model name", "Model") and not model:
-                model = value
-            elif key in ("flags", "Features") and not flags:
-                flags = frozenset(value.split())
-        return Cpu(model, count, flags)
 
 
 class NumaNodes(ParsedFact):
