@@ -212,21 +212,27 @@ def test_a_stopped_worker_is_taken_out_then_put_back(fleet):
     wait(lambda: all(healthy(gw).values()) and len(healthy(gw)) == len(workers), 60)
     dead.stop()
     stopped = time.monotonic()
-    lost, retried = [], 0
+    lost, retried, waited = [], 0, 0.0
     # Keep sending while the router notices: a request may fail once, a retry must be served.
     while healthy(gw).get(dead_url, True):
         if time.monotonic() - stopped > window(gw, gw.gateway_health_failures) + 3:
             pytest.fail(f"{dead_url} still counted healthy {time.monotonic() - stopped:.1f} s after it stopped")
         text = f"during {os.urandom(8).hex()}"
-        first = chat(gw, text)
-        if first != 200:
+        sent, codes = time.monotonic(), [chat(gw, text)]
+        # A client retries the same request with a backoff. Cache-aware routing sends a prompt to the
+        # worker holding its prefix, so until the health checks take that worker out, retries of it
+        # fail fast (500) there too; after, another worker serves it.
+        while codes[-1] != 200 and time.monotonic() - sent < window(gw, gw.gateway_health_failures) + 3:
+            time.sleep(0.5)
+            codes.append(chat(gw, text))
+        if len(codes) > 1:
             retried += 1
-            second = chat(gw, text)  # the same request again, as a client retries it
-            if second != 200:
-                lost.append((round(time.monotonic() - stopped, 1), first, second))
+            waited = max(waited, time.monotonic() - sent)
+        if codes[-1] != 200:
+            lost.append((round(sent - stopped, 1), codes))
         time.sleep(0.1)
     taken_out = time.monotonic() - stopped
-    assert not lost, f"requests a retry did not serve (seconds after the stop, status, status again): {lost}"
+    assert not lost, f"requests no retry served (seconds after the stop, statuses): {lost}"
     # Out: everything goes to the others, at the first try.
     before = sum(w.generations for _, w in rest)
     assert burst(gw, 8, "after") == [200] * 8
@@ -241,6 +247,7 @@ def test_a_stopped_worker_is_taken_out_then_put_back(fleet):
         time.sleep(0.5)
     assert back.generations > 0, "the restarted worker got no traffic back"
     print(
-        f"taken out after {taken_out:.1f} s, {retried} request(s) retried; healthy again after {put_back:.1f} s, "
+        f"taken out after {taken_out:.1f} s, {retried} request(s) retried (served within {waited:.1f} s); "
+        f"healthy again after {put_back:.1f} s, "
         f"served again after {put_back + time.monotonic() - start:.1f} s"
     )
