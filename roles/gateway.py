@@ -21,12 +21,13 @@ from pathlib import Path
 from pyinfra import host
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import apt, files, server, systemd
-from pyinfra.operations.util import any_changed
 
 from control.engine_lock import LockError, fetch, parse_lock
 from control.profile import Problem, Profile, ProfileError, fail
 from control.pypi_cache import cache_root
 from roles.facts.engine import WheelhouseFiles
+from roles.operations.secrets import Secret, secret_file
+from roles.operations.service_restart import started_from_disk
 from roles.operations.uploads import host_tool, template
 
 LOCK = Path(__file__).resolve().parent.parent / "locks" / "gateway.txt"
@@ -96,14 +97,13 @@ def apply(p: Profile) -> None:
         files.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
     files.put(name="Gateway lock", src=str(LOCK), dest=lock_dest, mode="644")
     built = (host.get_fact(FileContents, path=f"{venv}/{MARKER}") or [""])[0].strip()
-    env_op = None
     if built != lock_sha:
         have = host.get_fact(WheelhouseFiles, path=wheelhouse)
         for w in wheels(p):
             if have.get(w.name) != w.stat().st_size:
                 files.put(name=f"Gateway wheel {w.name}", src=str(w), dest=f"{wheelhouse}/{w.name}", mode="644")
         new, q = f"{venv}.new", shlex.quote
-        env_op = server.shell(
+        server.shell(
             name="Build the gateway environment offline (hashes checked)",
             commands=[
                 f"rm -rf {q(new)} && python3 -m venv {q(new)}",
@@ -112,9 +112,9 @@ def apply(p: Profile) -> None:
                 f"echo {lock_sha} > {q(new + '/' + MARKER)} && rm -rf {q(venv)} && mv {q(new)} {q(venv)}",
             ],
         )
-    launcher = host_tool("glm-flash-gateway-launch", bin_dir)
+    host_tool("glm-flash-gateway-launch", bin_dir)
     files.directory(name=f"Directory {CONF_DIR}", path=CONF_DIR, user="root", group="root", mode="755")
-    conf = files.put(
+    files.put(
         name="Router flags",
         src=StringIO(json.dumps({"args": router_args(p)}, indent=2) + "\n"),
         dest=f"{CONF_DIR}/router.json",
@@ -122,17 +122,15 @@ def apply(p: Profile) -> None:
     )
     if api_key:
         # Read by systemd as a credential; only root can read the file itself.
-        key = files.put(
-            name="Gateway API key (from the control machine's environment)",
-            src=StringIO(api_key),
+        secret_file(
+            name="Gateway API key (from the control machine's environment; compared by hash, never shown)",
+            secret=Secret(api_key),
             dest=f"{CONF_DIR}/api-key",
-            user="root",
-            group="root",
-            mode="600",
+            stage_dir=f"{CONF_DIR}/.staging",
         )
     else:
-        key = files.file(name="No gateway API key configured", path=f"{CONF_DIR}/api-key", present=False)
-    unit = template(
+        files.file(name="No gateway API key configured", path=f"{CONF_DIR}/api-key", present=False)
+    template(
         "glm-flash-gateway.service.j2",
         UNIT,
         name="glm-flash-gateway.service unit",
@@ -143,18 +141,10 @@ def apply(p: Profile) -> None:
         venv=venv,
         bin=bin_dir,
     )
-    systemd.daemon_reload(name="Reload systemd after the gateway unit changed", _if=any_changed(unit))
-    systemd.service(
-        name="Enable and start glm-flash-gateway.service",
+    systemd.service(name="Enable glm-flash-gateway.service", service="glm-flash-gateway.service", enabled=True)
+    # Decided from the host's state, so a run killed after an upload still restarts it next time.
+    started_from_disk(
+        name="glm-flash-gateway.service started from the files on disk",
         service="glm-flash-gateway.service",
-        enabled=True,
-        running=True,
-    )
-    changed = [op for op in (env_op, launcher, conf, key, unit) if op is not None]
-    systemd.service(
-        name="Restart the gateway after its environment or configuration changed",
-        service="glm-flash-gateway.service",
-        running=None,
-        restarted=True,
-        _if=any_changed(*changed),
+        inputs=[UNIT, f"{CONF_DIR}/router.json", f"{CONF_DIR}/api-key", f"{bin_dir}/glm-flash-gateway-launch", venv],
     )
