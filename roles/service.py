@@ -70,7 +70,6 @@ def start_inputs(profile: Profile) -> list[str]:
         f"{CONF_DIR}/api-key",
         current,  # the link itself: its mtime is when the engine was switched
         f"{current}/{SET_DIR_NAME}",  # the engine patch sets (replaced when the edits change)
-        f"{profile.model_path}/config.json",  # a new model revision, or its config patched
     ]
 
 

@@ -27,8 +27,6 @@ KILLED_AFTER = {
     "environment upload": "cp /etc/glm-flash/glm-flash.env /tmp/e && cat /tmp/e > /etc/glm-flash/glm-flash.env",
     # `glm-flash-engine switch`: a new link renamed over `current`
     "engine switch": f"ln -sfn $(readlink {CURRENT}) {CURRENT}.new && mv -T {CURRENT}.new {CURRENT}",
-    # the model's config.json patched (glm-flash-patch) or a new revision downloaded
-    "model config": "cp /srv/models/GLM-5.3-Flash/config.json /tmp/c && cat /tmp/c > /srv/models/GLM-5.3-Flash/config.json",
     # the unit was rewritten, systemd never reloaded it
     "unit upload": "cp /etc/systemd/system/glm-flash.service /tmp/u && "
     "cat /tmp/u > /etc/systemd/system/glm-flash.service",
