@@ -114,20 +114,6 @@ def patch_set(profile: Profile, env_dir: str) -> dict:
     return engine_patches.render(raw, profile.as_dict(), engine.site_packages(profile, env_dir))
 
 
-def drafter_profile(profile: Profile) -> Profile:
-    """The profile as the model role sees it, pointed at the drafter."""
-    return Profile(
-        profile.host,
-        {
-            **profile.as_dict(),
-            "model_id": profile.drafter_model,
-            "model_path": profile.drafter_path,
-            "model_revision": profile.drafter_revision,
-            "model_download": True,
-        },
-    )
-
-
 def license_notice(profile: Profile) -> str:
     return (
         f"the drafter {profile.drafter_model} is licensed {DRAFTER_LICENSE} ({DRAFTER_LICENSE_URL}): "
@@ -213,7 +199,9 @@ def apply(profile: Profile) -> engine.EngineResult:
     )
 
     logger.warning(f"[{host.name}] licence: {license_notice(profile)}")
-    model.apply(drafter_profile(profile))
+    model.checkpoint(
+        profile, profile.drafter_model, profile.drafter_revision, profile.drafter_path, "glm-flash-drafter-download"
+    )
 
     spec = vllm_launch.launch_spec(profile)
     return engine.EngineResult(NAME, env, env_dir, spec, vllm_launch.vllm_env(profile), engine.switch(profile, env))

@@ -168,13 +168,20 @@ def apply(profile: Profile, unit: str = "glm-flash-model-download") -> None:
         checkpoint_staged(name=f"Staged checkpoint in {profile.model_path}", tool=tool, path=profile.model_path)
         return
 
+    checkpoint(profile, profile.model_id, profile.model_revision, profile.model_path, unit)
+
+
+def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: str) -> None:
+    """`repo_id` at `revision` (resolved through locks/model.json) downloaded into `path` and
+    sealed root's: the model, or the GB10 drafter (roles/engine_vllm.py)."""
+    tool = layout.tool(profile, FETCH)
     try:
         token = read_token(profile)
     except ModelError as e:
         refuse("hf_token_vault", str(e), "fix the vault file or its password, as the message says")
         return
     try:
-        commit = commit_for(profile.model_id, profile.model_revision)
+        commit = commit_for(repo_id, revision)
     except ModelLockError as e:
         refuse("model_revision", str(e), "lock it with `make model-lock`, or set a commit")
         return
@@ -186,7 +193,7 @@ def apply(profile: Profile, unit: str = "glm-flash-model-download") -> None:
             "edit locks/model-downloader.in and run `make model-downloader-lock`, or use the lock's version",
         )
         return
-    locked_from = f" ({profile.model_revision})" if profile.model_revision != commit else ""
+    locked_from = f" ({revision})" if revision != commit else ""
     venv = layout.hub_venv(profile)
     apt.packages(name="python3-venv (the model downloader's environment)", packages=["python3-venv"])
     downloader_installed(
@@ -197,11 +204,11 @@ def apply(profile: Profile, unit: str = "glm-flash-model-download") -> None:
         user=fetch_user(profile),
     )
     checkpoint_present(
-        name=f"Checkpoint {profile.model_id}@{commit}{locked_from} in {profile.model_path}",
-        repo_id=profile.model_id,
+        name=f"Checkpoint {repo_id}@{commit}{locked_from} in {path}",
+        repo_id=repo_id,
         commit=commit,
-        requested=profile.model_revision,
-        path=profile.model_path,
+        requested=revision,
+        path=path,
         tool=tool,
         hub_python=f"{venv}/bin/python",
         fetch_user=fetch_user(profile),

@@ -195,7 +195,7 @@ def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
     requirements = (REPO / "files" / "hf-hub-requirements.txt").read_bytes()
     fake.facts[DownloaderMarker] = hashlib.sha256(requirements).hexdigest() if drafter_ok else ""
     fake.facts[Users] = {"root": {}, f"{p.service_user}-fetch": {}} if drafter_ok else {"root": {}}
-    fake.facts[F(File, path=model.token_path(p))] = None
+    fake.facts[F(File, path=model.token_path(p, "glm-flash-drafter-download"))] = None
     fake.facts[UnitActive] = "inactive"
     fake.facts[check] = missing
 
