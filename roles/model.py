@@ -38,12 +38,13 @@ from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import apt
 
 from control import layout
+from control.engine_lock import cached, parse_lock
 from control.engine_lock import fetch as fetch_wheels
-from control.engine_lock import parse_lock
 from control.model_lock import ModelLockError, commit_for
 from control.profile import Profile, refuse
-from control.pypi_cache import cache_root
+from control.pypi_cache import FetchError, cache_root
 from control.report import skipped
+from control.run import dry_run
 from roles.facts.model import ModelCheck
 from roles.operations.checkpoint import checkpoint_present, downloader_installed
 from roles.operations.secrets import Secret
@@ -126,9 +127,19 @@ HOST_PYTHONS = ("3.12", "3.13")
 def downloader_wheels(requirements: str) -> list[str]:
     """The wheels of the downloader's lock, in the control machine's cache (sha256 checked)."""
     pins = parse_lock(requirements, "files/hf-hub-requirements.txt")
-    by_name = {
-        p.name: p for py in HOST_PYTHONS for p in fetch_wheels(pins, cache_root() / "hf-hub-wheelhouse" / py, py=py)
-    }
+    by_name = {}
+    for py in HOST_PYTHONS:
+        dest = cache_root() / "hf-hub-wheelhouse" / py
+        if dry_run():  # a dry run fetches nothing: it shows what the real run would
+            have, missing = cached(pins, dest)
+            if missing:
+                skipped(
+                    f"fetching {len(missing)} model downloader wheels (Python {py})",
+                    "dry run: the real run fetches them from PyPI into the cache",
+                )
+        else:
+            have = fetch_wheels(pins, dest, py=py)
+        by_name.update({p.name: p for p in have})
     return [str(by_name[n]) for n in sorted(by_name)]
 
 
@@ -194,13 +205,22 @@ def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: s
         )
         return
     locked_from = f" ({revision})" if revision != commit else ""
+    try:
+        wheels = downloader_wheels(requirements)
+    except FetchError as e:
+        refuse(
+            "model_download",
+            str(e),
+            "check this machine's network access to PyPI (GLM_FLASH_PYPI_SIMPLE names a mirror), then deploy again",
+        )
+        return
     venv = layout.hub_venv(profile)
     apt.packages(name="python3-venv (the model downloader's environment)", packages=["python3-venv"])
     downloader_installed(
         name=f"Model downloader {venv} (huggingface-hub {profile.huggingface_hub_version}, hash-locked)",
         venv=venv,
         requirements=requirements,
-        wheels=downloader_wheels(requirements),
+        wheels=wheels,
         user=fetch_user(profile),
     )
     checkpoint_present(
