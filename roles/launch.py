@@ -14,18 +14,19 @@ from roles.triton_configs import moe_env
 SGLANG_MODULE = "sglang.launch_server"
 
 
+def serving_args(profile: Profile) -> list[str]:
+    """What clients see, the same flags for both engines: the model's name, the address."""
+    p = profile
+    return ["--served-model-name", p.served_model_name, "--host", p.listen_host, "--port", str(p.port)]
+
+
 def kt_args(profile: Profile, numa_nodes: int) -> list[str]:
     p = profile
     threadpools = p.kt_threadpool_count or numa_nodes
     return [
         "--model-path",
         p.model_path,
-        "--served-model-name",
-        p.served_model_name,
-        "--host",
-        p.listen_host,
-        "--port",
-        str(p.port),
+        *serving_args(p),
         "--tp-size",
         str(p.tp_size),
         "--kt-method",

@@ -22,6 +22,7 @@ import json
 
 from control.layout import engine_python
 from control.profile import Profile
+from roles.launch import serving_args
 
 # `python -m` entry of vLLM 0.33.0's OpenAI server (vllm/entrypoints/launchers/api_server/entry.py;
 # vllm.entrypoints.openai.api_server is deprecated there).
@@ -40,12 +41,7 @@ def vllm_args(profile: Profile) -> list[str]:
     return [
         "--model",
         p.model_path,
-        "--served-model-name",
-        p.served_model_name,
-        "--host",
-        p.listen_host,
-        "--port",
-        str(p.port),
+        *serving_args(p),
         "--tensor-parallel-size",
         str(p.tp_size),
         "--max-model-len",

@@ -55,30 +55,18 @@ def job_command(
 
 
 @operation(is_idempotent=False)
-def job(
-    job_name: str,
-    command: list[str],
-    profile,
-    user: str = "",
-    env_file: str = "",
-    setenv: dict[str, str] | None = None,
-    watch: str = "",
-    every: int = 30,
-    workdir: str = "",
-):
+def job(job_name: str, command: list[str], profile, **options):
     """Run `command` (argv list, no shell) as the transient unit glm-flash-job-<name> and wait for it.
 
     + job_name: the unit's name part (a-z, 0-9, '-'); one job of a name runs at a time
     + command: the argv to run; a shell pipeline is ["sh", "-c", "..."] with quoted values
     + profile: the host's profile (where the host tools are)
-    + user: run as this user (systemd-run --uid); empty: root
-    + env_file: an EnvironmentFile systemd reads (secrets go here, never in command or setenv)
-    + setenv: non-secret environment variables
-    + watch: a directory whose size and file count are reported while the job runs
-    + every: seconds between those progress lines
-    + workdir: the job's working directory
+    + options: job_command's: user (systemd-run --uid; empty: root), env_file (an EnvironmentFile
+      systemd reads: secrets go here, never in command or setenv), setenv (non-secret variables),
+      watch (a directory whose size and file count are reported), every (seconds between those
+      progress lines), workdir
     """
-    cmd = job_command(tool(profile, JOB_TOOL), job_name, command, user, env_file, setenv, watch, every, workdir)
+    cmd = job_command(tool(profile, JOB_TOOL), job_name, command, **options)
     yield followed(job_name, cmd)
 
 
