@@ -165,53 +165,30 @@ def test_hook_never_fails_apt(tmp_path, body, shown):
     assert (r.returncode, r.stderr) == (0, "")
 
 
+def run_hook(prefix, env: dict) -> subprocess.CompletedProcess:
+    """The tool as dpkg's hook runs it."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "files" / cuda_header.TOOL), "--dpkg-hook", "--prefix", str(prefix)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+
+
 def test_dpkg_hook_mode_logs_refusal_and_exits_zero(tmp_path):
     text = cuda_assets.header_12_8().replace("cospif(float x);", "cospif(float x) noexcept (true);")
     _, header, env, _ = fact_output(tmp_path, "2.41", text)
     log = tmp_path / "log" / "cuda-header.log"
     env["GLM_FLASH_HOOK_LOG"] = str(log)
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "files" / cuda_header.TOOL),
-            "--dpkg-hook",
-            "--prefix",
-            str(tmp_path / "usr-local"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    r = run_hook(tmp_path / "usr-local", env)
     assert r.returncode == 0
     assert "refused" in r.stderr and "FAILED after this dpkg run" in r.stderr and str(log) in r.stderr
     assert "refused" in log.read_text() and "Traceback" not in r.stderr
     # a header that needs the fix: fixed, said once on stderr and in the log
     header.write_text(cuda_assets.header_12_8())
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "files" / cuda_header.TOOL),
-            "--dpkg-hook",
-            "--prefix",
-            str(tmp_path / "usr-local"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    r = run_hook(tmp_path / "usr-local", env)
     assert r.returncode == 0 and r.stderr.strip() == f"glm-flash: fixed     {header}"
     assert log.read_text().count("fixed     ") == 1
     # nothing to do: silent
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "files" / cuda_header.TOOL),
-            "--dpkg-hook",
-            "--prefix",
-            str(tmp_path / "usr-local"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    r = run_hook(tmp_path / "usr-local", env)
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_cuda_header_role import run_hook
 
-from roles import cuda_header
 from tests.unit.test_cuda_header_role import fact_output
 from tests.unit.test_patch_tool import CONFIG, json_set, text_set
 
@@ -310,18 +310,7 @@ def test_dpkg_hook_log_never_written_through_a_link(tmp_path, canary, plant):
         logdir.mkdir()
         os.chown(logdir, NOBODY, NOBODY)
     before = fingerprint(canary)
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "files" / cuda_header.TOOL),
-            "--dpkg-hook",
-            "--prefix",
-            str(tmp_path / "usr-local"),
-        ],
-        capture_output=True,
-        text=True,
-        env=dict(env, GLM_FLASH_HOOK_LOG=str(logdir / "cuda-header.log")),
-    )
+    r = run_hook(tmp_path / "usr-local", dict(env, GLM_FLASH_HOOK_LOG=str(logdir / "cuda-header.log")))
     assert r.returncode == 0 and f"fixed     {header}" in r.stderr, r.stderr
     assert f"cannot write {logdir / 'cuda-header.log'}" in r.stderr, r.stderr
     assert fingerprint(canary) == before
