@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -156,3 +157,16 @@ def toolkit_tree(dest: Path) -> Path:
     header = target / "include" / "crt" / "math_functions.h"
     assert header.read_text() == header_12_8()
     return header
+
+
+def field_edit(text):
+    """The field report's hand edit: a plain noexcept (true) on the four declarations."""
+    out, n = re.subn(
+        r"^(extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ (?:double|float) +"
+        r"(?:sinpi|sinpif|cospi|cospif)\((?:double|float) x\));$",
+        r"\1 noexcept (true);",
+        text,
+        flags=re.M,
+    )
+    assert n == 4
+    return out

@@ -105,22 +105,9 @@ def test_pending_then_applied_then_noop(env, tree):
     assert entry["edits"] == ["sinpi", "sinpif", "cospi", "cospif"]
 
 
-def field_edit(text):
-    """The field report's hand edit: a plain noexcept (true) on the four declarations."""
-    out, n = re.subn(
-        r"^(extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ (?:double|float) +"
-        r"(?:sinpi|sinpif|cospi|cospif)\((?:double|float) x\));$",
-        r"\1 noexcept (true);",
-        text,
-        flags=re.M,
-    )
-    assert n == 4
-    return out
-
-
 def test_hand_edited_header_refused_nothing_written(env, tree, h128):
     _, header = tree
-    header.write_text(field_edit(h128))
+    header.write_text(cuda_assets.field_edit(h128))
     before = sha(header)
     rc, state, r = patch("apply", env, header)
     assert (rc, state) == (2, "drift")
@@ -213,7 +200,7 @@ def test_glibc_read_from_this_hosts_headers(env, tree):
 
 def test_hand_edited_header_refused_with_recovery(env, tree, h128):
     prefix, header = tree
-    header.write_text(field_edit(h128))
+    header.write_text(cuda_assets.field_edit(h128))
     before = sha(header)
     for args in (("--check",), ()):
         r = fix(env, *args, "--prefix", prefix, glibc="2.41")
