@@ -13,6 +13,9 @@ from contextlib import contextmanager
 from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
 from pyinfra.context import ctx_host, ctx_state
 
+from control.profile import build
+from roles.facts.driver import PciDevice
+
 
 def F(cls, **kwargs):
     """Key for a fact with arguments: facts={F(File, path="/x"): None}."""
@@ -116,3 +119,16 @@ def refusal(op, facts: dict, **kwargs) -> str:
         (command,) = op._inner(**kwargs)
     assert isinstance(command, FunctionCommand) and command.function.__name__ == "_fail_this_host", command
     return command.args[0]
+
+
+# The GB10's one GPU on its PCI bus (lspci -n on DGX OS: vendor 10de, device 2e12, class 0300).
+GB10_BUS = [PciDevice("000f:01:00.0", "0x2e12", "0x030000")]
+
+
+def gb10_box():
+    """A GB10 profile as the example inventory would give it (its placeholder ref)."""
+    return build(
+        "spark",
+        {"platform": "gb10", "vllm_ref": "0123456789abcdef0123456789abcdef01234567", "accept_drafter_license": True},
+        api_key_present=False,
+    )

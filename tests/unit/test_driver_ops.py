@@ -8,6 +8,7 @@ branch checks, the pinning package and the runfile against a stand-in repository
 tests/sandbox/test_nvidia_sources.py; apt holds and the pin in tests/sandbox/test_apt_hold_rootfs.py.
 """
 
+import fakehost
 import pytest
 from fakehost import F, FakeHost, Recorder, commands, on, refusal
 from pyinfra.facts.deb import DebPackages
@@ -401,13 +402,9 @@ def test_preinstalled_too_old():
 
 
 def test_preinstalled_current_checks_only(monkeypatch):
-    gb10 = build(
-        "spark",
-        {"platform": "gb10", "vllm_ref": "0123456789abcdef0123456789abcdef01234567", "accept_drafter_license": True},
-        api_key_present=False,
-    )
+    gb10 = fakehost.gb10_box()
     facts = {
-        NvidiaPciDevices: [PciDevice("000f:01:00.0", "0x2e12", "0x030000")],
+        NvidiaPciDevices: fakehost.GB10_BUS,
         NvidiaLoadedModule: LoadedModule("580.95.05", True),
     }
     rec = simulate(monkeypatch, facts, gb10)

@@ -7,6 +7,7 @@ guard's shell in tests/sandbox/test_apt_hold_rootfs.py.
 
 import re
 
+import fakehost
 import pytest
 from fakehost import F, FakeHost, Recorder, commands, on, refusal
 from pyinfra.facts.deb import DebPackages
@@ -98,13 +99,9 @@ def test_installed_toolkit_changes_nothing(monkeypatch):
 
 
 def test_preinstalled_toolkit_is_checked_not_installed(monkeypatch):
-    gb10 = build(
-        "spark",
-        {"platform": "gb10", "vllm_ref": "0123456789abcdef0123456789abcdef01234567", "accept_drafter_license": True},
-        api_key_present=False,
-    )
+    gb10 = fakehost.gb10_box()
     facts = {
-        NvidiaPciDevices: [PciDevice("000f:01:00.0", "0x2e12", "0x030000")],
+        NvidiaPciDevices: fakehost.GB10_BUS,
         CudaToolkits: {"13.0": "/usr/local/cuda-13.0"},
     }
     with pytest.MonkeyPatch.context() as first:  # undone before the second recorder patches
