@@ -112,17 +112,22 @@ def fresh_host(over=None):
     return facts
 
 
-def current_host(over=None):
-    """Everything this role does is done and running: driver 590.48.01 loaded."""
-    pkgs = {
+def installed_packages(driver_version: str) -> dict:
+    """The packages of a host this role provisioned, with the driver at driver_version."""
+    return {
         **kernel_packages(RUNNING),
         f"linux-headers-{RUNNING}": {"6.12.38-1"},
         "dkms": {"3.2.2-1"},
         "linux-headers-amd64": {"6.12.38-1"},
         "gpg": {"2.4.7-21"},
         PINNING: {"590.48.01-1"},
-        **driver_packages("590.48.01-1"),
+        **driver_packages(driver_version),
     }
+
+
+def current_host(over=None):
+    """Everything this role does is done and running: driver 590.48.01 loaded."""
+    pkgs = installed_packages("590.48.01-1")
     facts = fresh_host()
     facts.update(
         {
@@ -271,15 +276,7 @@ def test_no_reboot_into_a_kernel_without_the_module(caplog):
 
 def test_driver_present_but_old(monkeypatch):
     """570 installed and loaded, profile on 590: reinstall at 590 (downgrade/held allowed)."""
-    pkgs = {
-        **kernel_packages(RUNNING),
-        f"linux-headers-{RUNNING}": {"6.12.38-1"},
-        "dkms": {"3.2.2-1"},
-        "linux-headers-amd64": {"6.12.38-1"},
-        "gpg": {"2.4.7-21"},
-        PINNING: {"590.48.01-1"},
-        **driver_packages("570.172.08-1"),
-    }
+    pkgs = installed_packages("570.172.08-1")
     facts = current_host(
         {
             DebPackages: pkgs,

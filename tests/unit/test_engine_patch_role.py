@@ -30,22 +30,17 @@ def test_patch_check_fact_parses_real_output(tmp_path):
         )
     )
     cmd = f"{REPO}/files/glm-flash-patch check --json {s} 2>&1; echo \"exit=$?\""
-    out = subprocess.run(
-        ["sh", "-c", cmd],
-        capture_output=True,
-        text=True,
-        env={"GLM_FLASH_STATE_DIR": str(tmp_path / "st"), "PATH": "/usr/bin:/bin"},
-    ).stdout
+    env = {"GLM_FLASH_STATE_DIR": str(tmp_path / "st"), "PATH": "/usr/bin:/bin"}
+
+    def check() -> str:
+        return subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, env=env).stdout
+
+    out = check()
     fact = engine_patches.EnginePatchCheck
     got = fact.parse(out.splitlines())
     assert got["exit"] == 1 and got["files"][str(tmp_path / "a.py")]["state"] == "pending"
     (tmp_path / "a.py").write_text("y = 1\n")
-    out = subprocess.run(
-        ["sh", "-c", cmd],
-        capture_output=True,
-        text=True,
-        env={"GLM_FLASH_STATE_DIR": str(tmp_path / "st"), "PATH": "/usr/bin:/bin"},
-    ).stdout
+    out = check()
     got = fact.parse(out.splitlines())
     assert got["exit"] == 2 and any("refused" in line for line in got["lines"])
     assert fact.parse(["missing"])["exit"] is None
