@@ -25,6 +25,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cuda_assets  # noqa: E402
 
+from control.layout import PATCH_STATE  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 ERROR = "exception specification is incompatible with that of previous function"
 PROBE = r"""
@@ -143,7 +145,7 @@ def test_fails_before_fix_compiles_after_and_second_run_changes_nothing(trixie):
     assert _sha(header) == fixed and header.stat().st_mtime_ns == mtime
 
     # the original is kept on the "host" (the rootfs) with a manifest
-    state = root / "var/lib/glm-flash/patches"
+    state = root / PATCH_STATE.lstrip("/")
     assert _sha(state / "originals/usr/local/cuda-12.8/targets/x86_64-linux/include/crt/math_functions.h") == original
     assert (state / "manifests/cuda-math-functions-glibc-2.41.json").exists()
 
