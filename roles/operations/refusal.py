@@ -12,6 +12,7 @@ an operation whose one command reports the reason and returns False.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import wraps
@@ -103,7 +104,8 @@ def _forget_plan() -> None:
 
 
 def _refuse(reasons: list[str]) -> None:
-    for reason in reasons:
-        logger.error(f"[{host.name}] refused: {reason}")
+    if not {"-y", "--yes"} & set(sys.argv):  # said before pyinfra asks to go on (or stops: --dry)
+        for reason in reasons:
+            logger.error(f"[{host.name}] refused: {reason}")
     _forget_plan()
     refused(name="Refused: nothing of the deploy is done on this host", reasons="\n".join(reasons))

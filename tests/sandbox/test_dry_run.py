@@ -74,7 +74,9 @@ def test_real_run_without_network_names_what_it_could_not_fetch(sandbox, tmp_pat
     out = run.stderr + run.stdout
     assert run.returncode != 0
     assert "Traceback" not in out
-    problem = [line for line in out.splitlines() if "could not fetch" in line]
+    # one message (said where the host fails and again in the end-of-deploy summary)
+    problem = {line[line.index("could not fetch") :] for line in out.splitlines() if "could not fetch" in line}
     assert len(problem) == 1, out[-4000:]
-    assert " from http" in problem[0] and "Fix:" in problem[0]
+    (message,) = problem
+    assert " from http" in message and "Fix:" in message
     assert host_state() == before
