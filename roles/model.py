@@ -31,8 +31,6 @@ import re
 from pathlib import Path
 
 import yaml
-from ansible.errors import AnsibleError
-from ansible.parsing.vault import VaultLib, VaultSecret
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import apt
@@ -98,6 +96,11 @@ def read_token(profile: Profile, environ=None) -> str | None:
             data = path.read_bytes()
         except OSError as e:
             raise ModelError(f"hf_token_vault {path}: cannot read it ({e.strerror})") from None
+        # Imported only when a vault is used: importing ansible probes the resolver, which under
+        # pyinfra's gevent prints a traceback on every deploy.
+        from ansible.errors import AnsibleError
+        from ansible.parsing.vault import VaultLib, VaultSecret
+
         vault = VaultLib([("default", VaultSecret(_vault_password(environ)))])
         if not vault.is_encrypted(data):
             raise ModelError(

@@ -195,6 +195,10 @@ def test_token_gone_however_the_download_ends(sandbox, profile, signal):
     pid = sandbox_sh(f"systemctl show -p MainPID --value {unit}").stdout.strip()
     assert KILL_TOKEN not in sandbox_sh(f"cat /proc/{pid}/environ /proc/{pid}/cmdline | tr '\\0' ' '").stdout
     sandbox_sh(f"systemctl kill -s {signal} {unit}")
-    sandbox_sh(f"for i in $(seq 100); do systemctl is-active -q {unit} || break; sleep 0.1; done")
+    # until the unit is down (ExecStopPost done), not just no longer active ("deactivating")
+    sandbox_sh(
+        f"for i in $(seq 300); do case $(systemctl show -p ActiveState --value {unit}) in "
+        f"inactive|failed) break;; esac; sleep 0.1; done"
+    )
     assert sandbox_sh(f"test -e {creds}/hf-token || test -e {token_file}", check=False).returncode != 0
     assert sandbox_sh(f"grep -rlaF {shlex.quote(KILL_TOKEN)} /run /etc /var /tmp", check=False).stdout == ""
