@@ -79,8 +79,9 @@ def test_killed_midway_through_the_checkpoint_download(converged):
     assert shard, "the stand-in checkpoint has shards"
     sandbox_sh(f"rm -f {path}/{shlex.quote(shard)}")
     deploy_killed_at("Checkpoint ", 1.0)
-    finishing = rerun_then_nothing()
-    assert any(op.startswith("Checkpoint ") for op in finishing)
+    # The download unit outlives the killed run (systemd, not the SSH session): the next run either
+    # finishes it or finds it done; either way the shard is back and verified.
+    rerun_then_nothing()
     sandbox_sh(f"test -f {path}/{shlex.quote(shard)}")
     # no download unit left behind, and the token (none here) nowhere
     assert sandbox_sh("systemctl is-active glm-flash-model-download.service", check=False).stdout.strip() != "active"
