@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from control.engine_lock import fetch, load_lock, pin_of
-from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, pyinfra, targets_sandbox
+from tests.conftest import SANDBOX_INVENTORY, changed_operations, pyinfra, sandbox_sh, targets_sandbox
 
 pytestmark = pytest.mark.sandbox
 ROOT = "/opt/glm-flash"  # install_root of inventory/sandbox.py
@@ -26,15 +26,7 @@ UPGRADE_SET = "0.7.0.post4"
 
 
 def sh(command: str, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
-    r = subprocess.run(
-        ["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", command],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if check and r.returncode:
-        raise AssertionError(f"{command!r} exited {r.returncode}: {r.stderr[-2000:]}")
-    return r
+    return sandbox_sh(command, check=check, timeout=timeout)
 
 
 def deploy(*data: str) -> subprocess.CompletedProcess:
