@@ -56,7 +56,7 @@ def test_a_shortfall_refuses_that_host_only_before_any_change(sandbox, tmp_path,
     inventory.write_text(
         "import runpy\n"
         f"good = runpy.run_path({SANDBOX_INVENTORY!r})['hosts'][0][1]\n"
-        "bad = dict(good, preflight_model_gib=1e6, kt_cpuinfer=64)\n"
+        "bad = dict(good, preflight_model_gib=1e6, kt_cpuinfer=64, preflight_cpu_flags=['avx2', 'no_such_cpu_flag'])\n"
         "hosts = [('sandbox', good), ('sandbox-short', bad)]\n"
     )
     r, hosts = summary_of(tmp_path, monkeypatch, str(inventory), "deploy.py")
@@ -76,6 +76,9 @@ def test_a_shortfall_refuses_that_host_only_before_any_change(sandbox, tmp_path,
     # the model less what model_path holds, plus environments not built yet (none or one, by test order)
     assert 1e6 - 1 <= needed < 1e6 + 20, disk
     assert "- kt_cpuinfer: 64 CPU-expert threads, the box has 2 physical cores" in r.stderr
+    # A flag no CPU has is named; one this CPU has (x86-64-v3, as every machine here) is not.
+    cpu = [line for line in r.stderr.splitlines() if "- CPU: " in line]
+    assert cpu and "lacks no_such_cpu_flag (/proc/cpuinfo)" in cpu[0], cpu
     assert hosts["sandbox"]["result"] == "deployed"
     assert hosts["sandbox-short"]["result"] == "refused"
     assert any("kt_cpuinfer: 64" in line for line in hosts["sandbox-short"]["refused"])
