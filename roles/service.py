@@ -7,7 +7,7 @@ import os
 from io import StringIO
 
 from pyinfra import host
-from pyinfra.operations import files, systemd
+from pyinfra.operations import systemd
 
 from control.layout import SECRETS_DIR, bin_dir, engine_root
 from control.layout import service_home as state_dir
@@ -15,8 +15,10 @@ from control.profile import Profile
 from control.report import skipped
 from roles.engine import EngineResult
 from roles.engine_patches import SET_DIR_NAME
+from roles.facts import memo
 from roles.facts.service import SystemdVersion
 from roles.facts.system import Gpus
+from roles.operations import paths
 from roles.operations.secrets import Secret, secret_file
 from roles.operations.service_restart import started_from_disk
 from roles.operations.uploads import template
@@ -79,7 +81,7 @@ def apply(profile: Profile, engine: EngineResult) -> None:
     and the files on disk (roles/operations/service_restart.py), not with what this run changed."""
     api_key = os.environ.get(profile.api_key_env, "")
     readable = dict(user="root", group=profile.service_user, mode="640")
-    files.directory(name="Configuration directory", path=CONF_DIR, user="root", group=profile.service_user, mode="750")
+    paths.directory(CONF_DIR, user="root", group=profile.service_user, mode="750", name="Configuration directory")
     template(
         "glm-flash.env.j2",
         f"{CONF_DIR}/glm-flash.env",
@@ -88,10 +90,10 @@ def apply(profile: Profile, engine: EngineResult) -> None:
         extra_env=engine.service_env,
         **readable,
     )
-    files.put(
+    paths.put(
+        StringIO(json.dumps(engine.launch_spec, indent=2) + "\n"),
+        f"{CONF_DIR}/launch.json",
         name="Launch flags",
-        src=StringIO(json.dumps(engine.launch_spec, indent=2) + "\n"),
-        dest=f"{CONF_DIR}/launch.json",
         **readable,
     )
     if api_key:
@@ -103,13 +105,13 @@ def apply(profile: Profile, engine: EngineResult) -> None:
             stage_dir=SECRETS_DIR,
         )
     else:
-        files.file(name="No API key configured", path=f"{CONF_DIR}/api-key", present=False)
+        paths.absent(f"{CONF_DIR}/api-key", name="No API key configured")
     template("glm-flash-gpu.service.j2", GPU_UNIT, name="glm-flash-gpu.service unit")
-    context = unit_context(profile, bool(api_key), host.get_fact(SystemdVersion))
+    context = unit_context(profile, bool(api_key), memo.fact(host, SystemdVersion))
     template("glm-flash.service.j2", UNIT, name="glm-flash.service unit", **context)
     # `enable` reloads systemd's unit files itself.
     systemd.service(name="Enable glm-flash.service", service="glm-flash.service", enabled=True, running=None)
-    gpus = bool(host.get_fact(Gpus))
+    gpus = bool(memo.fact(host, Gpus))
     if not gpus:
         skipped(
             "start glm-flash.service",

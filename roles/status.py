@@ -9,10 +9,9 @@ from __future__ import annotations
 import json
 from io import StringIO
 
-from pyinfra.operations import files
-
 from control.profile import Profile
 from roles import driver
+from roles.operations import paths
 
 PATH = "/etc/glm-flash/status.json"
 KEYS = (
@@ -49,11 +48,11 @@ def values(profile: Profile) -> dict:
 
 def apply(profile: Profile) -> None:
     # /etc/glm-flash itself is the service role's (root:service user 0750); this file stays root's.
-    files.put(
-        name=f"Profile values for glm-flash status ({PATH})",
-        src=StringIO(json.dumps(values(profile), indent=1, sort_keys=True) + "\n"),
-        dest=PATH,
+    paths.put(
+        StringIO(json.dumps(values(profile), indent=1, sort_keys=True) + "\n"),
+        PATH,
         user="root",
         group="root",
         mode="644",
+        name=f"Profile values for glm-flash status ({PATH})",
     )

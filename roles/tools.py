@@ -1,9 +1,8 @@
 """Our host commands, installed under install_root/bin with links in /usr/local/sbin."""
 
-from pyinfra.operations import files
-
 from control.layout import SBIN, bin_dir
 from control.profile import Profile
+from roles.operations import paths
 from roles.operations.uploads import host_tool
 
 TOOLS = [
@@ -20,8 +19,8 @@ TOOLS = [
 
 
 def apply(profile: Profile) -> None:
-    files.directory(name="Install root", path=profile.install_root, mode="755")
-    files.directory(name="Host tools directory", path=bin_dir(profile), mode="755")
+    paths.directory(profile.install_root, mode="755", name="Install root")
+    paths.directory(bin_dir(profile), mode="755", name="Host tools directory")
     for tool in TOOLS:
         host_tool(tool, bin_dir(profile))
-        files.link(name=f"Link {SBIN}/{tool}", path=f"{SBIN}/{tool}", target=f"{bin_dir(profile)}/{tool}")
+        paths.link(f"{SBIN}/{tool}", f"{bin_dir(profile)}/{tool}", name=f"Link {SBIN}/{tool}")

@@ -25,11 +25,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyinfra.operations import files
-
 from control import layout
 from control.profile import Profile
 from control.report import skipped
+from roles.operations import paths
 
 REPO = Path(__file__).resolve().parent.parent
 MOE_NAME = re.compile(
@@ -130,13 +129,8 @@ def apply(profile: Profile, site_packages: str, triton: str | None) -> None:
         )
         return
     for d in sorted({str(Path(p.dest).parent) for p in places}):
-        files.directory(name=f"Directory {d}", path=d, mode="755", user="root", group="root")
+        paths.directory(d, mode="755", user="root", group="root", name=f"Directory {d}")
     for p in places:
-        files.put(
-            name=f"Tuned Triton {p.kind} config {p.src.name}",
-            src=str(p.src),
-            dest=p.dest,
-            mode="644",
-            user="root",
-            group="root",
+        paths.put(
+            str(p.src), p.dest, mode="644", user="root", group="root", name=f"Tuned Triton {p.kind} config {p.src.name}"
         )

@@ -6,11 +6,10 @@ the service user may read it, never write it. The host tools that write there cr
 themselves if needed (and refuse it if another user could change it); this converges it.
 """
 
-from pyinfra.operations import files, server
-
 from control.layout import ROOT_STATE
 from control.layout import service_home as state_dir
 from control.profile import Profile, refuse
+from roles.operations import accounts, paths
 
 # video and render give access to /dev/nvidia* and /dev/dri without root.
 GPU_GROUPS = ["video", "render"]
@@ -23,24 +22,22 @@ def apply(profile: Profile) -> None:
             f"its home would be {ROOT_STATE}, root's own state directory",
             "pick another name, such as glm-flash",
         )
-    files.directory(name="Root's state directory", path=ROOT_STATE, user="root", group="root", mode="755")
-    server.group(name="Service group", group=profile.service_user, system=True)
+    paths.directory(ROOT_STATE, user="root", group="root", mode="755", name="Root's state directory")
+    accounts.group(profile.service_user, "Service group")
     for group in GPU_GROUPS:  # udev creates them; a minimal system may lack them
-        server.group(name=f"Group {group}", group=group, system=True)
-    server.user(
-        name="Service user",
-        user=profile.service_user,
+        accounts.group(group, f"Group {group}")
+    accounts.user(
+        profile.service_user,
         group=profile.service_user,
         groups=GPU_GROUPS,
-        system=True,
-        shell="/usr/sbin/nologin",
         home=state_dir(profile),
-        create_home=False,
+        shell="/usr/sbin/nologin",
+        op_name="Service user",
     )
-    files.directory(
-        name="Service state directory",
-        path=state_dir(profile),
+    paths.directory(
+        state_dir(profile),
         user=profile.service_user,
         group=profile.service_user,
         mode="750",
+        name="Service state directory",
     )

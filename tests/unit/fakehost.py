@@ -26,6 +26,9 @@ class FakeState:
     is_executing = False
     print_noop_info = False
 
+    def __init__(self):
+        self.ops = {}  # no operation has run: roles/facts/memo.py counts changes from here
+
 
 class FakeHost:
     def __init__(self, facts: dict, name: str = "node1"):
@@ -47,6 +50,10 @@ class FakeHost:
         if cls in self.facts:
             return self.facts[cls]
         raise AssertionError(f"the test gave no fact {cls.__name__} {kwargs}")
+
+    def run_shell_command(self, command, **kwargs):
+        """No shell here: facts read together (roles/facts/memo.py) fall back to get_fact one by one."""
+        return False, None
 
     def noop(self, description: str) -> None:
         self.noops.append(description)

@@ -90,9 +90,19 @@ def test_fix_is_a_noop_when_check_passes():
 def test_apply_issues_install_hook_and_fix(monkeypatch):
     from pyinfra.operations import files
 
+    from roles.operations import paths
+
     calls = []
     for op in ("directory", "link", "put", "file", "template"):
         monkeypatch.setattr(files, op, lambda *a, _op=op, **kw: calls.append((_op, kw)))
+    # Our own path operations: positional path/dest first, as the roles call them.
+    for op, key in (("directory", "path"), ("link", "path"), ("put", "dest"), ("template", "dest")):
+        monkeypatch.setattr(
+            paths,
+            op,
+            lambda *a, _op=op, _k=key, **kw: calls.append((_op, {_k: a[1 if _op in ("put", "template") else 0], **kw})),
+        )
+    monkeypatch.setattr(paths, "absent", lambda p, **kw: calls.append(("file", {"path": p, "present": False, **kw})))
     monkeypatch.setattr(cuda_header, "skipped", lambda *a: calls.append(("skipped", a)))
     fake = FakeHost({CudaHeaderCheck: {"exit": 1, "lines": []}})
     rec = Recorder(fake)

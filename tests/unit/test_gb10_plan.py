@@ -99,6 +99,8 @@ class Plan:
 
 
 OURS = ("roles.",)
+# Ours, but thin checks in front of pyinfra's own files/server operations: recorded like those.
+OPAQUE = ("roles.operations.paths", "roles.operations.accounts")
 
 
 def run_deploy(
@@ -125,9 +127,9 @@ def run_deploy(
             name = kwargs.pop("name", op.__name__)
             control = {k: kwargs.pop(k) for k in list(kwargs) if k.startswith("_")}
             cmds = None
-            if getattr(op, "__module__", "").startswith(OURS):
+            if getattr(op, "__module__", "").startswith(OURS) and op.__module__ not in OPAQUE:
                 cmds = [render(c) for c in op._inner(*args, **kwargs)]
-            plan.calls.append((op.__name__, name, kwargs, cmds, control))
+            plan.calls.append((op.__name__.lstrip("_"), name, kwargs, cmds, control))
             return Op()
 
         call._inner = op._inner
@@ -142,19 +144,19 @@ def run_deploy(
     import importlib
     import pkgutil
 
-    for info in pkgutil.iter_modules(roles.__path__):
+    import roles.operations
+
+    ours = [f"roles.{i.name}" for i in pkgutil.iter_modules(roles.__path__)]
+    ours += [f"roles.operations.{i.name}" for i in pkgutil.iter_modules(roles.operations.__path__)]
+    for name in ours:
         try:
-            module = importlib.import_module(f"roles.{info.name}")
+            module = importlib.import_module(name)
         except ImportError:
             continue
         for attr in dir(module):
             obj = getattr(module, attr)
             if callable(obj) and hasattr(obj, "_inner") and getattr(obj, "__module__", "").startswith(OURS):
                 monkeypatch.setattr(module, attr, recorder(obj))
-    # a refusal of this host (roles/operations/refusal.py) is recorded like the roles' operations
-    from roles.operations import refusal
-
-    monkeypatch.setattr(refusal, "refused", recorder(refusal.refused))
     # engine_patches.engine_patched is a module-level op of roles/: the loop above records it
     from roles import engine_patches
 
@@ -292,9 +294,11 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     launch = plan.find("Launch flags")[0][2]["src"].getvalue()
     assert '"module": "vllm.entrypoints.launchers.api_server.entry"' in launch
     assert '"--max-model-len",\n    "204800"' in launch and '"--mamba-cache-mode",\n    "align"' in launch
-    unit = plan.find("glm-flash.service unit")[0][2]
-    assert unit["drop_page_cache"] is True and unit["engine"] == "vLLM"
-    assert plan.find("Service environment")[0][2]["extra_env"]["GLM_FLASH_DEFAULT_THINKING_TOKEN_BUDGET"] == "1536"
+    unit = plan.find("glm-flash.service unit")[0][2]["src"].getvalue()  # rendered at plan time
+    assert "ExecStartPre=+/bin/sh -c 'sync && echo 3 > /proc/sys/vm/drop_caches'" in unit
+    assert "Description=GLM-5.3-Flash inference server (vLLM)" in unit
+    env = plan.find("Service environment")[0][2]["src"].getvalue().splitlines()
+    assert "GLM_FLASH_DEFAULT_THINKING_TOKEN_BUDGET=1536" in env
     # never started: a blocking start (the GPU is there), decided from the host's state
     assert (
         plan.commands("glm-flash.service started from the files on disk")[-1] == "systemctl restart glm-flash.service"

@@ -1,0 +1,93 @@
+"""roles/facts/memo.py on the real sandbox: facts read together in one command are the values
+pyinfra reads one by one, and a value is read again once an operation has changed the host.
+
+A small deploy file of its own runs through the real pyinfra CLI against the sandbox; its checks
+run at execution time (python.call) and write what they saw to a JSON file here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, SANDBOX_INVENTORY
+
+pytestmark = pytest.mark.sandbox
+
+DEPLOY = '''
+import json, os
+from pyinfra import host
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import Directory, File, Link, Sha1File
+from pyinfra.facts.server import Groups
+from pyinfra.operations import python, server
+from roles.facts import memo
+from roles.facts.accounts import Account
+
+OUT = os.environ["MEMO_OUT"]
+T = "/tmp/glm-flash-memo-test"
+FACTS = [
+    (File, dict(path="/etc/hostname")), (File, dict(path="/etc")), (File, dict(path=T + "/absent")),
+    (Directory, dict(path="/etc")), (Directory, dict(path="/etc/hostname")), (Directory, dict(path=T + "/absent")),
+    (Link, dict(path="/bin")), (Link, dict(path="/etc/hostname")),
+    (Sha1File, dict(path="/etc/hostname")), (Sha1File, dict(path=T + "/absent")),
+    (Sha1File, dict(path="/etc/it's here")),
+    (Groups, {}), (DebPackages, {}), (Account, dict(user="root")), (Account, dict(user="no-such-user")),
+]
+for cls, kw in FACTS:
+    memo.want(host, cls, **kw)
+memo.want(host, File, path=T + "/made")
+seen = {}
+
+def same():
+    memo.fact(host, File, path=T + "/made")
+    seen["batched"] = sorted(repr(k[1:]) for k in memo._run(host.state).values)
+    for cls, kw in FACTS:
+        together, alone = memo.fact(host, cls, **kw), host.get_fact(cls, **kw)
+        if isinstance(together, dict):
+            together, alone = ({k: v for k, v in d.items() if k != "atime"} for d in (together, alone))
+        seen.setdefault("pairs", []).append([cls.__name__, repr(kw), repr(together), repr(alone)])
+    seen["before"] = memo.fact(host, File, path=T + "/made")
+
+def after():
+    seen["after"] = memo.fact(host, File, path=T + "/made") is not None
+    seen["again"] = memo.fact(host, File, path=T + "/made") is not None
+    with open(OUT, "w") as f:
+        json.dump(seen, f)
+
+server.shell(name="Test directory", commands=[f"rm -rf {T} && mkdir -p {T}"])
+python.call(name="Read together and alone", function=same)
+server.shell(name="Change the host", commands=[f"touch {T}/made"])
+python.call(name="Read after the change", function=after)
+'''
+
+
+def test_facts_read_together_equal_pyinfra_and_are_read_again_after_a_change(sandbox, tmp_path):
+    deploy, out = tmp_path / "memo_deploy.py", tmp_path / "seen.json"
+    deploy.write_text(DEPLOY)
+    r = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", SANDBOX_INVENTORY, str(deploy)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, MEMO_OUT=str(out), PYTHONPATH=str(REPO)),
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    seen = json.loads(out.read_text())
+    for name, kw, together, alone in seen["pairs"]:
+        assert together == alone, (name, kw)
+    values = {(name, kw): together for name, kw, together, _ in seen["pairs"]}
+    # The reads were of real things: present, absent and of the wrong type all occur.
+    assert values[("File", repr({"path": "/etc"}))] == "False"
+    assert values[("File", repr({"path": "/tmp/glm-flash-memo-test/absent"}))] == "None"
+    assert "'root'" in values[("Groups", "{}")] and "'systemd'" in values[("DebPackages", "{}")]
+    assert values[("Account", repr({"user": "no-such-user"}))] == "None"
+    # The first read brought every wanted fact at once (none was read alone before the others).
+    assert len(seen["batched"]) == len(seen["pairs"]) + 1, seen["batched"]
+    assert seen["before"] is None
+    assert seen["after"] is True and seen["again"] is True
