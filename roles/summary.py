@@ -15,7 +15,6 @@ import re
 import sys
 
 from pyinfra import host
-from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 from pyinfra.api.state import State
 from pyinfra.context import state as state_proxy
 
@@ -23,31 +22,15 @@ from control import layout
 from control.profile import Profile
 from control.report import REFUSED, SKIPPED
 from roles import driver
+from roles.facts.status import HostStatus
+from roles.operations.status import gathered
+
+__all__ = ["HostStatus", "apply", "host_summary", "render", "summaries"]
 
 SUMMARY_ENV = "GLM_FLASH_SUMMARY_JSON"
 GATHERED: dict[str, dict] = {}  # host name -> what the last operation read
 PLANNED: dict[str, dict] = {}  # host name -> the profile values the summary names
 _STATE: list = []  # pyinfra's State of this run, kept for the exit hook
-
-
-class HostStatus(FactBase):
-    """`glm-flash status --json --quick` (its items; the engine environment's files are not hashed),
-    or {} before the tool is installed."""
-
-    def command(self, tool: str):
-        return StringCommand(
-            "if [ -x", QuoteString(tool), "]; then", QuoteString(tool), "status --json --quick; fi; true"
-        )
-
-    @staticmethod
-    def default():
-        return {}
-
-    def process(self, output):
-        try:
-            return json.loads("\n".join(output))
-        except ValueError:
-            return {}
 
 
 def endpoint(profile: Profile, address: str) -> str:
@@ -80,16 +63,6 @@ def host_summary(planned: dict, status: dict, reboot: list[str]) -> dict:
         "reboot_pending": reboot,
         "problems": [f"{it['item']}: {it['detail']}" for it in items.values() if it["state"] == "problem"],
     }
-
-
-@operation(is_idempotent=True)
-def gathered(profile: Profile):
-    """Read what the host serves now, for the summary printed when the run ends."""
-    status = host.get_fact(HostStatus, tool=layout.tool(profile, "glm-flash"))
-    reboot = driver.reboot_reasons() if profile.driver_source != "preinstalled" else []
-    GATHERED[host.name] = host_summary(PLANNED[host.name], status, reboot)
-    host.noop("summary gathered (printed at the end)")
-    yield from ()
 
 
 def summaries() -> dict[str, dict]:
@@ -156,4 +129,11 @@ def apply(profile: Profile) -> None:
         "model_id": profile.model_id,
         "model_revision": profile.model_revision,
     }
-    gathered(name="Summary: what this host serves now", profile=profile)
+    gathered(
+        name="Summary: what this host serves now",
+        tool=layout.tool(profile, "glm-flash"),
+        planned=PLANNED[host.name],
+        into=GATHERED,
+        reboot=driver.reboot_reasons if profile.driver_source != "preinstalled" else None,
+        summarize=host_summary,
+    )
