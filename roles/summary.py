@@ -12,6 +12,7 @@ import atexit
 import json
 import os
 import re
+import socket
 import sys
 
 from pyinfra import host
@@ -68,14 +69,18 @@ def host_summary(planned: dict, status: dict, reboot: list[str]) -> dict:
 def summaries() -> dict[str, dict]:
     """Every host of the run: its summary, or why it has none."""
     run = _STATE[0] if _STATE else None
-    names = [h.name for h in run.inventory] if run else list(PLANNED)
+    # The hosts this run was for (not those --limit left out), unreachable ones included.
+    hosts = {h.name: h for h in run.inventory if h in run.activated_hosts} if run else dict.fromkeys(PLANNED)
     failed = {h.name for h in run.failed_hosts} if run else set()
     out = {}
-    for name in names:
+    for name, h in hosts.items():
         s = dict(GATHERED.get(name) or PLANNED.get(name, {}))
         s["skipped"] = [{"step": step, "reason": why} for step, why in SKIPPED.get(name, [])]
         s["refused"] = REFUSED.get(name, [])
-        if name in failed:
+        gone = unreachable(h) if name in failed and not s["refused"] else ""
+        if gone:
+            s["result"] = f"unreachable: {gone} (the other hosts went on without it)"
+        elif name in failed:
             s["result"] = "refused" if s["refused"] else "failed (see the errors above)"
         elif name in GATHERED:
             s["result"] = "deployed"
@@ -83,6 +88,19 @@ def summaries() -> dict[str, dict]:
             s["result"] = "not run to the end (dry run, or stopped before the last operation)"
         out[name] = s
     return out
+
+
+def unreachable(h) -> str:
+    """Why SSH to this host does not answer now (a host that went away mid-run), or ""."""
+    data = h.data.dict() if h is not None else {}
+    if h is None or (h.connector_cls.__name__ != "SSHConnector"):
+        return ""
+    where = (data.get("ssh_hostname") or h.name, int(data.get("ssh_port") or 22))
+    try:
+        socket.create_connection(where, timeout=5).close()
+    except OSError as e:
+        return f"SSH to {where[0]}:{where[1]} does not answer ({e.strerror or e})"
+    return ""
 
 
 def render(all_hosts: dict[str, dict]) -> str:
