@@ -57,6 +57,9 @@ hosts = hosts(
             # Preflight against this machine (2 cores, memory shared with the control machine): no
             # engine loads here and the stand-in checkpoint is small; disk is checked as on a real box.
             "kt_cpuinfer": 2,
+            # The sandbox runs on the control machine's CPU, with or without AVX-512 (CI machines have
+            # been both): the CPU-flag check is proven by tests/sandbox/test_preflight_summary.py instead.
+            "preflight_cpu_flags": [],
             "preflight_memory_gib": 2,
             "preflight_model_gib": 1,
             # An environment is about 11 GiB (the default); the sandbox's disk is the control
