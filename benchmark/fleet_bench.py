@@ -2,14 +2,18 @@
 machine's link, one worker against all the fleet sandbox's workers (`make fleet-up N=3` first).
 
 The artifacts are those of tests/fleet/deploy_artifacts.py (the gateway's 25 wheels, 36 MB: the
-engine's 5 GB would not fit on every worker here); the step is roles/fleet_artifacts.py, as in
-deploy_fleet.py. For each fleet size the workers' copies are removed, then the step runs:
+engine's 5 GB would not fit on every worker here) and the checkpoint (the model role against the
+stand-in hub: a small stand-in, not 306 GiB, so its count is per file and per request, not
+its size's); the steps are roles/fleet_artifacts.py and roles/model.py, as in deploy_fleet.py.
+For each fleet size the workers' copies are removed, then the steps run:
 
 - control link: bytes the deploy process (pyinfra) sent and received over SSH to every host
   (commands, facts, uploads; counted in paramiko's packetizer, encrypted as on the wire);
 - local network: bytes the seed sent to its peers (glm-flash-peer's own count);
-- outside: bytes the control machine added to its download cache during the run (0 once cached:
-  the control machine fetches each file once, whatever the fleet's size).
+- outside: bytes the stand-in hub sent (.sandbox/hub.log) plus the files the control machine
+  fetched into its download cache during the run (its "fetching" lines; 0 once cached: it
+  fetches each file once, whatever the fleet's size). Not the cache's growth: other checkouts
+  share the cache.
 
 Goal (issue 14): a fleet's control-link bytes <= 1.2x one host's; outside bytes <= 1.1x.
 """
@@ -26,6 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 FLEET = REPO / ".sandbox" / "fleet"
 DIR = "/opt/glm-flash/fleet-test/wheelhouse"
+CHECKPOINT = "/srv/models/GLM-5.3-Flash"  # inventory/fleet_sandbox.py
+HUB_LOG = REPO / ".sandbox" / "hub.log"
 # Runs pyinfra, counting every byte its SSH connections (paramiko) send and receive.
 WRAP = (
     "import atexit, json, runpy, sys\n"
@@ -51,17 +57,24 @@ def ssh(node: str, command: str) -> str:
     return r.stdout
 
 
-def cache_bytes() -> int:
+def fetched_bytes(output: str) -> int:
+    """Bytes of the files this run fetched into the control machine's cache (its "fetching" lines)."""
     from control.pypi_cache import cache_root
 
-    return sum(p.stat().st_size for p in cache_root().rglob("*") if p.is_file())
+    names = {line.split("fetching ", 1)[1].strip() for line in output.splitlines() if "glm-flash: fetching " in line}
+    return sum(next(cache_root().rglob(n)).stat().st_size for n in names if any(cache_root().rglob(n)))
+
+
+def hub_bytes() -> int:
+    lines = HUB_LOG.read_text().splitlines() if HUB_LOG.exists() else []
+    return sum(json.loads(line).get("bytes", 0) for line in lines)
 
 
 def run(workers: list[str]) -> dict:
     for node in workers:
-        ssh(node, f"rm -rf {DIR}")
+        ssh(node, f"rm -rf {DIR} {CHECKPOINT}")
     since = ssh(workers[0], "date +%s").strip()
-    before = cache_bytes()
+    hub_before = hub_bytes()
     with tempfile.NamedTemporaryFile("r", suffix=".io") as io:
         env = dict(os.environ, GLM_FLASH_FLEET_WORKERS=str(len(workers)))
         cmd = [sys.executable, "-c", WRAP, io.name, "-y", "inventory/fleet_sandbox.py"]
@@ -75,17 +88,21 @@ def run(workers: list[str]) -> dict:
         if r.returncode:
             sys.exit(f"bench-fleet: the deploy failed:\n{(r.stdout + r.stderr)[-3000:]}")
         counters = json.loads(io.read())
-    sent = ssh(
-        workers[0],
-        f"journalctl -u glm-flash-peer-serve-artifacts --since @{since} -o cat --no-pager | grep -F sent | tail -n 1 || true",
-    )
-    size = int(ssh(workers[0], f"du -sb {DIR}").split()[0])
+    local = 0
+    for unit in ("artifacts", "glm-flash-model-download"):
+        sent = ssh(
+            workers[0],
+            f"journalctl -u glm-flash-peer-serve-{unit} --since @{since} -o cat --no-pager | grep -F sent | tail -n 1 || true",
+        )
+        local += int(sent.split()[2]) if sent.startswith("glm-flash-peer: sent") else 0
+    size = int(ssh(workers[0], f"du -sb {DIR} {CHECKPOINT} | awk '{{n += $1}} END {{print n}}'").strip())
     return {
         "workers": len(workers),
         "artifact_bytes": size,
         "control_link_bytes": counters["sent"] + counters["received"],
-        "local_network_bytes": int(sent.split()[2]) if sent.startswith("glm-flash-peer: sent") else 0,
-        "outside_bytes": cache_bytes() - before,
+        "local_network_bytes": local,
+        "hub_bytes": hub_bytes() - hub_before,
+        "outside_bytes": fetched_bytes(r.stdout + r.stderr) + hub_bytes() - hub_before,
     }
 
 
@@ -100,11 +117,13 @@ def main() -> None:
     one, many = run(workers[:1]), run(workers)
     ratio = many["control_link_bytes"] / one["control_link_bytes"]
     out_ratio = (many["outside_bytes"] + 1) / (one["outside_bytes"] + 1)
-    print(f"{'workers':>8} {'artifacts':>12} {'control link':>14} {'local network':>14} {'outside':>10}")
+    print(
+        f"{'workers':>8} {'artifacts+ckpt':>14} {'control link':>14} {'local network':>14} {'hub':>8} {'outside':>10}"
+    )
     for r in (one, many):
         print(
-            f"{r['workers']:>8} {r['artifact_bytes']:>12} {r['control_link_bytes']:>14} "
-            f"{r['local_network_bytes']:>14} {r['outside_bytes']:>10}"
+            f"{r['workers']:>8} {r['artifact_bytes']:>14} {r['control_link_bytes']:>14} "
+            f"{r['local_network_bytes']:>14} {r['hub_bytes']:>8} {r['outside_bytes']:>10}"
         )
     print(
         f"control link: {ratio:.2f}x one host's (goal <= 1.2x; one upload per worker would be "

@@ -4,6 +4,8 @@ Simulated: no GPU here, so the workers' engines are OpenAI-compatible stand-ins
 (tests/bench/fake_openai.py) that the fleet tests run on each worker's address; this inventory
 deploys the gateway (`--limit gateway`). Health checks, key, routing: the real router.
 On a fleet booted from the deployed single sandbox (FROM_SANDBOX=1) the whole fleet deploy runs.
+Simulated hub: the workers download the single sandbox's small stand-in checkpoint from the
+stand-in hub on 127.0.0.1 (the containers share the host's network), which logs every request.
 """
 
 import json
@@ -36,9 +38,20 @@ def ssh(node: dict) -> dict:
     }
 
 
+# The single sandbox's stand-in hub (sandbox/fake_hub.py on 127.0.0.1, started by fleet up too): the
+# fleet's seed downloads the stand-in checkpoint from it, the other workers receive it from the seed.
+HUB_INFO = Path(".sandbox/hub/hub.json")
+if not HUB_INFO.exists():
+    raise SystemExit("glm-flash: the stand-in hub is not staged. Fix: make fleet-down, then make fleet-up N=3")
+hub = json.loads(HUB_INFO.read_text())
+
 shared = {
     "require_gpu": False,
-    "model_download": False,
+    "model_download": True,
+    "model_path": "/srv/models/GLM-5.3-Flash",
+    "model_id": hub["repo"],
+    "model_revision": hub["commit"],
+    "hf_endpoint": f"http://127.0.0.1:{hub['port']}",
     "allow_reboot": False,
     # The engine's CPython 3.11 comes from the control machine (pyenv on these machines).
     "python_source": os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7"),

@@ -8,6 +8,11 @@ control machine took from the lock, then stops. The files land where deploy.py's
 them, so those roles find them present (pyinfra's files.put compares checksums when it runs) and
 send nothing. A worker with a complete copy sends and receives nothing; a fleet where nobody
 lacks anything starts no server.
+
+The checkpoint (checkpoint_plan, checkpoint_copied; called by roles/model.py): the seed is a
+worker that already holds it verified, else the first reached worker, which downloads it from the
+hub as a single host does; the workers that lack it receive it from the seed, checked against
+the seed's verified marker (roles/operations/checkpoint.py says how it travels and who writes).
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ from pathlib import Path
 from pyinfra import host, inventory, state
 from pyinfra.operations import apt, files, server
 
+from control import layout
 from control.fleet import PEER_PORT, WORKERS, worker_url
 from control.profile import Profile
 from control.pypi_cache import sha256_file
 from roles.facts.engine import PythonArtifact, WheelhouseFiles
+from roles.operations.checkpoint import checkpoint_exported, checkpoint_received
 from roles.operations.uploads import host_tool
 
 UNIT = "glm-flash-peer-serve"  # -<name> of the set
@@ -74,16 +81,95 @@ def lacking(target, root: str, entries: list[Entry]) -> list[Entry]:
     return [e for e in entries if listings[str(Path(root, e.rel).parent)].get(Path(e.rel).name) != e.size]
 
 
+def reached() -> list:
+    """The `workers` this run reached: one that is down stops neither the seed nor its peers."""
+    # A single host, the gateway, or a plan test's stand-in host (no inventory behind it).
+    if WORKERS not in getattr(host, "groups", ()):
+        return []
+    return [h for h in inventory.get_group(WORKERS) if h in state.active_hosts]
+
+
+def address(worker) -> str:
+    return worker_url(worker.name, worker.data.dict()).split("//")[1].rsplit(":", 1)[0].strip("[]")
+
+
+def serving(unit: str, tool: str, root: str, mfile: str, bind: str, extra: str = "") -> list[str]:
+    """Start glm-flash-peer's server as a transient unit: read-only to everything but the network."""
+    q = shlex.quote
+    return [
+        f"systemctl stop {unit} 2>/dev/null; systemctl reset-failed {unit} 2>/dev/null; "
+        f"systemd-run -q --unit {unit} -p RuntimeMaxSec=3h -p NoNewPrivileges=yes "
+        f"-p ProtectSystem=strict -p ProtectHome=yes -p PrivateTmp=yes "
+        f"-p CapabilityBoundingSet=CAP_DAC_READ_SEARCH "
+        f"{q(tool)} serve {q(root)} {q(mfile)} --bind {q(bind)} --port {PEER_PORT}{extra}"
+    ]
+
+
+def stopping(unit: str) -> list[str]:
+    return [f"systemctl stop {unit}; journalctl -u {unit} -o cat --no-pager | grep -F sent | tail -n 1"]
+
+
+def checkpoint_plan(complete) -> tuple:
+    """(seed, names of the workers that lack the checkpoint); (None, []) outside a fleet of two or
+    more reached workers. complete(host): whether that host holds the checkpoint verified."""
+    workers = reached()
+    if host not in workers or len(workers) < 2:
+        return None, []
+    have = [h for h in workers if complete(h)]
+    seed = have[0] if have else workers[0]
+    return seed, [h.name for h in workers if h is not seed and h not in have]
+
+
+def checkpoint_copied(
+    profile: Profile, seed, lacking: list[str], path: str, repo_id: str, commit: str, unit: str, fetch_user: str
+) -> None:
+    """The workers in `lacking` receive the checkpoint in `path` from `seed`, which has it by now
+    (downloaded by an operation defined before this call). Defined on every worker (empty where
+    they do nothing), so pyinfra runs the seed's serving before any receive, the receives before
+    the seed stops."""
+    base = profile.install_root
+    tool, peer = layout.tool(profile, "glm-flash-model-fetch"), f"{base}/bin/glm-flash-peer"
+    host_tool("glm-flash-peer", f"{base}/bin")
+    serve_unit, mfile, bind = f"{UNIT}-{unit}", f"{base}/fleet/{unit}.txt", address(seed)
+    originals = f" --originals {layout.PATCH_STATE}/originals"
+    checkpoint_exported(
+        name=f"Serve the checkpoint from {seed.name} on {bind}:{PEER_PORT} (to {', '.join(lacking)})",
+        seed=seed.name,
+        path=path,
+        tool=tool,
+        repo_id=repo_id,
+        commit=commit,
+        manifest=mfile,
+        serve=serving(serve_unit, peer, path, mfile, bind, originals),
+    )
+    checkpoint_received(
+        name=f"Receive the checkpoint from {seed.name} on the local network (checked against its verified hashes)",
+        seed=seed.name,
+        lacking=lacking,
+        path=path,
+        tool=tool,
+        repo_id=repo_id,
+        commit=commit,
+        source=f"http://{bind}:{PEER_PORT}",
+        peer_tool=peer,
+        marker=f"{base}/fleet/{unit}.json",
+        fetch_user=fetch_user,
+        unit=f"{unit}-peer",
+    )
+    server.shell(
+        name=f"Stop serving the checkpoint on {seed.name}", commands=stopping(serve_unit) if host == seed else []
+    )
+
+
 def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root: str | None = None) -> None:
     """Every reached worker ends with `entries` under `root` (install_root by default). `name` tells
     sets apart (their manifests and servers): e.g. "artifacts" here, "checkpoint" for a model role
     whose seed downloads the files (entries without src) in an operation defined before this call."""
-    # Only the workers this run reached: one that is down stops neither the seed nor its peers.
-    workers = [h for h in inventory.get_group(WORKERS) if h in state.active_hosts]
+    workers = reached()
     if not entries or host not in workers:
         return
     seed, base, root, q = workers[0], profile.install_root, root or profile.install_root, shlex.quote
-    seed_address = worker_url(seed.name, seed.data.dict()).split("//")[1].rsplit(":", 1)[0].strip("[]")
+    seed_address = address(seed)
     tool, mfile, unit = f"{base}/bin/glm-flash-peer", f"{base}/fleet/{name}.txt", f"{UNIT}-{name}"
     files.directory(name="Fleet directory", path=f"{base}/fleet", mode="755")
     files.directory(name="Host tools directory", path=f"{base}/bin", mode="755")
@@ -109,15 +195,7 @@ def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root:
     # the seed stops.
     server.shell(
         name=f"Serve the {name} from {seed.name} on {seed_address}:{PEER_PORT} (to {', '.join(peers_lack)})",
-        commands=[
-            f"systemctl stop {unit} 2>/dev/null; systemctl reset-failed {unit} 2>/dev/null; "
-            f"systemd-run -q --unit {unit} -p RuntimeMaxSec=3h -p NoNewPrivileges=yes "
-            f"-p ProtectSystem=strict -p ProtectHome=yes -p PrivateTmp=yes "
-            f"-p CapabilityBoundingSet=CAP_DAC_READ_SEARCH "
-            f"{q(tool)} serve {q(root)} {q(mfile)} --bind {q(seed_address)} --port {PEER_PORT}"
-        ]
-        if host == seed
-        else [],
+        commands=serving(unit, tool, root, mfile, seed_address) if host == seed else [],
     )
     server.shell(
         name=f"Fetch the {name} missing here from {seed.name} on the local network (hashes checked)",
@@ -125,9 +203,4 @@ def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root:
         if host.name in peers_lack
         else [],
     )
-    server.shell(
-        name=f"Stop serving the {name} on {seed.name}",
-        commands=[f"systemctl stop {unit}; journalctl -u {unit} -o cat --no-pager | grep -F sent | tail -n 1"]
-        if host == seed
-        else [],
-    )
+    server.shell(name=f"Stop serving the {name} on {seed.name}", commands=stopping(unit) if host == seed else [])

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import yaml
 from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import apt
 
 from control import layout
@@ -43,8 +42,9 @@ from control.profile import Profile, refuse
 from control.pypi_cache import FetchError, cache_root
 from control.report import skipped
 from control.run import dry_run
+from roles import fleet_artifacts
 from roles.facts.model import ModelCheck
-from roles.operations.checkpoint import checkpoint_present, downloader_installed
+from roles.operations.checkpoint import checkpoint_present, checkpoint_staged, downloader_installed
 from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
 
@@ -151,30 +151,6 @@ def hub_version(requirements: str) -> str | None:
     return m.group(1) if m else None
 
 
-@operation()
-def checkpoint_staged(tool: str, path: str):
-    """model_download false: the checkpoint must already be in path; the deploy stops otherwise."""
-    state = host.get_fact(ModelCheck, tool=tool, dest=path)
-    if state["exit"] == 0:
-        host.noop(f"the staged checkpoint in {path} is complete")
-        return
-    reason = state["reason"] if state["exit"] is not None else "not checked yet"
-    skipped("model check", f"{reason}: the deploy stops here for this host")
-    message = (
-        f"glm-flash: model_download is false, so the checkpoint must be staged in {path} (config.json, "
-        "model.safetensors.index.json and its shards). Copy it there, or set model_download: true."
-    )
-    yield StringCommand(
-        "python3",
-        QuoteString(tool),
-        "check --dest",
-        QuoteString(path),
-        ">&2 || { echo",
-        QuoteString(message),
-        ">&2; exit 1; }",
-    )
-
-
 def apply(profile: Profile, unit: str = "glm-flash-model-download") -> None:
     tool = layout.tool(profile, FETCH)
     host_tool(FETCH, layout.bin_dir(profile))
@@ -226,17 +202,24 @@ def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: s
         wheels=wheels,
         user=fetch_user(profile),
     )
-    checkpoint_present(
-        name=f"Checkpoint {repo_id}@{commit}{locked_from} in {path}",
-        repo_id=repo_id,
-        commit=commit,
-        requested=revision,
-        path=path,
-        tool=tool,
-        hub_python=f"{venv}/bin/python",
-        fetch_user=fetch_user(profile),
-        secrets_dir=layout.SECRETS_DIR,
-        token=Secret(token) if token else None,
-        endpoint=profile.hf_endpoint,
-        unit=unit,
+    # In a fleet one worker (the seed) downloads; the others that lack it receive it from the seed.
+    seed, lacking = fleet_artifacts.checkpoint_plan(
+        lambda h: h.get_fact(ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit, manifests="")["exit"] == 0
     )
+    if host.name not in lacking:
+        checkpoint_present(
+            name=f"Checkpoint {repo_id}@{commit}{locked_from} in {path}",
+            repo_id=repo_id,
+            commit=commit,
+            requested=revision,
+            path=path,
+            tool=tool,
+            hub_python=f"{venv}/bin/python",
+            fetch_user=fetch_user(profile),
+            secrets_dir=layout.SECRETS_DIR,
+            token=Secret(token) if token else None,
+            endpoint=profile.hf_endpoint,
+            unit=unit,
+        )
+    if lacking:
+        fleet_artifacts.checkpoint_copied(profile, seed, lacking, path, repo_id, commit, unit, fetch_user(profile))

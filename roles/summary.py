@@ -12,10 +12,10 @@ import atexit
 import json
 import os
 import re
+import socket
 import sys
 
 from pyinfra import host
-from pyinfra.api import FactBase, QuoteString, StringCommand, operation
 from pyinfra.api.state import State
 from pyinfra.context import state as state_proxy
 
@@ -23,31 +23,15 @@ from control import layout
 from control.profile import Profile
 from control.report import REFUSED, SKIPPED
 from roles import driver
+from roles.facts.status import HostStatus
+from roles.operations.status import gathered
+
+__all__ = ["HostStatus", "apply", "host_summary", "render", "summaries"]
 
 SUMMARY_ENV = "GLM_FLASH_SUMMARY_JSON"
 GATHERED: dict[str, dict] = {}  # host name -> what the last operation read
 PLANNED: dict[str, dict] = {}  # host name -> the profile values the summary names
 _STATE: list = []  # pyinfra's State of this run, kept for the exit hook
-
-
-class HostStatus(FactBase):
-    """`glm-flash status --json --quick` (its items; the engine environment's files are not hashed),
-    or {} before the tool is installed."""
-
-    def command(self, tool: str):
-        return StringCommand(
-            "if [ -x", QuoteString(tool), "]; then", QuoteString(tool), "status --json --quick; fi; true"
-        )
-
-    @staticmethod
-    def default():
-        return {}
-
-    def process(self, output):
-        try:
-            return json.loads("\n".join(output))
-        except ValueError:
-            return {}
 
 
 def endpoint(profile: Profile, address: str) -> str:
@@ -82,27 +66,21 @@ def host_summary(planned: dict, status: dict, reboot: list[str]) -> dict:
     }
 
 
-@operation(is_idempotent=True)
-def gathered(profile: Profile):
-    """Read what the host serves now, for the summary printed when the run ends."""
-    status = host.get_fact(HostStatus, tool=layout.tool(profile, "glm-flash"))
-    reboot = driver.reboot_reasons() if profile.driver_source != "preinstalled" else []
-    GATHERED[host.name] = host_summary(PLANNED[host.name], status, reboot)
-    host.noop("summary gathered (printed at the end)")
-    yield from ()
-
-
 def summaries() -> dict[str, dict]:
     """Every host of the run: its summary, or why it has none."""
     run = _STATE[0] if _STATE else None
-    names = [h.name for h in run.inventory] if run else list(PLANNED)
+    # The hosts this run was for (not those --limit left out), unreachable ones included.
+    hosts = {h.name: h for h in run.inventory if h in run.activated_hosts} if run else dict.fromkeys(PLANNED)
     failed = {h.name for h in run.failed_hosts} if run else set()
     out = {}
-    for name in names:
+    for name, h in hosts.items():
         s = dict(GATHERED.get(name) or PLANNED.get(name, {}))
         s["skipped"] = [{"step": step, "reason": why} for step, why in SKIPPED.get(name, [])]
         s["refused"] = REFUSED.get(name, [])
-        if name in failed:
+        gone = unreachable(h) if name in failed and not s["refused"] else ""
+        if gone:
+            s["result"] = f"unreachable: {gone} (the other hosts went on without it)"
+        elif name in failed:
             s["result"] = "refused" if s["refused"] else "failed (see the errors above)"
         elif name in GATHERED:
             s["result"] = "deployed"
@@ -110,6 +88,19 @@ def summaries() -> dict[str, dict]:
             s["result"] = "not run to the end (dry run, or stopped before the last operation)"
         out[name] = s
     return out
+
+
+def unreachable(h) -> str:
+    """Why SSH to this host does not answer now (a host that went away mid-run), or ""."""
+    data = h.data.dict() if h is not None else {}
+    if h is None or (h.connector_cls.__name__ != "SSHConnector"):
+        return ""
+    where = (data.get("ssh_hostname") or h.name, int(data.get("ssh_port") or 22))
+    try:
+        socket.create_connection(where, timeout=5).close()
+    except OSError as e:
+        return f"SSH to {where[0]}:{where[1]} does not answer ({e.strerror or e})"
+    return ""
 
 
 def render(all_hosts: dict[str, dict]) -> str:
@@ -156,4 +147,11 @@ def apply(profile: Profile) -> None:
         "model_id": profile.model_id,
         "model_revision": profile.model_revision,
     }
-    gathered(name="Summary: what this host serves now", profile=profile)
+    gathered(
+        name="Summary: what this host serves now",
+        tool=layout.tool(profile, "glm-flash"),
+        planned=PLANNED[host.name],
+        into=GATHERED,
+        reboot=driver.reboot_reasons if profile.driver_source != "preinstalled" else None,
+        summarize=host_summary,
+    )

@@ -55,9 +55,7 @@ class FakeHub:
                 got = self.headers.get("Authorization", "")
                 ok = hub.token is not None and got == f"Bearer {hub.token}"
                 hub.requests.append((self.command, self.path, ok))
-                if hub.log:
-                    with open(hub.log, "a") as f:
-                        f.write(json.dumps({"method": self.command, "path": self.path, "token": ok}) + "\n")
+                self.token_ok = ok
                 return hub.token is None or ok
 
             def _send(self, code, body=b"", headers=None, head=False):
@@ -69,6 +67,10 @@ class FakeHub:
                     str(len(body)) if not (headers or {}).get("Content-Length") else headers["Content-Length"],
                 )
                 self.end_headers()
+                if hub.log:  # the bytes too: the fleet bench counts what crossed the "outside" link
+                    entry = {"method": self.command, "path": self.path, "token": self.token_ok, "status": code}
+                    with open(hub.log, "a") as f:
+                        f.write(json.dumps({**entry, "bytes": 0 if head else len(body)}) + "\n")
                 if not head and body:
                     chunk = 4096
                     for i in range(0, len(body), chunk):

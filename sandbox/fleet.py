@@ -211,6 +211,7 @@ def up(n: int, from_sandbox: bool = False) -> None:
         wait_ready(i, proc)
     if from_sandbox:
         sb.standin_up()  # the stand-in NVIDIA repository inventory/sandbox.py points at
+    sb.hub_up()  # the stand-in hub the workers download the checkpoint from (once: the seed)
     sb.say(f"fleet of {n} up in {time.time() - started:.0f} s: ssh -F {SSH_CONFIG} node1 .. node{n}")
 
 
@@ -230,6 +231,8 @@ def down() -> None:
     if FROM_SANDBOX.exists():
         sb.stop_pidfile(sb.STANDIN_PIDFILE)
         FROM_SANDBOX.unlink()
+    if not sb.pid():  # the hub is the single sandbox's too
+        sb.stop_pidfile(sb.HUB_PIDFILE)
     sb.say("fleet down and removed (the shared image stays in the cache)")
 
 

@@ -18,6 +18,14 @@ is sealed: root's, read-only to everyone else (the engine only reads it). The hu
 one is needed, is put root-only by secret_commands and handed to the unit with LoadCredential=;
 once the downloader has started, the unit (as root) deletes the file, again when the unit stops,
 and systemd removes the credential when the unit ends however it ends (SIGTERM, SIGKILL, failure).
+
+In a fleet the checkpoint crosses the outside link once (roles/fleet_artifacts.py): the seed
+downloads it with checkpoint_present, checkpoint_exported reads its verified marker over the
+seed's SSH connection (root's, so neither the engine's user on the seed nor the local network
+has a say in it), and checkpoint_received puts that marker on each worker that lacks the
+checkpoint (root's file) and runs `glm-flash-model-fetch receive` as the downloader's user in a
+transient unit, like the download: the engine's user steers nothing root writes, and every file
+is checked against the seed's verified hashes. Then the tree is sealed as after a download.
 """
 
 from __future__ import annotations
@@ -27,17 +35,19 @@ import io
 import posixpath
 import re
 
-from pyinfra import host
-from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
+from pyinfra import host, logger
+from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import File
 from pyinfra.facts.server import Users
 
+from control.report import skipped
 from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive
 from roles.operations.secrets import Secret, secret_commands
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
 REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 UNIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9:_.-]*")
+RELAYED: dict[str, str] = {}  # checkpoint path -> the seed's verified marker, read in this run
 
 
 @operation()
@@ -128,7 +138,7 @@ def download_unit_command(
         "|| { journalctl --no-pager -o cat -n 40 -u",
         q(unit),
         ">&2; echo",
-        q(f"glm-flash: the download failed; its log: journalctl -u {unit}"),
+        q(f"glm-flash: the {args[0]} failed; its log: journalctl -u {unit}"),
         ">&2; exit 1; }",
     )
 
@@ -167,14 +177,8 @@ def checkpoint_present(
         host.noop(f"{repo_id}@{commit} is in {path}, verified and sealed")
         return
     q = QuoteString
-    if running:
-        # A download from an earlier run (its SSH connection dropped): wait for it, then check again.
-        yield StringCommand("while systemctl is-active --quiet", q(unit), "; do sleep 5; done")
     if state["exit"] != 0 or running:
-        yield StringCommand("systemctl reset-failed", q(unit), "2>/dev/null || true")
-        yield StringCommand("mkdir -p", q(posixpath.dirname(path)))
-        yield StringCommand("install -d -m 755 -o root -g root", q(path))
-        yield StringCommand("python3", q(tool), "unseal --dest", q(path), "--owner", q(fetch_user))
+        yield from prepared_for(fetch_user, path, tool, unit)
         if token is not None:
             yield from secret_commands(token, token_path, secrets_dir, "root", "root", "600")
         args = ["download", "--dest", path, "--repo", repo_id, "--revision", commit]
@@ -186,4 +190,116 @@ def checkpoint_present(
             unit, fetch_user, hub_python, tool, args, path, endpoint, token_path if token is not None else None
         )
     yield StringCommand("rm -f", q(token_path))
+    yield StringCommand("python3", q(tool), "seal --dest", q(path))
+
+
+@operation()
+def checkpoint_staged(tool: str, path: str):
+    """model_download false: the checkpoint must already be in path; the deploy stops otherwise."""
+    state = host.get_fact(ModelCheck, tool=tool, dest=path)
+    if state["exit"] == 0:
+        host.noop(f"the staged checkpoint in {path} is complete")
+        return
+    reason = state["reason"] if state["exit"] is not None else "not checked yet"
+    skipped("model check", f"{reason}: the deploy stops here for this host")
+    message = (
+        f"glm-flash: model_download is false, so the checkpoint must be staged in {path} (config.json, "
+        "model.safetensors.index.json and its shards). Copy it there, or set model_download: true."
+    )
+    yield StringCommand(
+        "python3",
+        QuoteString(tool),
+        "check --dest",
+        QuoteString(path),
+        ">&2 || { echo",
+        QuoteString(message),
+        ">&2; exit 1; }",
+    )
+
+
+def prepared_for(user: str, path: str, tool: str, unit: str) -> list[StringCommand]:
+    """Commands that hand `path` to the downloader's `user` once no earlier transfer runs there."""
+    q = QuoteString
+    return [
+        # A transfer from an earlier run (its SSH connection dropped): wait for it.
+        StringCommand("while systemctl is-active --quiet", q(unit), "; do sleep 5; done"),
+        StringCommand("systemctl reset-failed", q(unit), "2>/dev/null || true"),
+        StringCommand("mkdir -p", q(posixpath.dirname(path))),
+        StringCommand("install -d -m 755 -o root -g root", q(path)),
+        StringCommand("python3", q(tool), "unseal --dest", q(path), "--owner", q(user)),
+    ]
+
+
+def _read_marker(state, host, path: str, command: StringCommand) -> bool:  # pyinfra passes state and host
+    ok, output = host.run_shell_command(command, print_input=False)
+    if ok:
+        RELAYED[path] = output.stdout
+    else:
+        logger.error(f"[{host.name}] {path}: no verified checkpoint to send: {output.stdout or output.stderr}")
+    return ok
+
+
+def _put_marker(state, host, path: str, dest: str, seed: str) -> bool:
+    marker = RELAYED.get(path)
+    if marker is None:
+        logger.error(
+            f"[{host.name}] the fleet's seed {seed} sent no verified checkpoint in this run (it failed or was "
+            "unreachable before it had one); deploy again"
+        )
+        return False
+    return host.put_file(io.BytesIO(marker.encode()), dest, print_output=False, print_input=False)
+
+
+@operation(is_idempotent=False)
+def checkpoint_exported(seed: str, path: str, tool: str, repo_id: str, commit: str, manifest: str, serve: list):
+    """On the fleet's seed: its verified marker read for the peers and glm-flash-peer's manifest
+    written for `serve` (the commands that start the server). Nothing on other hosts."""
+    if host.name != seed:
+        return
+    q = QuoteString
+    yield StringCommand("install -d -m 755", q(posixpath.dirname(manifest)))
+    export = StringCommand(
+        "python3",
+        q(tool),
+        "export --dest",
+        q(path),
+        "--repo",
+        q(repo_id),
+        "--revision",
+        q(commit),
+        "--manifest",
+        q(manifest),
+    )
+    yield FunctionCommand(_read_marker, (path, export), {})
+    yield from serve
+
+
+@operation(is_idempotent=False)
+def checkpoint_received(
+    seed: str,
+    lacking: list[str],
+    path: str,
+    tool: str,
+    repo_id: str,
+    commit: str,
+    source: str,
+    peer_tool: str,
+    marker: str,
+    fetch_user: str,
+    unit: str,
+):
+    """On each worker in `lacking`: the seed's marker put root's, the files received from `source`
+    (the seed's glm-flash-peer) by the downloader's user and checked against it, the tree sealed."""
+    if host.name not in lacking:
+        return
+    if not COMMIT.fullmatch(commit) or not UNIT_NAME.fullmatch(unit) or not posixpath.isabs(path):
+        raise OperationError(f"checkpoint_received: bad commit {commit!r}, unit {unit!r} or path {path!r}")
+    q = QuoteString
+    yield StringCommand("install -d -m 755", q(posixpath.dirname(marker)))
+    yield FunctionCommand(_put_marker, (path, marker, seed), {})
+    yield StringCommand("chown root:root", q(marker), "&& chmod 644", q(marker))
+    yield from prepared_for(fetch_user, path, tool, unit)
+    args = ["receive", "--dest", path, "--repo", repo_id, "--revision", commit, "--marker", marker]
+    args += ["--source", source, "--peer-tool", peer_tool]
+    yield download_unit_command(unit, fetch_user, "/usr/bin/python3", tool, args, path, "", None)
     yield StringCommand("python3", q(tool), "seal --dest", q(path))

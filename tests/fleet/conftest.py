@@ -27,15 +27,31 @@ def boot(n: int) -> None:
     subprocess.run([sys.executable, "sandbox/fleet.py", "up", "-n", str(n), *lower], cwd=REPO, env=env(), check=True)
 
 
-@pytest.fixture(scope="session")
-def fleet_up() -> list[dict]:
-    """The fleet's nodes (node1 the gateway, node2.. the workers) as sandbox/fleet.py wrote them."""
+def sandbox(*args: str) -> None:
+    subprocess.run([sys.executable, "sandbox/sandbox.py", *args], cwd=REPO, env=env(), check=True)
+
+
+@pytest.fixture(scope="package")
+def fleet_up(request) -> list[dict]:
+    """The fleet's nodes (node1 the gateway, node2.. the workers) as sandbox/fleet.py wrote them.
+
+    In `make test` (the single sandbox deployed by this session, no fleet up) the fleet boots on the
+    deployed sandbox (FROM_SANDBOX), so the full fleet deploy runs too; the single sandbox is powered
+    off meanwhile (it is the fleet's read-only lower layer) and booted again after tests/fleet."""
     if os.geteuid() != 0:
         pytest.skip("the fleet sandbox needs root (systemd-nspawn, overlay mounts)")
     nodes = REPO / ".sandbox" / "fleet" / "nodes.json"
     existing = len(json.loads(nodes.read_text())) if nodes.exists() else 0
+    on_single = not existing and request.getfixturevalue("sandbox_deploys") is not None
+    if on_single:
+        sandbox("down")
+        subprocess.run(
+            [sys.executable, "sandbox/fleet.py", "up", "-n", str(N), "--from-sandbox"], cwd=REPO, env=env(), check=True
+        )
     # Boots only the machines that are not running (a test may have powered one off).
     boot(max(N, existing))
     yield json.loads(nodes.read_text())
     if not existing:
         subprocess.run([sys.executable, "sandbox/fleet.py", "down"], cwd=REPO, env=env())
+    if on_single:
+        sandbox("up")  # tests/host and tests/sandbox check the single sandbox after this package

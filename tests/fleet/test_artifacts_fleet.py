@@ -1,25 +1,27 @@
-"""Artifacts cross the control machine's link once (roles/fleet_artifacts.py), on the fleet sandbox.
+"""Artifacts cross the control machine's link once and the checkpoint the outside link once
+(roles/fleet_artifacts.py, roles/model.py), on the fleet sandbox.
 
-tests/fleet/deploy_artifacts.py runs only the artifact step, with the gateway's 25 wheels
+tests/fleet/deploy_artifacts.py runs only the transfer steps, with the gateway's 25 wheels
 (36 MB) as the artifacts (the engine's 5 GB would not fit three times here): the seed worker
-(node2) gets them from the control machine, the others from it over the local network. A
-3 MB stand-in checkpoint shard is made on the seed only (as its hub download would) and copied.
+(node2) gets them from the control machine, the others from it over the local network. The
+checkpoint is the single sandbox's stand-in (simulated hub, sandbox/fake_hub.py, which logs every
+request to .sandbox/hub.log): the seed downloads it, the others receive it from the seed.
 """
 
 from __future__ import annotations
 
-import hashlib
+import json
 import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import REPO
-from tests.fleet import checkpoint_standin as standin
 from tests.fleet.conftest import boot, env
 
 DIR = "/opt/glm-flash/fleet-test/wheelhouse"
-CHECKPOINT = standin.CHECKPOINT
+CHECKPOINT = "/srv/models/GLM-5.3-Flash"  # inventory/fleet_sandbox.py
+HUB_LOG = REPO / ".sandbox" / "hub.log"
 pytestmark = pytest.mark.sandbox
 
 
@@ -59,6 +61,22 @@ def manifest(node: str) -> dict[str, str]:
     return {rel.rsplit("/", 1)[1]: sha for sha, _, _, rel in (line.split() for line in lines)}
 
 
+def hub_requests() -> list[dict]:
+    return [json.loads(line) for line in HUB_LOG.read_text().splitlines()] if HUB_LOG.exists() else []
+
+
+def checkpoint(node: str) -> dict:
+    """The checkpoint's state as the model role checks it, its files' sha256 and owners."""
+    check = ssh(node, f"python3 /opt/glm-flash/bin/glm-flash-model-fetch check --dest {CHECKPOINT} || true")
+    # Not our marker (it says where and when this worker verified its copy).
+    files = ssh(
+        node,
+        f"cd {CHECKPOINT} && find . -type f ! -path './.cache/*' ! -name .glm-flash-model.json | sort | xargs sha256sum",
+    )
+    owners = ssh(node, f"find {CHECKPOINT} ! -user root | head -n 3")
+    return {"check": json.loads(check), "files": files, "not_root": owners.strip()}
+
+
 def sums(node: str) -> dict[str, str]:
     out = ssh(node, f"cd {DIR} 2>/dev/null && sha256sum -- * || true")
     return {name: sha for sha, name in (line.split() for line in out.splitlines())}
@@ -68,15 +86,23 @@ def test_workers_get_the_artifacts_once_from_outside_and_from_the_seed(fleet_up)
     workers = [n["name"] for n in fleet_up[1:]]
     for node in workers:
         ssh(node, f"rm -rf {DIR} {CHECKPOINT}")
+    hub_before = len(hub_requests())
     run = deploy()
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     want = manifest(workers[0])
     assert len(want) == 25
-    shard = hashlib.sha256(standin.shard()).hexdigest()
+    seed = checkpoint(workers[0])
+    assert seed["check"]["state"] == "complete" and seed["check"]["sealed"], seed
     for node in workers:
         assert sums(node) == want, node
-        # Made on the seed only (the stand-in of its hub download), copied to the others, same hash.
-        assert ssh(node, f"sha256sum {CHECKPOINT}/{standin.SHARD}").split()[0] == shard, node
+        # Downloaded by the seed only, received by the others: the same verified files, sealed root's.
+        got = checkpoint(node)
+        assert got["files"] == seed["files"] and got["check"]["state"] == "complete", (node, got)
+        assert got["check"]["sealed"] and not got["not_root"], (node, got)
+    # The hub saw one request per checkpoint file, not one per worker.
+    downloads = [r["path"] for r in hub_requests()[hub_before:] if r["method"] == "GET" and "/resolve/" in r["path"]]
+    assert downloads and len(downloads) == len(set(downloads)), downloads
+    assert len(downloads) == len(seed["files"].splitlines())
     # Uploads from the control machine went to the seed only; the seed served the rest.
     out = run.stdout + run.stderr
     uploads = [line for line in out.splitlines() if "Starting operation: From the control machine:" in line]
@@ -85,10 +111,12 @@ def test_workers_get_the_artifacts_once_from_outside_and_from_the_seed(fleet_up)
     sent = ssh(workers[0], "journalctl -u glm-flash-peer-serve-artifacts -o cat --no-pager | grep -F sent | tail -n 1")
     size = int(ssh(workers[0], f"du -sb {DIR}").split()[0])
     assert f"sent {size * (len(workers) - 1)} bytes" in sent
-    # Complete everywhere: a second run moves nothing and changes nothing.
+    # Complete everywhere: a second run moves nothing, asks the hub nothing and changes nothing.
+    hub_before = len(hub_requests())
     again = deploy()
     again_out = again.stdout + again.stderr
     assert again.returncode == 0 and "Serve the" not in again_out
+    assert hub_requests()[hub_before:] == []
     totals = [line for line in again_out.splitlines() if "Grand total" in line][0].split()
     assert totals[-3:] == ["-", "-", totals[-4]], again_out[-2000:]
 

@@ -1,0 +1,18 @@
+"""The summary's last operation: read what the host serves now (roles/summary.py prints it)."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import operation
+
+from roles.facts.status import HostStatus
+
+
+@operation(is_idempotent=True)
+def gathered(tool: str, planned: dict, into: dict, reboot, summarize):
+    """Read what the host serves now into `into` (by host name), for the summary printed when the
+    run ends: summarize(planned, `tool status --json --quick`, reboot() or [])."""
+    status = host.get_fact(HostStatus, tool=tool)
+    into[host.name] = summarize(planned, status, reboot() if reboot else [])
+    host.noop("summary gathered (printed at the end)")
+    yield from ()
