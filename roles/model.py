@@ -32,7 +32,6 @@ from pathlib import Path
 
 import yaml
 from pyinfra import host
-from pyinfra.operations import apt
 
 from control import layout
 from control.engine_lock import cached, parse_lock
@@ -44,6 +43,7 @@ from control.report import skipped
 from control.run import dry_run
 from roles import fleet_artifacts
 from roles.facts.model import ModelCheck
+from roles.operations import packages
 from roles.operations.checkpoint import checkpoint_present, checkpoint_staged, downloader_installed
 from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
@@ -194,7 +194,7 @@ def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: s
         )
         return
     venv = layout.hub_venv(profile)
-    apt.packages(name="python3-venv (the model downloader's environment)", packages=["python3-venv"])
+    packages.installed(["python3-venv"], name="python3-venv (the model downloader's environment)")
     downloader_installed(
         name=f"Model downloader {venv} (huggingface-hub {profile.huggingface_hub_version}, hash-locked)",
         venv=venv,
