@@ -12,7 +12,7 @@ from io import StringIO
 from pyinfra.operations import files
 
 from control.profile import Profile
-from roles import driver
+from roles.operations.driver import KEYRING, SOURCES_FILE
 
 PATH = "/etc/glm-flash/status.json"
 KEYS = (
@@ -43,7 +43,7 @@ KEYS = (
 
 def values(profile: Profile) -> dict:
     data = {k: getattr(profile, k) for k in KEYS}
-    data.update(nvidia_keyring=driver.KEYRING, nvidia_sources=driver.SOURCES_FILE)
+    data.update(nvidia_keyring=KEYRING, nvidia_sources=SOURCES_FILE)
     return data
 
 
