@@ -38,6 +38,7 @@ from control.profile import Problem, Profile, ProfileError, fail, refuse
 from roles import engine, engine_patches, model, vllm_launch
 from roles.facts.gb10 import Gb10View, MemTotalKiB, OsRelease
 from roles.facts.system import Gpus
+from roles.operations.engine import environment_built
 from roles.operations.uploads import host_tool
 from roles.toolkit import toolkit_path
 
@@ -169,7 +170,7 @@ def apply(profile: Profile) -> engine.EngineResult:
         name=f"Directory {layout.engine_root(profile)}/locks", path=f"{layout.engine_root(profile)}/locks", mode="755"
     )
     files.put(name=f"Build lock of {env}", src=str(build_lock(profile)), dest=lock_dest(profile, env), mode="644")
-    engine.environment_built(
+    environment_built(
         name=f"vLLM-Moet {profile.vllm_ref[:12]} built into {env} (beside the serving environment)",
         tool=engine.engine_tool(profile),
         env=env,
