@@ -27,14 +27,12 @@ from pathlib import Path
 
 import jinja2
 import yaml
-from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import files
 
 from control import layout
 from control.profile import Profile
 from roles.engine import site_packages
-from roles.facts.system import ToolResult
+from roles.operations.engine_patches import engine_patched
 
 REPO = Path(__file__).resolve().parent.parent
 PATCHES = REPO / "patches"
@@ -115,68 +113,6 @@ def set_json(pset: dict) -> str:
 
 def set_dir(env_dir: str) -> str:
     return f"{env_dir}/{SET_DIR_NAME}"
-
-
-# --- pyinfra: a fact running `glm-flash-patch check --json`, an op applying when pending ----------
-
-
-class EnginePatchCheck(ToolResult):
-    """`glm-flash-patch check --json SETS...`: {"exit": int|None, "files": {...}, "lines": [...]}.
-
-    exit None: the tool or a set is not on the host yet (first run: uploaded earlier in
-    the same run); 0 all applied; 1 something pending; 2 refused (drift or a bad set).
-    """
-
-    def command(self, tool: str, sets: list[str]):
-        q = [QuoteString(s) for s in sets]
-        exists = []
-        for s in [tool, *sets]:
-            exists += ["[ -e", QuoteString(s), "] &&"]
-        return StringCommand(
-            "if",
-            *exists,
-            "true; then",
-            QuoteString(tool),
-            "check --json",
-            *q,
-            "2>&1; echo \"exit=$?\"; else echo missing; fi",
-        )
-
-    @staticmethod
-    def default():
-        return {"exit": None, "files": {}, "lines": []}
-
-    @staticmethod
-    def parse(lines) -> dict:
-        result = ToolResult.parse(lines)
-        files, rest = {}, []
-        for line in result["lines"]:
-            if line.startswith("{"):
-                try:
-                    files = json.loads(line)
-                    continue
-                except ValueError:
-                    pass
-            rest.append(line)
-        return {"exit": result["exit"], "files": files, "lines": rest}
-
-
-@operation()
-def engine_patched(tool: str, sets: list[str]):
-    """
-    Apply every patch set of the run, only when the check says something is pending.
-
-    + tool: glm-flash-patch on the host
-    + sets: the uploaded set JSON files (all checked by the tool before any is written)
-
-    A refused run (an upstream file changed) makes the apply command fail with the
-    tool's message naming package, version, file and patch; nothing is written.
-    """
-    state = host.get_fact(EnginePatchCheck, tool=tool, sets=sets)
-    if state["exit"] == 0:
-        host.noop(f"engine patches in place ({len(state['files'])} files)")
-        return
-    yield StringCommand(QuoteString(tool), "apply", *[QuoteString(s) for s in sets])
 
 
 def apply(profile: Profile, env_dir: str, version: str) -> None:

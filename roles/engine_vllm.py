@@ -39,6 +39,7 @@ from roles import engine, engine_patches, model, vllm_launch
 from roles.facts.gb10 import Gb10View, MemTotalKiB, OsRelease
 from roles.facts.system import Gpus
 from roles.operations.engine import environment_built
+from roles.operations.engine_patches import engine_patched
 from roles.operations.uploads import host_tool
 from roles.toolkit import toolkit_path
 
@@ -185,7 +186,7 @@ def apply(profile: Profile) -> engine.EngineResult:
     dest = f"{sets_dir}/{pset['name']}.json"
     files.directory(name=f"Patch sets of {env}", path=sets_dir, mode="755")
     files.put(name=f"Patch set {pset['name']}", src=io.StringIO(engine_patches.set_json(pset)), dest=dest, mode="644")
-    engine_patches.engine_patched(
+    engine_patched(
         name=f"vLLM patches in {env} (Mamba group block size)",
         tool=layout.tool(profile, "glm-flash-patch"),
         sets=[dest],

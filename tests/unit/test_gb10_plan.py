@@ -29,7 +29,7 @@ from control.profile import build
 from roles import engine_vllm
 from roles.facts.capacity import BoxCapacity
 from roles.facts.driver import Kernels, NvidiaLoadedModule, NvidiaModuleOnDisk, NvidiaPciDevices, RebootRequired
-from roles.facts.engine import EngineEnvs, EngineState
+from roles.facts.engine import EngineEnvs, EnginePatchCheck, EngineState
 from roles.facts.gb10 import MemTotalKiB, OsRelease
 from roles.facts.service import ServiceStart, ServiceStartState, SystemdVersion
 from roles.facts.system import CudaToolkits, DefaultTarget, GpuProcesses, Gpus, NumaNodes, UnitFiles
@@ -156,11 +156,9 @@ def run_deploy(
     from roles.operations import refusal
 
     monkeypatch.setattr(refusal, "refused", recorder(refusal.refused))
-    # engine_patches.engine_patched is a module-level op of roles/: the loop above records it
-    from roles import engine_patches
-
-    assert engine_patches.engine_patched.__module__ == __name__, "engine_patched is not recorded"
-    fake.facts[engine_patches.EnginePatchCheck] = patch_state or {"exit": None, "files": {}, "lines": []}
+    # the roles call the operations they import by name: the loop above records them where they are called
+    assert engine_vllm.engine_patched.__module__ == __name__, "engine_patched is not recorded"
+    fake.facts[EnginePatchCheck] = patch_state or {"exit": None, "files": {}, "lines": []}
     if extra_facts_for:
         extra_facts_for(fake, monkeypatch)
     with on(fake):
