@@ -40,10 +40,6 @@ def env_dir(profile: Profile, env: str) -> str:
     return f"{layout.engine_root(profile)}/envs/{env}"
 
 
-def site_packages(profile: Profile, env_dir: str) -> str:
-    return f"{env_dir}/lib/python{profile.python_version}/site-packages"
-
-
 def engine_tool(profile: Profile) -> str:
     return layout.tool(profile, ENGINE_TOOL)
 

@@ -29,6 +29,7 @@ from pyinfra.operations import files
 
 from control import layout
 from control.engine_lock import PYPI_SIMPLE, LockError, cached, env_id, fetch, load_lock, lock_json, lock_path, pin_of
+from control.patch_sets import PatchSetError
 from control.profile import Profile, refuse
 from control.pypi_cache import FetchError
 from control.report import skipped
@@ -132,8 +133,8 @@ def apply(profile: Profile) -> engine.EngineResult:
     try:
         engine_patches.apply(profile, env_dir, pin_of(pins, "sglang-kt").version)
         triton = pin_of(pins, "triton")
-        triton_configs.apply(profile, engine.site_packages(profile, env_dir), triton.version if triton else None)
-    except engine_patches.PatchSetError as e:
+        triton_configs.apply(profile, layout.site_packages(profile, env_dir), triton.version if triton else None)
+    except PatchSetError as e:
         refuse("engine_set", str(e), "write a patch set for that version, or pick an engine_set that has one")
     except triton_configs.TritonConfigError as e:
         refuse("triton_configs_dir", str(e), "fix or remove the file, or set triton_configs_dir: '' to install none")
