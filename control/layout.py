@@ -34,6 +34,10 @@ def engine_root(profile) -> str:
     return f"{profile.install_root}/engine"
 
 
+def site_packages(profile, env_dir: str) -> str:
+    return f"{env_dir}/lib/python{profile.python_version}/site-packages"
+
+
 def engine_python(profile) -> str:
     """The interpreter of the environment `current` points at: what the service runs."""
     return f"{engine_root(profile)}/current/bin/python"

@@ -1,6 +1,6 @@
 """Files from PyPI in the control machine's cache, each checked against its sha256.
 
-One place for what control/engine_lock.py (the engine wheelhouse), roles/python.py and the test
+One place for what control/engine_lock.py (the engine wheelhouse), control/python_pack.py and the test
 helpers tests/engine/pypi.py and tests/cuda/cuda_assets.py (single wheels) share:
 
 - cache_root() / cache_dir(): ${GLM_FLASH_CACHE:-~/.cache/glm-flash} (cache_dir() creates it);

@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import FactBase
 from pyinfra.operations import apt, server
 from pyinfra.operations.util import any_changed
 
 from control.profile import Profile
+from roles.facts.apt import LEGACY_SOURCES, LegacyAptSources
 from roles.operations.uploads import template
-
-LEGACY = "/etc/apt/sources.list"
-
-
-class LegacyAptSources(FactBase):
-    """Active lines of the one-line-style sources.list that would duplicate ours."""
-
-    def command(self):
-        return f"grep -Ev '^[[:space:]]*(#|$)' {LEGACY} 2>/dev/null || true"
-
-    def process(self, output):
-        return [line for line in output if line.strip()]
 
 
 def apply(profile: Profile) -> None:
@@ -44,8 +32,8 @@ def apply(profile: Profile) -> None:
         # Kept, not deleted: the user's old file stays next to it for reference.
         ops.append(
             server.shell(
-                name=f"Move the old {LEGACY} aside (kept as {LEGACY}.glm-flash-orig)",
-                commands=[f"mv -n {LEGACY} {LEGACY}.glm-flash-orig"],
+                name=f"Move the old {LEGACY_SOURCES} aside (kept as {LEGACY_SOURCES}.glm-flash-orig)",
+                commands=[f"mv -n {LEGACY_SOURCES} {LEGACY_SOURCES}.glm-flash-orig"],
             )
         )
     apt.update(name="Refresh apt lists after the sources changed", _if=any_changed(*ops))

@@ -16,13 +16,11 @@ import json
 from pathlib import Path
 
 import yaml
-from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import files
 
 from control.profile import Profile
 from control.report import skipped
-from roles.facts.system import ToolResult
+from roles.operations.cuda_header import headers_fixed
 from roles.operations.uploads import host_tool, template
 
 PATCH_YAML = Path(__file__).resolve().parent.parent / "patches" / "cuda" / "math_functions-12.yaml"
@@ -39,36 +37,6 @@ def paths(profile: Profile) -> dict[str, str]:
 def patch_set_json() -> str:
     """The patch set as the host tools read it (JSON, stdlib only on the host)."""
     return json.dumps(yaml.safe_load(PATCH_YAML.read_text()), indent=1, sort_keys=True) + "\n"
-
-
-class CudaHeaderCheck(ToolResult):
-    """`glm-flash-fix-cuda-header --check` on the host: {"exit": int|None, "lines": [...]}.
-
-    exit is None when the command is not installed yet (first deploy); 0 nothing to do;
-    1 a header needs the fix; 2 a header is not as expected (the fix refuses it).
-    """
-
-    def command(self, tool: str):
-        q = QuoteString(tool)
-        return StringCommand("if [ -x", q, "]; then", q, "--check 2>&1; echo \"exit=$?\"; else echo missing; fi")
-
-
-@operation()
-def headers_fixed(tool: str):
-    """
-    Fix every CUDA 12.x math_functions.h on the host that needs it (glibc >= 2.41).
-
-    + tool: path of glm-flash-fix-cuda-header on the host
-
-    Yields the fix command only when `--check` says a header needs it, or could not run
-    yet (first deploy: the command is uploaded earlier in the same run). A header the fix
-    refuses makes the command, and so the operation, fail with the command's message.
-    """
-    state = host.get_fact(CudaHeaderCheck, tool=tool)
-    if state["exit"] == 0:
-        host.noop("CUDA 12.x headers: " + ("; ".join(state["lines"]) or "nothing to fix"))
-        return
-    yield StringCommand(QuoteString(tool))
 
 
 def apply(profile: Profile) -> None:

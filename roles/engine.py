@@ -8,24 +8,20 @@ then moves `current` to it with `current_engine` (the old one stays as `previous
 glm-flash-rollback; older ones are pruned). It returns an EngineResult: what the service
 runs, exactly the launch spec that was checked.
 
-Every decision here is an operation reading the host's state at run time through
-files/glm-flash-engine (`status --json`, the EngineEnvs fact).
+Every decision about the host is an operation (roles/operations/engine.py) reading its
+state at run time through files/glm-flash-engine (`status --json`, the EngineEnvs fact).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from pyinfra import host
-from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
 from pyinfra.operations import files
 
 from control import layout
 from control.profile import Profile
-from roles.facts.engine import EngineEnvs, WheelhouseFiles
-from roles.operations.job import followed, job_command
+from roles.operations.engine import current_engine
 
 ENGINE_TOOL = "glm-flash-engine"
 
@@ -44,10 +40,6 @@ def env_dir(profile: Profile, env: str) -> str:
     return f"{layout.engine_root(profile)}/envs/{env}"
 
 
-def site_packages(profile: Profile, env_dir: str) -> str:
-    return f"{env_dir}/lib/python{profile.python_version}/site-packages"
-
-
 def engine_tool(profile: Profile) -> str:
     return layout.tool(profile, ENGINE_TOOL)
 
@@ -59,51 +51,6 @@ def layout_on_host(profile: Profile) -> None:
         files.directory(name=f"Directory {d}", path=d, mode="755")
     for link in (layout.tool(profile, "glm-flash-rollback"), f"{layout.SBIN}/glm-flash-rollback"):
         files.link(name=f"Link {link}", path=link, target=engine_tool(profile))
-
-
-@operation()
-def environment_built(
-    tool: str, env: str, build: list[str], wheels: list[str] | None = None, wheelhouse: str = "", job_tool: str = ""
-):
-    """
-    Build the engine environment `env` beside the others unless it is complete; with `job_tool`
-    the build runs as the transient unit glm-flash-job-engine-build (survives a dropped SSH
-    connection, a re-run attaches to it; `journalctl -u glm-flash-job-engine-build`).
-
-    + tool: glm-flash-engine on the host (reads the environments)
-    + env: the environment's name
-    + build: the build command's argv (each word quoted)
-    + wheels: control-machine files the build installs from; the ones the host's wheelhouse
-      lacks (or holds with another size) are uploaded first
-    + wheelhouse: the host's wheelhouse directory
-    """
-    if env in host.get_fact(EngineEnvs, tool=tool).complete:
-        host.noop(f"engine environment {env} is built")
-        return
-    if wheels:
-        have = host.get_fact(WheelhouseFiles, path=wheelhouse)
-        for w in map(Path, wheels):
-            if have.get(w.name) != w.stat().st_size:
-                yield FileUploadCommand(str(w), f"{wheelhouse}/{w.name}")
-    if job_tool:
-        yield followed("engine-build", job_command(job_tool, "engine-build", build, watch=wheelhouse.rsplit("/", 1)[0]))
-        return
-    yield StringCommand(*[QuoteString(word) for word in build])
-
-
-@operation()
-def current_engine(tool: str, env: str):
-    """
-    Point `current` at `env` (the old one becomes `previous`), then prune older environments.
-
-    + tool: glm-flash-engine on the host (refuses an incomplete environment)
-    + env: the environment the service runs from now on
-    """
-    if host.get_fact(EngineEnvs, tool=tool).current == env:
-        host.noop(f"engine current is {env}")
-        return
-    yield StringCommand(QuoteString(tool), "switch", QuoteString(env))
-    yield StringCommand(QuoteString(tool), "prune", "--keep", QuoteString(env))
 
 
 def switch(profile: Profile, env: str):

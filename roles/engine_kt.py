@@ -25,18 +25,18 @@ from __future__ import annotations
 import io
 
 from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import files
 
 from control import layout
 from control.engine_lock import PYPI_SIMPLE, LockError, cached, env_id, fetch, load_lock, lock_json, lock_path, pin_of
+from control.patch_sets import PatchSetError
 from control.profile import Profile, refuse
 from control.pypi_cache import FetchError
 from control.report import skipped
 from control.run import dry_run
 from roles import engine, engine_patches, flag_check, launch, python, triton_configs
-from roles.facts.engine import EngineEnvs
 from roles.facts.system import NumaNodes
+from roles.operations.engine import environment_built, pin_asserted
 
 NAME = "KTransformers + SGLang-kt"
 
@@ -59,30 +59,6 @@ def plan(profile: Profile, python_sha256: str) -> tuple[str, bytes, list]:
                 f"expected {profile.engine_set}; regenerate it with make engine-locks"
             )
     return env_id(profile.engine_set, data, python_sha256), data, pins
-
-
-@operation()
-def pin_asserted(tool: str, env: str, package: str, version: str, owns: str | None = None):
-    """
-    Put `package` back as locked in a complete environment when it drifted.
-
-    + tool: glm-flash-engine on the host
-    + env: the environment
-    + package: the distribution (canonical name)
-    + version: the version the lock pins
-    + owns: a directory `package` must have written last (shared with another distribution);
-      when another one did, `package` is reinstalled over it
-    """
-    state = host.get_fact(EngineEnvs, tool=tool)
-    if env not in state.complete:
-        host.noop(f"{package} in {env}: installed as locked by the build")
-        return
-    wrong_owner = owns is not None and state.owner_ok(env, owns) is False
-    if state.version(env, package) == version and not wrong_owner:
-        host.noop(f"{package} {version} in {env}" + (f", owner of {owns}/" if owns else ""))
-        return
-    force = ["--force"] if wrong_owner else []
-    yield StringCommand(QuoteString(tool), "assert-pin", QuoteString(env), QuoteString(package), *force)
 
 
 def launch_spec(profile: Profile, numa_nodes: int) -> dict:
@@ -127,7 +103,7 @@ def apply(profile: Profile) -> engine.EngineResult:
         files.directory(name=f"Directory {d}", path=d, mode="755")
     files.put(name=f"Lock of {env}", src=io.StringIO(lock_json(pins)), dest=lock_dest, mode="644")
     host_python = art.host_python(profile.install_root) if art else f"{profile.install_root}/python/(not packed)"
-    engine.environment_built(
+    environment_built(
         name=f"Engine environment {env} built offline ({len(pins)} pinned packages)",
         tool=tool,
         env=env,
@@ -157,8 +133,8 @@ def apply(profile: Profile) -> engine.EngineResult:
     try:
         engine_patches.apply(profile, env_dir, pin_of(pins, "sglang-kt").version)
         triton = pin_of(pins, "triton")
-        triton_configs.apply(profile, engine.site_packages(profile, env_dir), triton.version if triton else None)
-    except engine_patches.PatchSetError as e:
+        triton_configs.apply(profile, layout.site_packages(profile, env_dir), triton.version if triton else None)
+    except PatchSetError as e:
         refuse("engine_set", str(e), "write a patch set for that version, or pick an engine_set that has one")
     except triton_configs.TritonConfigError as e:
         refuse("triton_configs_dir", str(e), "fix or remove the file, or set triton_configs_dir: '' to install none")

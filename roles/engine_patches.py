@@ -4,7 +4,7 @@ For the sglang-kt version installed in an engine environment:
 - patches/sglang-kt/<version>.yaml: the engine edits (paths under site-packages);
 - the model sets it names under `model_patches` (patches/model/<name>.yaml, root model_path).
 Edits marked `template: true` have their replace text rendered from the host profile
-(jinja2, strict: an unknown name is an error). Every set is uploaded as JSON into the
+(jinja2, strict: an unknown name is an error; control/patch_sets.py). Every set is uploaded as JSON into the
 environment (`<env_dir>/glm-flash-patches/`), checked on the host by one
 `glm-flash-patch check --json` over all sets of the run, and applied by one
 `glm-flash-patch apply` over all of them only when something is pending: the tool checks
@@ -20,163 +20,21 @@ uploads its one set and calls engine_patched itself.
 
 from __future__ import annotations
 
-import copy
 import io
-import json
-from pathlib import Path
 
-import jinja2
-import yaml
-from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import files
 
 from control import layout
+from control.patch_sets import patch_sets, set_json
 from control.profile import Profile
-from roles.engine import site_packages
-from roles.facts.system import ToolResult
+from roles.operations.engine_patches import engine_patched
 
-REPO = Path(__file__).resolve().parent.parent
-PATCHES = REPO / "patches"
 SET_DIR_NAME = "glm-flash-patches"
 STATE_DIR = layout.PATCH_STATE  # glm-flash-patch's own default; kept in sync by tests/unit/test_root_state_paths.py
 
 
-class PatchSetError(Exception):
-    """No patch set for the installed version, or a set that cannot be rendered."""
-
-
-def available_versions(package: str = "sglang-kt") -> list[str]:
-    return sorted(p.stem for p in (PATCHES / package).glob("*.yaml"))
-
-
-def _load(path: Path) -> dict:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise PatchSetError(f"{path.relative_to(REPO)}: not valid YAML ({e})") from None
-    if not isinstance(data, dict) or not data.get("name") or not isinstance(data.get("files"), list):
-        raise PatchSetError(f"{path.relative_to(REPO)}: a patch set needs a name and a list of files")
-    return data
-
-
-_JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
-
-
-def render(raw: dict, values: dict, root: str, version: str | None = None) -> dict:
-    """The set as the host tool reads it: templated edits rendered, root (and version) set."""
-    pset = copy.deepcopy(raw)
-    pset.pop("model_patches", None)
-    pset["root"] = root
-    if version is not None:
-        pset["version"] = version
-    for spec in pset["files"]:
-        for edit in spec.get("edits", []):
-            if edit.pop("template", False):
-                try:
-                    edit["replace"] = _JINJA.from_string(edit["replace"]).render(**values)
-                except jinja2.TemplateError as e:
-                    raise PatchSetError(
-                        f"patch set {pset['name']}, edit {edit.get('id')!r}: cannot render "
-                        f"the replace text from the profile ({e})"
-                    ) from None
-    return pset
-
-
-def patch_sets(profile: Profile, env_dir: str, version: str) -> list[dict]:
-    """Every rendered set of a run: the engine's for sglang-kt `version` (what the lock
-    installs), then its model sets."""
-    path = PATCHES / "sglang-kt" / f"{version}.yaml"
-    if not path.exists():
-        raise PatchSetError(
-            f"no engine patch set for sglang-kt {version} (patches/sglang-kt/{version}.yaml); "
-            f"there are sets for {', '.join(available_versions()) or 'no version'}. Write one for "
-            f"{version} (check each anchor against that version's files), or pick engine_set "
-            f"from those versions"
-        )
-    raw = _load(path)
-    if str(raw.get("version")) != version:
-        raise PatchSetError(f"{path.relative_to(REPO)} says version {raw.get('version')!r}, expected {version!r}")
-    values = profile.as_dict()
-    sets = [render(raw, values, site_packages(profile, env_dir))]
-    for name in raw.get("model_patches") or []:
-        mpath = PATCHES / "model" / f"{name}.yaml"
-        if not mpath.exists():
-            raise PatchSetError(
-                f"{path.relative_to(REPO)} names model patch {name!r}, but patches/model/{name}.yaml does not exist"
-            )
-        sets.append(render(_load(mpath), values, profile.model_path, version=profile.model_revision))
-    return sets
-
-
-def set_json(pset: dict) -> str:
-    return json.dumps(pset, indent=1, sort_keys=True) + "\n"
-
-
 def set_dir(env_dir: str) -> str:
     return f"{env_dir}/{SET_DIR_NAME}"
-
-
-# --- pyinfra: a fact running `glm-flash-patch check --json`, an op applying when pending ----------
-
-
-class EnginePatchCheck(ToolResult):
-    """`glm-flash-patch check --json SETS...`: {"exit": int|None, "files": {...}, "lines": [...]}.
-
-    exit None: the tool or a set is not on the host yet (first run: uploaded earlier in
-    the same run); 0 all applied; 1 something pending; 2 refused (drift or a bad set).
-    """
-
-    def command(self, tool: str, sets: list[str]):
-        q = [QuoteString(s) for s in sets]
-        exists = []
-        for s in [tool, *sets]:
-            exists += ["[ -e", QuoteString(s), "] &&"]
-        return StringCommand(
-            "if",
-            *exists,
-            "true; then",
-            QuoteString(tool),
-            "check --json",
-            *q,
-            "2>&1; echo \"exit=$?\"; else echo missing; fi",
-        )
-
-    @staticmethod
-    def default():
-        return {"exit": None, "files": {}, "lines": []}
-
-    @staticmethod
-    def parse(lines) -> dict:
-        result = ToolResult.parse(lines)
-        files, rest = {}, []
-        for line in result["lines"]:
-            if line.startswith("{"):
-                try:
-                    files = json.loads(line)
-                    continue
-                except ValueError:
-                    pass
-            rest.append(line)
-        return {"exit": result["exit"], "files": files, "lines": rest}
-
-
-@operation()
-def engine_patched(tool: str, sets: list[str]):
-    """
-    Apply every patch set of the run, only when the check says something is pending.
-
-    + tool: glm-flash-patch on the host
-    + sets: the uploaded set JSON files (all checked by the tool before any is written)
-
-    A refused run (an upstream file changed) makes the apply command fail with the
-    tool's message naming package, version, file and patch; nothing is written.
-    """
-    state = host.get_fact(EnginePatchCheck, tool=tool, sets=sets)
-    if state["exit"] == 0:
-        host.noop(f"engine patches in place ({len(state['files'])} files)")
-        return
-    yield StringCommand(QuoteString(tool), "apply", *[QuoteString(s) for s in sets])
 
 
 def apply(profile: Profile, env_dir: str, version: str) -> None:

@@ -34,10 +34,13 @@ from pyinfra.facts.server import Arch
 from pyinfra.operations import files
 
 from control import layout
+from control.patch_sets import render, set_json
 from control.profile import Problem, Profile, ProfileError, fail, refuse
 from roles import engine, engine_patches, model, vllm_launch
 from roles.facts.gb10 import Gb10View, MemTotalKiB, OsRelease
 from roles.facts.system import Gpus
+from roles.operations.engine import environment_built
+from roles.operations.engine_patches import engine_patched
 from roles.operations.uploads import host_tool
 from roles.toolkit import toolkit_path
 
@@ -111,7 +114,7 @@ def build_argv(profile: Profile, env: str) -> list[str]:
 
 def patch_set(profile: Profile, env_dir: str) -> dict:
     raw = yaml.safe_load(PATCH_SET.read_text())
-    return engine_patches.render(raw, profile.as_dict(), engine.site_packages(profile, env_dir))
+    return render(raw, profile.as_dict(), layout.site_packages(profile, env_dir))
 
 
 def license_notice(profile: Profile) -> str:
@@ -169,7 +172,7 @@ def apply(profile: Profile) -> engine.EngineResult:
         name=f"Directory {layout.engine_root(profile)}/locks", path=f"{layout.engine_root(profile)}/locks", mode="755"
     )
     files.put(name=f"Build lock of {env}", src=str(build_lock(profile)), dest=lock_dest(profile, env), mode="644")
-    engine.environment_built(
+    environment_built(
         name=f"vLLM-Moet {profile.vllm_ref[:12]} built into {env} (beside the serving environment)",
         tool=engine.engine_tool(profile),
         env=env,
@@ -183,8 +186,8 @@ def apply(profile: Profile) -> engine.EngineResult:
     pset = patch_set(profile, env_dir)
     dest = f"{sets_dir}/{pset['name']}.json"
     files.directory(name=f"Patch sets of {env}", path=sets_dir, mode="755")
-    files.put(name=f"Patch set {pset['name']}", src=io.StringIO(engine_patches.set_json(pset)), dest=dest, mode="644")
-    engine_patches.engine_patched(
+    files.put(name=f"Patch set {pset['name']}", src=io.StringIO(set_json(pset)), dest=dest, mode="644")
+    engine_patched(
         name=f"vLLM patches in {env} (Mamba group block size)",
         tool=layout.tool(profile, "glm-flash-patch"),
         sets=[dest],
@@ -194,7 +197,7 @@ def apply(profile: Profile) -> engine.EngineResult:
     files.put(
         name=f"Thinking-budget middleware in {env}",
         src=str(MIDDLEWARE_FILE),
-        dest=f"{engine.site_packages(profile, env_dir)}/{MIDDLEWARE_FILE.name}",
+        dest=f"{layout.site_packages(profile, env_dir)}/{MIDDLEWARE_FILE.name}",
         mode="644",
     )
 

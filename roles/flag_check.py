@@ -14,65 +14,15 @@ from __future__ import annotations
 
 import json
 
-from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
-from pyinfra.api.state import StateStage
-
 from control import layout
 from control.profile import Profile
-from roles.facts.system import ToolResult
+from roles.operations.flag_check import flags_accepted
 
 TOOL = "glm-flash-check-flags"
 
 
 def tool_path(profile: Profile) -> str:
     return layout.tool(profile, TOOL)
-
-
-class LaunchFlagCheck(ToolResult):
-    """{"exit": int|None, "lines": [...]}; exit None when the engine python or the tool is missing."""
-
-    def command(self, python: str, tool: str, spec_json: str, record_dir: str = layout.FLAG_CHECKS):
-        return StringCommand(
-            "if [ -x",
-            QuoteString(python),
-            "] && [ -e",
-            QuoteString(tool),
-            "]; then",
-            QuoteString(python),
-            QuoteString(tool),
-            "--args-json",
-            QuoteString(spec_json),
-            "--record-dir",
-            QuoteString(record_dir),
-            "2>&1; echo \"exit=$?\"; else echo missing; fi",
-        )
-
-
-@operation()
-def flags_accepted(python: str, tool: str, spec_json: str):
-    """
-    Fail with the checker's message when the engine's parser refuses the flags.
-
-    + python: the engine environment's interpreter
-    + tool: glm-flash-check-flags on the host
-    + spec_json: the launch spec ({module, args, api_key_flag}) as JSON
-    """
-    state = host.get_fact(LaunchFlagCheck, python=python, tool=tool, spec_json=spec_json)
-    if state["exit"] == 0:
-        host.noop("launch flags accepted by the installed engine's parser")
-        return
-    if state["exit"] is None and host.state.current_stage != StateStage.Execute:
-        # first run: the engine or the tool is installed earlier in this run; check then
-        yield StringCommand(QuoteString(python), QuoteString(tool), "--args-json", QuoteString(spec_json))
-        return
-    if state["exit"] is None:
-        message = f"glm-flash-check-flags: {python} or {tool} is missing; the engine environment is not installed"
-    else:
-        message = "\n".join(line for line in state["lines"] if line.startswith("glm-flash-check-flags")) or "\n".join(
-            state["lines"][-5:]
-        )
-    yield StringCommand("echo", QuoteString(message), ">&2; exit 1")
 
 
 def apply(profile: Profile, spec: dict) -> None:

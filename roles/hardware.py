@@ -6,63 +6,8 @@ Decided inside an operation from facts read when it runs: the NVIDIA devices on 
 
 from __future__ import annotations
 
-from pyinfra import host
-from pyinfra.api import operation
-
-from control.problems import Problem
 from control.profile import Profile
-from control.report import skipped
-from roles.facts.driver import NvidiaPciDevices
-from roles.facts.system import Gpus
-from roles.operations.refusal import refusal_command
-
-
-def mismatches(name: str, gpu_count: int, capability: str, require_gpu: bool, gpus, pci_devices) -> list[Problem]:
-    """What the host's GPUs contradict in the profile (nvidia-smi's view when it has one, else the PCI bus's)."""
-    found = []
-    if gpus and len(gpus) < gpu_count:
-        found.append(
-            Problem(
-                name,
-                "gpu_count",
-                f"the profile expects {gpu_count} GPUs, nvidia-smi shows {len(gpus)}",
-                "fix the hardware or set gpu_count (and tp_size) to match",
-            )
-        )
-    elif not gpus and require_gpu and len(pci_devices) < gpu_count:
-        found.append(
-            Problem(
-                name,
-                "gpu_count",
-                f"the profile expects {gpu_count} NVIDIA GPUs, the PCI bus shows {len(pci_devices)}",
-                "fix the hardware or set gpu_count (and tp_size) to match; require_gpu: false for a test box",
-            )
-        )
-    caps = sorted({g.compute_capability for g in gpus})
-    if caps and caps != [capability]:
-        found.append(
-            Problem(
-                name,
-                "gpu_compute_capability",
-                f"the profile says {capability}, the GPUs report {', '.join(caps)}",
-                "set gpu_compute_capability to what the GPUs report",
-            )
-        )
-    return found
-
-
-@operation(is_idempotent=True)
-def gpus_match(gpu_count: int, compute_capability: str, require_gpu: bool):
-    """The GPUs are the profile's; otherwise this host fails here, before anything is changed on it."""
-    gpus = host.get_fact(Gpus)
-    pci = host.get_fact(NvidiaPciDevices)
-    problems = mismatches(host.name, gpu_count, compute_capability, require_gpu, gpus, pci)
-    if problems:
-        yield refusal_command(problems)
-    elif gpus:
-        host.noop(f"{len(gpus)} GPU(s) of compute capability {compute_capability}, as the profile says")
-    else:
-        skipped("GPU count and capability check", "nvidia-smi shows no GPU yet (no driver, or no GPU)")
+from roles.operations.hardware import gpus_match
 
 
 def apply(profile: Profile) -> None:

@@ -10,8 +10,8 @@ import json
 from io import StringIO
 
 from control.profile import Profile
-from roles import driver
 from roles.operations import paths
+from roles.operations.driver import KEYRING, SOURCES_FILE
 
 PATH = "/etc/glm-flash/status.json"
 KEYS = (
@@ -42,7 +42,7 @@ KEYS = (
 
 def values(profile: Profile) -> dict:
     data = {k: getattr(profile, k) for k in KEYS}
-    data.update(nvidia_keyring=driver.KEYRING, nvidia_sources=driver.SOURCES_FILE)
+    data.update(nvidia_keyring=KEYRING, nvidia_sources=SOURCES_FILE)
     return data
 
 

@@ -18,7 +18,7 @@ sys.path.insert(0, str(REPO))
 from control.engine_lock import LockError, fetch, load_lock  # noqa: E402
 from control.profile import ProfileError, build  # noqa: E402
 from control.pypi_cache import FetchError, progress  # noqa: E402
-from roles.python import PythonSourceError, artifact  # noqa: E402
+from control.python_pack import PythonSourceError, artifact  # noqa: E402
 
 
 def main(inventory: str) -> int:

@@ -1,4 +1,4 @@
-"""apt's view of held packages (pyinfra 3.10 has no such fact)."""
+"""apt's view of held packages (pyinfra 3.10 has no such fact) and of the old one-line sources.list."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from roles.facts import ParsedFact
 # Debian policy 5.6.1: lower case letters, digits, + - . ; at least two characters,
 # starting with a letter or digit. apt-mark also takes an architecture qualifier.
 PACKAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?$")
+LEGACY_SOURCES = "/etc/apt/sources.list"
 
 
 class AptHeldPackages(ParsedFact):
@@ -42,3 +43,14 @@ class AptHeldPackages(ParsedFact):
                 raise FactProcessError(f"unexpected line in `apt-mark showhold` output: {line!r}")
             names.add(name)
         return sorted(names)
+
+
+class LegacyAptSources(ParsedFact):
+    """Active lines of the one-line-style sources.list that would duplicate ours."""
+
+    def command(self):
+        return f"grep -Ev '^[[:space:]]*(#|$)' {LEGACY_SOURCES} 2>/dev/null || true"
+
+    @staticmethod
+    def parse(lines) -> list[str]:
+        return [line for line in lines if line.strip()]

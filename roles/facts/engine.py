@@ -1,6 +1,7 @@
 """Facts of the engine interpreter and environments. The environments are read by our host tool
-(files/glm-flash-engine status --json); the others are POSIX sh. Parsers are static methods the
-unit tests feed with real output."""
+(files/glm-flash-engine status --json), the patch and flag checks by glm-flash-patch and
+glm-flash-check-flags; the others are POSIX sh. Parsers are static methods the unit tests feed
+with real output."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from pyinfra.api import FactBase
+from pyinfra.api import FactBase, QuoteString, StringCommand
 
+from control import layout
 from roles.facts import ParsedFact
+from roles.facts.system import ToolResult
 
 MARKER = ".glm-flash-complete"
 
@@ -98,4 +101,65 @@ class EngineEnvs(ParsedFact):
             present=tuple(envs),
             dists={n: d.get("versions", {}) for n, d in details.items()},
             owners={n: d.get("owners", {}) for n, d in details.items()},
+        )
+
+
+class EnginePatchCheck(ToolResult):
+    """`glm-flash-patch check --json SETS...`: {"exit": int|None, "files": {...}, "lines": [...]}.
+
+    exit None: the tool or a set is not on the host yet (first run: uploaded earlier in
+    the same run); 0 all applied; 1 something pending; 2 refused (drift or a bad set).
+    """
+
+    def command(self, tool: str, sets: list[str]):
+        q = [QuoteString(s) for s in sets]
+        exists = []
+        for s in [tool, *sets]:
+            exists += ["[ -e", QuoteString(s), "] &&"]
+        return StringCommand(
+            "if",
+            *exists,
+            "true; then",
+            QuoteString(tool),
+            "check --json",
+            *q,
+            "2>&1; echo \"exit=$?\"; else echo missing; fi",
+        )
+
+    @staticmethod
+    def default():
+        return {"exit": None, "files": {}, "lines": []}
+
+    @staticmethod
+    def parse(lines) -> dict:
+        result = ToolResult.parse(lines)
+        files, rest = {}, []
+        for line in result["lines"]:
+            if line.startswith("{"):
+                try:
+                    files = json.loads(line)
+                    continue
+                except ValueError:
+                    pass
+            rest.append(line)
+        return {"exit": result["exit"], "files": files, "lines": rest}
+
+
+class LaunchFlagCheck(ToolResult):
+    """{"exit": int|None, "lines": [...]}; exit None when the engine python or the tool is missing."""
+
+    def command(self, python: str, tool: str, spec_json: str, record_dir: str = layout.FLAG_CHECKS):
+        return StringCommand(
+            "if [ -x",
+            QuoteString(python),
+            "] && [ -e",
+            QuoteString(tool),
+            "]; then",
+            QuoteString(python),
+            QuoteString(tool),
+            "--args-json",
+            QuoteString(spec_json),
+            "--record-dir",
+            QuoteString(record_dir),
+            "2>&1; echo \"exit=$?\"; else echo missing; fi",
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pyinfra.api import FactBase
+from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from roles.facts import ParsedFact
 
@@ -189,3 +189,15 @@ class ToolResult(ParsedFact):
         if lines and lines[-1].startswith("exit="):
             code = int(lines.pop()[len("exit=") :])
         return {"exit": code, "lines": lines}
+
+
+class CudaHeaderCheck(ToolResult):
+    """`glm-flash-fix-cuda-header --check` on the host: {"exit": int|None, "lines": [...]}.
+
+    exit is None when the command is not installed yet (first deploy); 0 nothing to do;
+    1 a header needs the fix; 2 a header is not as expected (the fix refuses it).
+    """
+
+    def command(self, tool: str):
+        q = QuoteString(tool)
+        return StringCommand("if [ -x", q, "]; then", q, "--check 2>&1; echo \"exit=$?\"; else echo missing; fi")

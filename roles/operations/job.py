@@ -81,5 +81,5 @@ def _follow(state, host, name: str, cmd: StringCommand) -> bool:  # pyinfra pass
 
 def followed(name: str, cmd: StringCommand) -> FunctionCommand:
     """The command that runs (or attaches to) job `name` and streams its lines; for operations
-    that decide from facts whether a long step is due (roles/engine.py environment_built)."""
+    that decide from facts whether a long step is due (roles/operations/engine.py environment_built)."""
     return FunctionCommand(_follow, (name, cmd), {})

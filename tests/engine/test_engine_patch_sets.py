@@ -2,7 +2,7 @@
 
 Wheels are fetched once into ${GLM_FLASH_CACHE:-~/.cache/glm-flash}/wheels (sha256 checked
 against PyPI) and only the three files the sets touch are taken out of each. The sets are
-rendered by roles/engine_patches.py from a profile, exactly as a deploy uploads them, and
+rendered by control/patch_sets.py from a profile, exactly as a deploy uploads them, and
 applied by the real files/glm-flash-patch. The model's config.json is a fake built from
 the keys docs/sources.md §4 names (the real one cannot be downloaded here): sandbox/fake_model.py.
 """
@@ -27,8 +27,7 @@ sys.path.insert(0, str(REPO))
 
 import pypi  # noqa: E402
 
-from control import profile  # noqa: E402
-from roles import engine, engine_patches  # noqa: E402
+from control import layout, patch_sets, profile  # noqa: E402
 from sandbox import fake_model  # noqa: E402
 
 TOOL = REPO / "files" / "glm-flash-patch"
@@ -54,7 +53,7 @@ def host(tmp_path, wheel):
     prof = profile.build(
         "test", {"model_path": str(tmp_path / "model"), "install_root": str(tmp_path / "opt"), "engine_set": version}
     )
-    site = Path(engine.site_packages(prof, str(env_dir)))
+    site = Path(layout.site_packages(prof, str(env_dir)))
     pypi.extract(whl, [KPOOL, SERVER_ARGS, f"sglang_kt-{version}.dist-info/METADATA"], site)
     fake_model.write_model(tmp_path / "model")
     env = dict(os.environ, GLM_FLASH_STATE_DIR=str(tmp_path / "state"))
@@ -70,9 +69,9 @@ def upload(h, prof=None, name="sets"):
     d = h.tmp / name
     d.mkdir(exist_ok=True)
     out = []
-    for pset in engine_patches.patch_sets(prof or h.prof, str(h.env_dir), h.version):
+    for pset in patch_sets.patch_sets(prof or h.prof, str(h.env_dir), h.version):
         p = d / f"{pset['name']}.json"
-        p.write_text(engine_patches.set_json(pset))
+        p.write_text(patch_sets.set_json(pset))
         out.append(p)
     return out
 
@@ -128,7 +127,7 @@ def graph_sizes(source: str):
 
 
 def test_sets_per_version_and_model_patch_only_where_needed(host):
-    names = [s["name"] for s in engine_patches.patch_sets(host.prof, str(host.env_dir), host.version)]
+    names = [s["name"] for s in patch_sets.patch_sets(host.prof, str(host.env_dir), host.version)]
     assert names[0] == f"sglang-kt-{host.version}"
     assert ("glm-5.3-flash-index-share" in names) == (host.version == "0.7.0.post1")
     # the reason for the model patch, in the real engine code: post1 raises, later versions force it false
@@ -244,5 +243,5 @@ def test_drifted_upstream_file_refuses_the_whole_run(host, victim):
 
 
 def test_a_version_without_a_patch_set_stops_clearly(host):
-    with pytest.raises(engine_patches.PatchSetError, match=r"no engine patch set for sglang-kt 0\.7\.0\.post3"):
-        engine_patches.patch_sets(host.prof, str(host.env_dir), version="0.7.0.post3")
+    with pytest.raises(patch_sets.PatchSetError, match=r"no engine patch set for sglang-kt 0\.7\.0\.post3"):
+        patch_sets.patch_sets(host.prof, str(host.env_dir), version="0.7.0.post3")

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from control import python_pack
 from control.engine_lock import tools_bin
 from control.pypi_cache import cache_root
-from roles import python
 
 SOURCE = Path(os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7"))
 SKIP = (
@@ -122,12 +122,12 @@ def env(tmp_path, monkeypatch, standin):
 def test_uv_installs_the_release_and_it_packs_into_a_working_interpreter(env, tmp_path, capfd):
     release, server, _ = env
     capfd.readouterr()
-    tree = python.managed_tree(release)
+    tree = python_pack.managed_tree(release)
     assert tree == cache_root() / "python" / "uv" / f"cpython-{release}-linux-x86_64-gnu"
     assert version_of(tree) == release and len(server.requests) == 1
-    assert python.managed_tree(release) == tree and len(server.requests) == 1  # cached: no second download
+    assert python_pack.managed_tree(release) == tree and len(server.requests) == 1  # cached: no second download
 
-    art = python.pack(tree, "3.11")
+    art = python_pack.pack(tree, "3.11")
     out, err = capfd.readouterr()
     # on a cold cache too, stdout stays pyinfra's (`--json`): progress goes to stderr
     assert out == "" and f"downloading CPython {release}" in err and "packing" in err
@@ -145,8 +145,8 @@ def test_uv_installs_the_release_and_it_packs_into_a_working_interpreter(env, tm
 def test_a_download_whose_hash_differs_is_refused_and_nothing_installed(env):
     release, server, listing = env
     listing(sha256="a" * 64)
-    with pytest.raises(python.PythonSourceError) as e:
-        python.managed_tree(release)
+    with pytest.raises(python_pack.PythonSourceError) as e:
+        python_pack.managed_tree(release)
     assert "Hash mismatch" in str(e.value) and len(server.requests) == 1
     assert not (cache_root() / "python" / "uv" / f"cpython-{release}-linux-x86_64-gnu" / "bin" / "python3").exists()
 
@@ -155,8 +155,8 @@ def test_an_unreachable_download_is_one_line_naming_where(env):
     release, server, listing = env
     server.close()
     listing(url="http://127.0.0.1:9/cpython.tar.gz")  # discard port: nothing listens
-    with pytest.raises(python.PythonSourceError) as e:
-        python.managed_tree(release)
+    with pytest.raises(python_pack.PythonSourceError) as e:
+        python_pack.managed_tree(release)
     msg = str(e.value)
     assert "\n" not in msg and f"uv could not install CPython {release}" in msg
     assert "127.0.0.1:9/cpython.tar.gz" in msg, msg

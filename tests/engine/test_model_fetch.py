@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO))
 
 import pypi  # noqa: E402
 
-from control import profile  # noqa: E402
-from roles import engine_patches, model  # noqa: E402
+from control import patch_sets, profile  # noqa: E402
+from roles import model  # noqa: E402
 from roles.operations import checkpoint  # noqa: E402
 from sandbox import fake_model  # noqa: E402
 from sandbox.fake_hub import FakeHub  # noqa: E402
@@ -219,7 +219,7 @@ def test_config_edited_by_the_engine_patch_stays_and_the_hub_is_not_asked_again(
         code, out, err, _ = fetch(hub_python, hub, dest, tmp_path, manifests=manifests)
         assert code == 0, out + err
         # the real patch tool with the real model patch set, as roles/engine_patches.py runs it
-        pset = engine_patches.render(
+        pset = patch_sets.render(
             yaml.safe_load((REPO / "patches/model/glm-5.3-flash-index-share.yaml").read_text()),
             {},
             str(dest),

@@ -11,6 +11,8 @@ import pytest
 
 from roles import driver, toolkit
 from roles.facts.driver import NvidiaLoadedModule, version_at_least
+from roles.operations import driver as driver_ops
+from roles.operations import toolkit as toolkit_ops
 
 
 def _lines(host, command):
@@ -60,13 +62,13 @@ def _nvidia_repo(profile):
 
 def test_only_the_pinned_key_is_trusted_for_the_repository(host, profile):
     _nvidia_repo(profile)
-    keys = _lines(host, f"gpg --batch --no-default-keyring --with-colons --show-keys {driver.KEYRING}")
+    keys = _lines(host, f"gpg --batch --no-default-keyring --with-colons --show-keys {driver_ops.KEYRING}")
     primaries = [
         line.split(":")[9] for i, line in enumerate(keys) if line.startswith("fpr:") and keys[i - 1].startswith("pub:")
     ]
     assert primaries == [profile.nvidia_repo_key_fingerprint.upper()]
-    sources = host.file(driver.SOURCES_FILE).content_string
-    assert f"URIs: {profile.nvidia_repo_url}\n" in sources and f"Signed-By: {driver.KEYRING}\n" in sources
+    sources = host.file(driver_ops.SOURCES_FILE).content_string
+    assert f"URIs: {profile.nvidia_repo_url}\n" in sources and f"Signed-By: {driver_ops.KEYRING}\n" in sources
     assert not host.run("grep -rl 3bf863cc /etc/apt/sources.list.d /etc/apt/keyrings /etc/apt/trusted.gpg.d").stdout
 
 
@@ -79,8 +81,8 @@ def test_pinned_branch_installed_and_held(host, profile):
         assert version.split(".")[0].split(":")[-1] == branch, f"{package} {version} is not of branch {branch}"
         assert package in held, f"{package} is not held"
     pinning = host.package(f"nvidia-driver-pinning-{branch}")
-    pin = host.file(driver.PIN_FILE)
-    assert pinning.is_installed or (pin.exists and pin.content_string == driver.pin_content(branch))
+    pin = host.file(driver_ops.PIN_FILE)
+    assert pinning.is_installed or (pin.exists and pin.content_string == driver_ops.pin_content(branch))
     candidate = host.run("apt-cache policy nvidia-driver-cuda | awk '/Candidate:/{print $2}'").stdout.strip()
     assert candidate.split(".")[0].split(":")[-1] == branch, f"apt would move to {candidate}"
 
@@ -123,8 +125,8 @@ def test_toolkit_at_its_own_path_with_nvcc(host, profile):
     out = host.run(f"{path}/bin/nvcc --version")
     assert out.rc == 0, out.stderr
     assert f"release {profile.cuda_version}," in out.stdout, out.stdout
-    package = host.package(toolkit.toolkit_package(profile.cuda_version))
-    marker = host.file(f"{path}/{toolkit.RUNFILE_MARKER}")
+    package = host.package(toolkit_ops.toolkit_package(profile.cuda_version))
+    marker = host.file(f"{path}/{toolkit_ops.RUNFILE_MARKER}")
     assert package.is_installed or (marker.exists and marker.content_string.strip() == profile.cuda_runfile_sha256)
 
 

@@ -16,8 +16,9 @@ import shlex
 
 import pytest
 
+from control import layout, patch_sets
 from control.engine_lock import load_lock, pin_of
-from roles import engine, engine_patches, model, triton_configs
+from roles import engine_patches, model, triton_configs
 
 STATE = engine_patches.STATE_DIR
 
@@ -60,7 +61,7 @@ def test_patch_sets_match_the_installed_version(host, profile, env_dir, sets):
     version = locked(profile, "sglang-kt")
     names = {s.rsplit("/", 1)[-1] for s in sets}
     assert f"sglang-kt-{version}.json" in names
-    site = engine.site_packages(profile, env_dir)
+    site = layout.site_packages(profile, env_dir)
     meta = host.file(f"{site}/sglang_kt-{version}.dist-info/METADATA")
     assert meta.exists and f"Version: {version}\n" in meta.content_string
 
@@ -95,7 +96,7 @@ def test_manifests_hold_version_and_hashes_of_the_files_on_disk(host, profile, e
 
 
 def test_engine_edits_are_the_intended_ones(host, profile, env_dir):
-    site = engine.site_packages(profile, env_dir)
+    site = layout.site_packages(profile, env_dir)
     kpool = host.file(f"{site}/sglang/srt/layers/attention/nsa/nsa_indexer_kpool.py").content_string
     assert "if max_kv_len <= self.index_topk and not self._should_use_triton_logits(x):" in kpool
     args = host.file(f"{site}/sglang/srt/server_args.py").content_string
@@ -113,7 +114,7 @@ def test_model_config_edited_where_the_engine_needs_it(host, profile, env_dir):
     if not cfg.exists:
         pytest.fail(f"{profile.model_path}/config.json is missing")
     data = json.loads(cfg.content_string)
-    needs = [s["name"] for s in engine_patches.patch_sets(profile, env_dir, locked(profile, "sglang-kt"))[1:]]
+    needs = [s["name"] for s in patch_sets.patch_sets(profile, env_dir, locked(profile, "sglang-kt"))[1:]]
     if "glm-5.3-flash-index-share" in needs:
         assert data.get("index_share_for_mtp_iteration") is False
         assert data.get("text_config", {}).get("index_share_for_mtp_iteration") is False
@@ -139,7 +140,7 @@ def test_service_environment_is_offline(host):
 
 
 def test_tuned_triton_configs_where_the_engine_reads_them(host, profile, env_dir):
-    places = triton_configs.placements(profile, engine.site_packages(profile, env_dir), locked(profile, "triton"))
+    places = triton_configs.placements(profile, layout.site_packages(profile, env_dir), locked(profile, "triton"))
     if not places:
         pytest.skip("not applicable: triton_configs_dir is empty in the profile")
     for p in places:

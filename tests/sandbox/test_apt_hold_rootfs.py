@@ -34,9 +34,10 @@ from fakehost import commands  # noqa: E402
 from pyinfra.facts.deb import DebPackages  # noqa: E402
 from pyinfra.facts.files import FileContents  # noqa: E402
 
-from roles import driver, toolkit  # noqa: E402
 from roles.facts.apt import AptHeldPackages  # noqa: E402
 from roles.facts.driver import AptVersions, Kernels, KernelState  # noqa: E402
+from roles.operations import driver as driver_ops  # noqa: E402
+from roles.operations import toolkit as toolkit_ops  # noqa: E402
 
 SOURCES = "deb http://deb.debian.org/debian trixie main contrib non-free"
 CACHE = Path(os.environ.get("GLM_FLASH_CACHE", Path.home() / ".cache" / "glm-flash")) / "rootfs"
@@ -144,7 +145,7 @@ def test_unknown_package_fails_the_hold(rootfs):
 
 @pytest.mark.parametrize("branch,priority", [("550", "1000"), ("580", "500")])
 def test_driver_pin_read_by_apt(rootfs, branch, priority):
-    (rootfs / driver.PIN_FILE.lstrip("/")).write_text(driver.pin_content(branch))
+    (rootfs / driver_ops.PIN_FILE.lstrip("/")).write_text(driver_ops.pin_content(branch))
     try:
         res = chroot(rootfs, "apt-cache policy nvidia-driver libcuda1 firmware-nvidia-gsp nvidia-smi")
         assert not res.stderr.strip(), res.stderr  # apt accepts the file
@@ -155,12 +156,12 @@ def test_driver_pin_read_by_apt(rootfs, branch, priority):
         other = chroot(rootfs, "apt-cache policy sed").stdout
         assert " 1000" not in other
     finally:
-        (rootfs / driver.PIN_FILE.lstrip("/")).unlink()
+        (rootfs / driver_ops.PIN_FILE.lstrip("/")).unlink()
 
 
 def _branch_check_command(package: str, branch: str) -> str:
     cmds = commands(
-        driver.driver_installed,
+        driver_ops.driver_installed,
         {DebPackages: {}, Kernels: KernelState("6.12.38+deb13-amd64", ())},
         packages=[package],
         branch=branch,
@@ -180,7 +181,7 @@ def test_branch_check_after_install_runs(rootfs):
 
 def _guard(package: str) -> str:
     cmds = commands(
-        toolkit.toolkit_installed,
+        toolkit_ops.toolkit_installed,
         {DebPackages: {}, FileContents: None, AptVersions: ["12.8.1-1"]},
         cuda_version="12.8",
         tool="/x",

@@ -1,4 +1,4 @@
-"""roles/cuda_header.py: the --check fact, the fix operation from given facts, the dpkg hook.
+"""roles/cuda_header.py and its operation and fact: the --check fact, the fix operation from given facts, the dpkg hook.
 
 The fact parser is fed the real output of glm-flash-fix-cuda-header (run here on a copy of
 the real 12.8 header); the hook is parsed by this machine's apt-config and its command line
@@ -16,7 +16,8 @@ from fakehost import FakeHost, Recorder, commands, on, render
 
 from control.profile import build
 from roles import cuda_header
-from roles.cuda_header import CudaHeaderCheck, headers_fixed
+from roles.facts.system import CudaHeaderCheck
+from roles.operations.cuda_header import headers_fixed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cuda"))
 import cuda_assets  # noqa: E402

@@ -36,6 +36,7 @@ from roles.facts.driver import (
     SecureBootState,
 )
 from roles.operations import apt_hold
+from roles.operations import driver as driver_ops
 
 RUNNING = "6.12.38+deb13-amd64"
 NEWER = "6.12.41+deb13-amd64"
@@ -52,13 +53,13 @@ OPEN = ["nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-persistenced"]
 L40S = [PciDevice("0000:01:00.0", "0x26b9", "0x030200"), PciDevice("0000:41:00.0", "0x26b9", "0x030200")]
 SETUP = (
     f"{TOOL} setup --repo {REPO} --key-url {KEY} --fingerprint {FPR} --branch 590 --package nvidia-driver-cuda "
-    f"--keyring {driver.KEYRING} --sources {driver.SOURCES_FILE}"
+    f"--keyring {driver_ops.KEYRING} --sources {driver_ops.SOURCES_FILE}"
 )
 PINNING = "nvidia-driver-pinning-590"
 
 
 def sha(text):
-    return driver._sha256(text)
+    return driver_ops._sha256(text)
 
 
 def kernel_packages(*releases):
@@ -94,11 +95,11 @@ def fresh_host(over=None):
         F(AptVersions, package=PINNING): ["590.48.01-1"],
         SecureBoot: SecureBootState(False, False, False),
         NvidiaModuleFor: None,
-        F(Sha256File, path=driver.SOURCES_FILE): None,
-        F(Sha256File, path=driver.PIN_FILE): None,
-        F(Sha256File, path=driver.PERSISTENCED_DROPIN): None,
-        F(Sha256File, path=driver.BLACKLIST_FILE): None,
-        F(FileContents, path=driver.INITRAMFS_MARKER): None,
+        F(Sha256File, path=driver_ops.SOURCES_FILE): None,
+        F(Sha256File, path=driver_ops.PIN_FILE): None,
+        F(Sha256File, path=driver_ops.PERSISTENCED_DROPIN): None,
+        F(Sha256File, path=driver_ops.BLACKLIST_FILE): None,
+        F(FileContents, path=driver_ops.INITRAMFS_MARKER): None,
         F(Which, command="update-initramfs"): "/usr/sbin/update-initramfs",
         SystemdStatus: {},
         SystemdEnabled: {},
@@ -134,12 +135,12 @@ def current_host(over=None):
             DebPackages: pkgs,
             NvidiaRepoState: repo_state(),
             NvidiaModuleFor: "590.48.01",
-            F(Sha256File, path=driver.BLACKLIST_FILE): sha(driver.BLACKLIST_CONTENT),
-            F(Sha256File, path=driver.PERSISTENCED_DROPIN): sha(driver.PERSISTENCED_CONTENT),
-            F(FileContents, path=driver.INITRAMFS_MARKER): [sha(driver.BLACKLIST_CONTENT)],
+            F(Sha256File, path=driver_ops.BLACKLIST_FILE): sha(driver_ops.BLACKLIST_CONTENT),
+            F(Sha256File, path=driver_ops.PERSISTENCED_DROPIN): sha(driver_ops.PERSISTENCED_CONTENT),
+            F(FileContents, path=driver_ops.INITRAMFS_MARKER): [sha(driver_ops.BLACKLIST_CONTENT)],
             SystemdStatus: {"nvidia-persistenced.service": True},
             SystemdEnabled: {"nvidia-persistenced.service": True},
-            AptHeldPackages: sorted(driver.hold_candidates(pkgs, "590", False)),
+            AptHeldPackages: sorted(driver_ops.hold_candidates(pkgs, "590", False)),
             NvidiaLoadedModule: LoadedModule("590.48.01", True),
             NvidiaModuleOnDisk: "590.48.01",
             KernelModules: {"nvidia": {}, "nvidia_uvm": {}},
@@ -175,13 +176,13 @@ FRESH_COMMANDS = [
     "| grep -Eq '^([0-9]+:)?590\\.' || { echo \"glm-flash: $p is not from driver branch 590 after install; "
     "does nvidia_repo_url carry it?\" >&2; exit 1; }; done",
     f"dkms autoinstall -k {RUNNING}",
-    f"upload {driver.BLACKLIST_FILE}\n{driver.BLACKLIST_CONTENT}",
-    f"chmod 644 {driver.BLACKLIST_FILE}",
+    f"upload {driver_ops.BLACKLIST_FILE}\n{driver_ops.BLACKLIST_CONTENT}",
+    f"chmod 644 {driver_ops.BLACKLIST_FILE}",
     "update-initramfs -u -k all",
     "install -d -m 0755 -o root -g root /var/lib/glm-flash-deploy",
-    f"echo {sha(driver.BLACKLIST_CONTENT)} > {driver.INITRAMFS_MARKER}",
-    f"upload {driver.PERSISTENCED_DROPIN}\n{driver.PERSISTENCED_CONTENT}",
-    f"chmod 644 {driver.PERSISTENCED_DROPIN}",
+    f"echo {sha(driver_ops.BLACKLIST_CONTENT)} > {driver_ops.INITRAMFS_MARKER}",
+    f"upload {driver_ops.PERSISTENCED_DROPIN}\n{driver_ops.PERSISTENCED_CONTENT}",
+    f"chmod 644 {driver_ops.PERSISTENCED_DROPIN}",
     "systemctl daemon-reload",
     "systemctl start nvidia-persistenced.service",
     "systemctl enable nvidia-persistenced.service",
@@ -224,7 +225,7 @@ def test_wrong_key_on_host_is_checked_again():
         repo_state(sources_current=False),
     ):
         assert commands(
-            driver.nvidia_repository,
+            driver_ops.nvidia_repository,
             current_host({NvidiaRepoState: state}),
             tool=TOOL,
             repo_url=REPO,
@@ -237,19 +238,19 @@ def test_wrong_key_on_host_is_checked_again():
 
 def test_pin_file_where_the_repository_has_no_pinning_package():
     facts = fresh_host({F(AptVersions, package=PINNING): []})
-    assert commands(driver.driver_branch_pinned, facts, branch="590") == [
-        f"upload {driver.PIN_FILE}\n{driver.pin_content('590')}",
-        f"chmod 644 {driver.PIN_FILE}",
+    assert commands(driver_ops.driver_branch_pinned, facts, branch="590") == [
+        f"upload {driver_ops.PIN_FILE}\n{driver_ops.pin_content('590')}",
+        f"chmod 644 {driver_ops.PIN_FILE}",
     ]
     # the pinning package replaces our pin file once the repository carries it
-    facts = current_host({F(Sha256File, path=driver.PIN_FILE): sha(driver.pin_content("590"))})
-    assert commands(driver.driver_branch_pinned, facts, branch="590") == [f"rm -f {driver.PIN_FILE}"]
+    facts = current_host({F(Sha256File, path=driver_ops.PIN_FILE): sha(driver_ops.pin_content("590"))})
+    assert commands(driver_ops.driver_branch_pinned, facts, branch="590") == [f"rm -f {driver_ops.PIN_FILE}"]
 
 
 def test_reboot_after_fresh_install():
     """Right after the install: DKMS built 590 for the running kernel, nouveau still loaded."""
     facts = current_host({NvidiaLoadedModule: None, KernelModules: {"nouveau": {}}})
-    assert commands(driver.rebooted_if_needed, facts, allow_reboot=True) == [
+    assert commands(driver_ops.rebooted_if_needed, facts, allow_reboot=True) == [
         "function remove_any_askpass_file",
         "function capture_uptime",
         "( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &",
@@ -257,7 +258,7 @@ def test_reboot_after_fresh_install():
         "function clean_sudo_info",
     ]
     with on(FakeHost(facts)):
-        assert driver.reboot_reasons() == [
+        assert driver_ops.reboot_reasons() == [
             "driver 590.48.01 is installed but not loaded",
             "nouveau is loaded and holds the GPUs",
         ]
@@ -269,9 +270,9 @@ def test_no_reboot_into_a_kernel_without_the_module(caplog):
     facts = current_host({Kernels: KernelState(RUNNING, (RUNNING, NEWER)), F(NvidiaModuleFor, kernel=NEWER): None})
     fake = FakeHost(facts)
     with on(fake), caplog.at_level("WARNING", logger="pyinfra"):
-        assert list(driver.rebooted_if_needed._inner(allow_reboot=True)) == []
+        assert list(driver_ops.rebooted_if_needed._inner(allow_reboot=True)) == []
     assert f"not rebooting: the nvidia module is not built for kernel {NEWER}" in caplog.text
-    assert commands(driver.modules_built, facts) == [f"dkms autoinstall -k {NEWER}"]
+    assert commands(driver_ops.modules_built, facts) == [f"dkms autoinstall -k {NEWER}"]
 
 
 def test_driver_present_but_old(monkeypatch):
@@ -296,7 +297,7 @@ def test_driver_present_but_old(monkeypatch):
     ]
     after = current_host({NvidiaLoadedModule: LoadedModule("570.172.08", True)})
     with on(FakeHost(after)):
-        assert driver.reboot_reasons() == ["driver 590.48.01 is installed, 570.172.08 is loaded"]
+        assert driver_ops.reboot_reasons() == ["driver 590.48.01 is installed, 570.172.08 is loaded"]
 
 
 def test_branch_flip_is_one_value(monkeypatch):
@@ -311,21 +312,21 @@ def test_branch_flip_is_one_value(monkeypatch):
         "install --no-install-recommends --allow-downgrades --allow-change-held-packages "
         "nvidia-driver-cuda nvidia-kernel-open-dkms nvidia-persistenced"
     )
-    assert "Pin: version /^([0-9]+:)?595\\./" in driver.pin_content("595")
+    assert "Pin: version /^([0-9]+:)?595\\./" in driver_ops.pin_content("595")
 
 
 def test_kernel_upgraded_reboot_pending():
     facts = current_host({Kernels: KernelState(RUNNING, (RUNNING, NEWER))})
     with on(FakeHost(facts)):
-        assert driver.reboot_reasons() == [f"kernel {NEWER} is installed, {RUNNING} is running"]
+        assert driver_ops.reboot_reasons() == [f"kernel {NEWER} is installed, {RUNNING} is running"]
     assert "( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &" in commands(
-        driver.rebooted_if_needed, facts, allow_reboot=True
+        driver_ops.rebooted_if_needed, facts, allow_reboot=True
     )
 
 
 def test_older_kernel_installed_needs_no_reboot():
     facts = current_host({Kernels: KernelState(NEWER, (RUNNING, NEWER))})
-    assert commands(driver.rebooted_if_needed, facts, allow_reboot=True) == []
+    assert commands(driver_ops.rebooted_if_needed, facts, allow_reboot=True) == []
 
 
 def test_reboot_disallowed_says_why_and_does_not_reboot(caplog):
@@ -334,7 +335,7 @@ def test_reboot_disallowed_says_why_and_does_not_reboot(caplog):
     )
     fake = FakeHost(facts)
     with on(fake), caplog.at_level("WARNING", logger="pyinfra"):
-        assert list(driver.rebooted_if_needed._inner(allow_reboot=False)) == []
+        assert list(driver_ops.rebooted_if_needed._inner(allow_reboot=False)) == []
     assert (
         f"node1: reboot pending (allow_reboot is false, not rebooting): kernel {NEWER} is installed, "
         f"{RUNNING} is running; /run/reboot-required was set by linux-image-{NEWER}"
@@ -344,37 +345,39 @@ def test_reboot_disallowed_says_why_and_does_not_reboot(caplog):
 
 def test_kernels_stay_patchable_unless_hold_kernel():
     pkgs = {**kernel_packages(RUNNING), **driver_packages("590.48.01-1")}
-    driver_only = driver.hold_candidates(pkgs, "590", False)
+    driver_only = driver_ops.hold_candidates(pkgs, "590", False)
     assert driver_only == ["libcuda1", "nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-persistenced"]
     assert "nvidia-container-toolkit" not in driver_only  # not a driver package of branch 590
-    with_kernel = driver.hold_candidates(pkgs, "590", True)
+    with_kernel = driver_ops.hold_candidates(pkgs, "590", True)
     assert set(with_kernel) - set(driver_only) == {f"linux-image-{RUNNING}", "linux-image-amd64"}
     facts = {DebPackages: pkgs, AptHeldPackages: driver_only}
-    assert commands(driver.driver_held, facts, branch="590", hold_kernel=False) == []
+    assert commands(driver_ops.driver_held, facts, branch="590", hold_kernel=False) == []
     facts[AptHeldPackages] = ["nvidia-driver-cuda"]
-    assert commands(driver.driver_held, facts, branch="590", hold_kernel=False) == [
+    assert commands(driver_ops.driver_held, facts, branch="590", hold_kernel=False) == [
         "apt-mark hold libcuda1 nvidia-kernel-open-dkms nvidia-persistenced"
     ]
     # kernel holds from an earlier profile (or by hand, as the forum posts advised) are released
     facts[AptHeldPackages] = driver_only + ["linux-image-amd64"]
-    assert commands(driver.driver_held, facts, branch="590", hold_kernel=False) == ["apt-mark unhold linux-image-amd64"]
-    assert commands(driver.driver_held, facts, branch="590", hold_kernel=True) == [
+    assert commands(driver_ops.driver_held, facts, branch="590", hold_kernel=False) == [
+        "apt-mark unhold linux-image-amd64"
+    ]
+    assert commands(driver_ops.driver_held, facts, branch="590", hold_kernel=True) == [
         f"apt-mark hold linux-image-{RUNNING}"
     ]
 
 
 def test_secure_boot_without_enrolled_key_stops_with_the_steps():
     off = fresh_host()
-    assert commands(driver.secure_boot_ready, off) == []
+    assert commands(driver_ops.secure_boot_ready, off) == []
     enrolled = fresh_host({SecureBoot: SecureBootState(True, True, True)})
-    assert commands(driver.secure_boot_ready, enrolled) == []
-    cmds = commands(driver.secure_boot_ready, fresh_host({SecureBoot: SecureBootState(True, False, False)}))
+    assert commands(driver_ops.secure_boot_ready, enrolled) == []
+    cmds = commands(driver_ops.secure_boot_ready, fresh_host({SecureBoot: SecureBootState(True, False, False)}))
     assert cmds[:3] == ["apt-get update", f"{INSTALL} dkms mokutil", "dkms generate_mok"]
     assert cmds[3].startswith("mokutil --test-key /var/lib/dkms/mok.pub 2>&1 | grep -q 'is already enrolled' || {")
     assert "mokutil --import /var/lib/dkms/mok.pub" in cmds[3] and cmds[3].endswith("exit 1; }")
     # a container sees its host's firmware, not its own: nothing to decide there
     container = fresh_host({Kernels: KernelState(RUNNING, ()), SecureBoot: SecureBootState(True, False, False)})
-    assert commands(driver.secure_boot_ready, container) == []
+    assert commands(driver_ops.secure_boot_ready, container) == []
 
 
 def test_debian_source_refused(monkeypatch, capsys):
@@ -394,7 +397,7 @@ def test_debian_source_refused(monkeypatch, capsys):
 
 def test_preinstalled_too_old():
     facts = {NvidiaLoadedModule: LoadedModule("575.57.08", True)}
-    reason = refusal(driver.driver_at_least, facts, minimum="580.0")
+    reason = refusal(driver_ops.driver_at_least, facts, minimum="580.0")
     assert "node1: driver_min_version: the installed driver 575.57.08 is older than 580.0" in reason
 
 
@@ -410,7 +413,7 @@ def test_preinstalled_current_checks_only(monkeypatch):
 
 def test_preinstalled_without_driver():
     facts = {NvidiaLoadedModule: None, NvidiaModuleOnDisk: None}
-    assert "no NVIDIA driver is loaded or installed" in refusal(driver.driver_at_least, facts, minimum="580.0")
+    assert "no NVIDIA driver is loaded or installed" in refusal(driver_ops.driver_at_least, facts, minimum="580.0")
 
 
 def test_no_gpu_test_box_installs_from_the_repository_and_skips_gpu_steps(monkeypatch, caplog):
@@ -464,24 +467,24 @@ def test_nvidia_values_have_a_shape(data, key):
 
 def test_initramfs_rebuilt_only_when_blacklist_changed():
     done = current_host()
-    assert commands(driver.nouveau_blacklisted, done) == []
+    assert commands(driver_ops.nouveau_blacklisted, done) == []
     # blacklist in place but the last rebuild did not finish: rebuild without rewriting the file
-    half = current_host({F(FileContents, path=driver.INITRAMFS_MARKER): None})
-    assert commands(driver.nouveau_blacklisted, half) == FRESH_COMMANDS[11:14]
+    half = current_host({F(FileContents, path=driver_ops.INITRAMFS_MARKER): None})
+    assert commands(driver_ops.nouveau_blacklisted, half) == FRESH_COMMANDS[11:14]
 
 
 def test_no_update_initramfs_is_reported_not_pretended(caplog):
     facts = fresh_host({F(Which, command="update-initramfs"): None})
     with caplog.at_level("WARNING", logger="pyinfra"):
-        cmds = commands(driver.nouveau_blacklisted, facts)
+        cmds = commands(driver_ops.nouveau_blacklisted, facts)
     assert not any("update-initramfs" in c for c in cmds)
     assert "skipped: initramfs rebuild" in caplog.text
 
 
 def test_module_built_for_every_installed_kernel():
     facts = current_host({Kernels: KernelState(RUNNING, (RUNNING, NEWER)), F(NvidiaModuleFor, kernel=NEWER): None})
-    assert commands(driver.modules_built, facts) == [f"dkms autoinstall -k {NEWER}"]
-    assert commands(driver.modules_built, current_host()) == []
+    assert commands(driver_ops.modules_built, facts) == [f"dkms autoinstall -k {NEWER}"]
+    assert commands(driver_ops.modules_built, current_host()) == []
 
 
 def test_fact_parsers_on_the_commands_output():

@@ -12,10 +12,11 @@ from fakehost import F, FakeHost, commands, on, render
 
 from control.engine_lock import LockError
 from control.profile import build
-from roles import engine
-from roles.engine_kt import pin_asserted, plan
+from control.python_pack import _included, pack
+from roles.engine_kt import plan
 from roles.facts.engine import EngineEnvs, EngineState, WheelhouseFiles
-from roles.python import _included, pack
+from roles.operations import engine
+from roles.operations.engine import pin_asserted
 
 ENV = "0.7.0.post1-aaaaaaaaaaaa"
 OLD = "0.7.2-bbbbbbbbbbbb"

@@ -1,4 +1,4 @@
-"""roles/engine_patches.py, roles/flag_check.py and roles/model.py: fact parsers on real tool output.
+"""The patch, flag and model checks (roles/facts/engine.py, roles/facts/model.py): fact parsers on real tool output.
 
 The tools run here for real (glm-flash-patch, glm-flash-model-fetch check); their output is
 fed to the facts' parsers exactly as pyinfra would after running the fact command.
@@ -12,7 +12,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from roles import engine_patches, flag_check, model  # noqa: E402
+from roles.facts.engine import EnginePatchCheck, LaunchFlagCheck  # noqa: E402
+from roles.facts.model import ModelCheck  # noqa: E402
+from roles.operations.engine_patches import engine_patched  # noqa: E402
 
 
 def test_patch_check_fact_parses_real_output(tmp_path):
@@ -36,7 +38,7 @@ def test_patch_check_fact_parses_real_output(tmp_path):
         return subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, env=env).stdout
 
     out = check()
-    fact = engine_patches.EnginePatchCheck
+    fact = EnginePatchCheck
     got = fact.parse(out.splitlines())
     assert got["exit"] == 1 and got["files"][str(tmp_path / "a.py")]["state"] == "pending"
     (tmp_path / "a.py").write_text("y = 1\n")
@@ -47,7 +49,7 @@ def test_patch_check_fact_parses_real_output(tmp_path):
 
 
 def test_flag_and_model_fact_parsers(tmp_path):
-    fact = flag_check.LaunchFlagCheck
+    fact = LaunchFlagCheck
     got = fact.parse(["some warning", "glm-flash-check-flags: sglang.launch_server: unknown flag --x", "exit=1"])
     assert got["exit"] == 1 and got["lines"][-1].endswith("unknown flag --x")
     assert fact.parse(["missing"])["exit"] is None
@@ -56,7 +58,7 @@ def test_flag_and_model_fact_parsers(tmp_path):
         capture_output=True,
         text=True,
     ).stdout
-    mfact = model.ModelCheck
+    mfact = ModelCheck
     got = mfact.parse(out.splitlines())
     assert got["exit"] == 1 and got["state"] == "incomplete" and "does not exist" in got["reason"]
 
@@ -65,7 +67,7 @@ def test_patch_op_applies_only_when_needed():
     sys.path.insert(0, str(REPO / "tests" / "unit"))
     from fakehost import commands
 
-    fact, op = engine_patches.EnginePatchCheck, engine_patches.engine_patched
+    fact, op = EnginePatchCheck, engine_patched
     sets = ["/e/glm-flash-patches/sglang-kt-0.7.2.json", "/e/glm-flash-patches/m.json"]
     apply = "/opt/glm-flash/bin/glm-flash-patch apply " + " ".join(sets)
     done = {"exit": 0, "files": {"/a": {"state": "applied"}}, "lines": []}

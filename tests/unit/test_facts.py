@@ -1,8 +1,10 @@
 """Fact parsers on real command output: captured on this machine and in the Debian 13
 sandbox; nvidia-smi output in its documented formats (no GPU here)."""
 
+import subprocess
 from pathlib import Path
 
+from roles.facts.apt import LEGACY_SOURCES, LegacyAptSources
 from roles.facts.system import CudaToolkits, GpuProcesses, Gpus, NumaNodes, UnitFiles
 
 DATA = Path(__file__).parent / "data"
@@ -52,3 +54,14 @@ def test_unit_files_from_trixie():
     assert units["ssh.service"] == "enabled"
     assert units["sshd.service"] == "alias" and "multi-user.target" in units
     assert "gdm3.service" not in units
+
+
+def test_legacy_sources_keeps_only_active_lines(tmp_path):
+    """The fact's own command (grep) on a sources.list of comments, blanks and one active line."""
+    legacy = tmp_path / "sources.list"
+    legacy.write_text("# deb http://old trixie main\n\n   \ndeb http://deb.debian.org/debian trixie main\n")
+    command = LegacyAptSources().command().replace(LEGACY_SOURCES, str(legacy))
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True).stdout
+    assert LegacyAptSources.parse(out.splitlines()) == ["deb http://deb.debian.org/debian trixie main"]
+    missing = command.replace(str(legacy), str(tmp_path / "none"))
+    assert subprocess.run(["sh", "-c", missing], capture_output=True, text=True, check=True).stdout == ""

@@ -26,13 +26,14 @@ from pyinfra.facts.server import Arch
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from control.profile import build
-from roles import driver, engine_vllm
+from roles import engine_vllm
 from roles.facts.capacity import BoxCapacity
 from roles.facts.driver import Kernels, NvidiaLoadedModule, NvidiaModuleOnDisk, NvidiaPciDevices, RebootRequired
-from roles.facts.engine import EngineEnvs, EngineState
+from roles.facts.engine import EngineEnvs, EnginePatchCheck, EngineState
 from roles.facts.gb10 import MemTotalKiB, OsRelease
 from roles.facts.service import ServiceStart, ServiceStartState, SystemdVersion
 from roles.facts.system import CudaToolkits, DefaultTarget, GpuProcesses, Gpus, NumaNodes, UnitFiles
+from roles.operations import driver as driver_ops
 from roles.summary import HostStatus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,7 +101,7 @@ class Plan:
 
 OURS = ("roles.",)
 # Ours, but thin checks in front of pyinfra's own files/server operations: recorded like those.
-OPAQUE = ("roles.operations.paths", "roles.operations.accounts")
+OPAQUE = ("roles.operations.paths", "roles.operations.accounts", "roles.operations.packages")
 
 
 def run_deploy(
@@ -157,11 +158,9 @@ def run_deploy(
             obj = getattr(module, attr)
             if callable(obj) and hasattr(obj, "_inner") and getattr(obj, "__module__", "").startswith(OURS):
                 monkeypatch.setattr(module, attr, recorder(obj))
-    # engine_patches.engine_patched is a module-level op of roles/: the loop above records it
-    from roles import engine_patches
-
-    assert engine_patches.engine_patched.__module__ == __name__, "engine_patched is not recorded"
-    fake.facts[engine_patches.EnginePatchCheck] = patch_state or {"exit": None, "files": {}, "lines": []}
+    # the roles call the operations they import by name: the loop above records them where they are called
+    assert engine_vllm.engine_patched.__module__ == __name__, "engine_patched is not recorded"
+    fake.facts[EnginePatchCheck] = patch_state or {"exit": None, "files": {}, "lines": []}
     if extra_facts_for:
         extra_facts_for(fake, monkeypatch)
     with on(fake):
@@ -368,7 +367,7 @@ def test_driver_too_old_fails_this_host_clearly(monkeypatch):
     plan, _ = run_deploy(monkeypatch, facts, extra_facts_for=model_facts)
     assert plan.find("Driver is 580.0 or newer")[0][3] == ["function _fail_this_host"]
     with on(FakeHost(facts, name="gx10.example.lan")):
-        (command,) = driver.driver_at_least._inner(minimum="580.0")
+        (command,) = driver_ops.driver_at_least._inner(minimum="580.0")
     msg = command.args[0]
     assert "570.133.20 is older than 580.0" in msg and "Fix:" in msg and "gx10.example.lan" in msg
 

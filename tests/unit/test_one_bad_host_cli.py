@@ -2,7 +2,7 @@
 
 Two real hosts without a sandbox: `@local` and `@chroot//` (this machine again, through chroot,
 which needs root, as the project's tests do). A small deploy runs the real refusal machinery
-(roles/operations/refusal.py) and the real GPU check (roles/hardware.py, facts read from this
+(roles/operations/refusal.py) and the real GPU check (roles/operations/hardware.py, facts read from this
 machine: no NVIDIA GPU here) and one harmless operation (`true`). One host is refused three ways:
 from its facts at run time, by an operation that raises OperationError while it runs, and by a
 role while the deploy is planned. Each time the other host runs its operations, the refused one
@@ -20,9 +20,9 @@ import sys
 import pytest
 from fakehost import FakeHost, on, refusal
 
-from roles import hardware
 from roles.facts.driver import NvidiaPciDevices, PciDevice
 from roles.facts.system import Gpus
+from roles.operations.hardware import gpus_match
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="@chroot// needs root")
@@ -132,7 +132,7 @@ def test_the_gpu_check_reads_its_facts_when_it_runs():
     """Facts in, command out: a refusal command on a mismatch, nothing when the GPUs match."""
     l40s_bus = [PciDevice(f"0000:0{i}:00.0", "0x26b9", "0x030200") for i in range(2)]
     reason = refusal(
-        hardware.gpus_match,
+        gpus_match,
         {Gpus: [], NvidiaPciDevices: l40s_bus[:1]},
         gpu_count=2,
         compute_capability="8.9",
@@ -144,4 +144,4 @@ def test_the_gpu_check_reads_its_facts_when_it_runs():
     )
     fake = FakeHost({Gpus: [], NvidiaPciDevices: l40s_bus})
     with on(fake):
-        assert list(hardware.gpus_match._inner(gpu_count=2, compute_capability="8.9", require_gpu=True)) == []
+        assert list(gpus_match._inner(gpu_count=2, compute_capability="8.9", require_gpu=True)) == []

@@ -12,7 +12,7 @@ import subprocess
 
 from control.profile import build
 from roles.facts.capacity import BoxCapacity, Capacity, Disk
-from roles.preflight import GIB, shortfalls
+from roles.operations.preflight import GIB, shortfalls
 
 # EPYC 9845 (Zen 5): the kernel spells avx512_vbmi without its underscore.
 EPYC_FLAGS = frozenset("fpu sse avx2 avx512f avx512dq avx512bw avx512vl avx512_vnni avx512vbmi avx512_bf16".split())

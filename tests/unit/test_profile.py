@@ -124,7 +124,7 @@ def test_profile_is_read_only():
 def test_gpus_that_do_not_match_the_profile_are_named():
     from roles.facts.driver import PciDevice
     from roles.facts.system import Gpu
-    from roles.hardware import mismatches
+    from roles.operations.hardware import mismatches
 
     l40s = [Gpu(i, "NVIDIA L40S", "8.9", 46068, "580.95.05") for i in range(2)]
     pci = [PciDevice(f"0000:0{i}:00.0", "0x26b9", "0x030200") for i in range(2)]

@@ -14,7 +14,8 @@ import pytest
 
 from control import layout
 from control.profile import build
-from roles import driver, engine_patches
+from roles import engine_patches
+from roles.operations import driver as driver_ops
 
 TOOLS = Path(layout.FILES)
 
@@ -59,7 +60,7 @@ def test_host_tools_use_the_layout_paths(tool, name, expected):
 
 
 def test_roles_use_the_layout_paths():
-    assert driver.INITRAMFS_MARKER == layout.INITRAMFS_MARKER
+    assert driver_ops.INITRAMFS_MARKER == layout.INITRAMFS_MARKER
     assert engine_patches.STATE_DIR == layout.PATCH_STATE
 
 

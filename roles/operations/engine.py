@@ -1,0 +1,83 @@
+"""Operations on engine environments (roles/engine.py, roles/engine_kt.py, roles/engine_vllm.py):
+built beside the others, pins put back when they drifted, `current` switched. Each reads the
+environments through files/glm-flash-engine (`status --json`, the EngineEnvs fact) when it runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyinfra import host
+from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
+
+from roles.facts.engine import EngineEnvs, WheelhouseFiles
+from roles.operations.job import followed, job_command
+
+
+@operation()
+def environment_built(
+    tool: str, env: str, build: list[str], wheels: list[str] | None = None, wheelhouse: str = "", job_tool: str = ""
+):
+    """
+    Build the engine environment `env` beside the others unless it is complete; with `job_tool`
+    the build runs as the transient unit glm-flash-job-engine-build (survives a dropped SSH
+    connection, a re-run attaches to it; `journalctl -u glm-flash-job-engine-build`).
+
+    + tool: glm-flash-engine on the host (reads the environments)
+    + env: the environment's name
+    + build: the build command's argv (each word quoted)
+    + wheels: control-machine files the build installs from; the ones the host's wheelhouse
+      lacks (or holds with another size) are uploaded first
+    + wheelhouse: the host's wheelhouse directory
+    """
+    if env in host.get_fact(EngineEnvs, tool=tool).complete:
+        host.noop(f"engine environment {env} is built")
+        return
+    if wheels:
+        have = host.get_fact(WheelhouseFiles, path=wheelhouse)
+        for w in map(Path, wheels):
+            if have.get(w.name) != w.stat().st_size:
+                yield FileUploadCommand(str(w), f"{wheelhouse}/{w.name}")
+    if job_tool:
+        yield followed("engine-build", job_command(job_tool, "engine-build", build, watch=wheelhouse.rsplit("/", 1)[0]))
+        return
+    yield StringCommand(*[QuoteString(word) for word in build])
+
+
+@operation()
+def current_engine(tool: str, env: str):
+    """
+    Point `current` at `env` (the old one becomes `previous`), then prune older environments.
+
+    + tool: glm-flash-engine on the host (refuses an incomplete environment)
+    + env: the environment the service runs from now on
+    """
+    if host.get_fact(EngineEnvs, tool=tool).current == env:
+        host.noop(f"engine current is {env}")
+        return
+    yield StringCommand(QuoteString(tool), "switch", QuoteString(env))
+    yield StringCommand(QuoteString(tool), "prune", "--keep", QuoteString(env))
+
+
+@operation()
+def pin_asserted(tool: str, env: str, package: str, version: str, owns: str | None = None):
+    """
+    Put `package` back as locked in a complete environment when it drifted.
+
+    + tool: glm-flash-engine on the host
+    + env: the environment
+    + package: the distribution (canonical name)
+    + version: the version the lock pins
+    + owns: a directory `package` must have written last (shared with another distribution);
+      when another one did, `package` is reinstalled over it
+    """
+    state = host.get_fact(EngineEnvs, tool=tool)
+    if env not in state.complete:
+        host.noop(f"{package} in {env}: installed as locked by the build")
+        return
+    wrong_owner = owns is not None and state.owner_ok(env, owns) is False
+    if state.version(env, package) == version and not wrong_owner:
+        host.noop(f"{package} {version} in {env}" + (f", owner of {owns}/" if owns else ""))
+        return
+    force = ["--force"] if wrong_owner else []
+    yield StringCommand(QuoteString(tool), "assert-pin", QuoteString(env), QuoteString(package), *force)

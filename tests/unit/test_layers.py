@@ -1,0 +1,85 @@
+"""The folders show the architecture: control-machine code (control/) imports no role, fact or
+operation; facts (roles/facts/) import no operation or role; operations (roles/operations/)
+import no role; and no import circle joins our modules. Read from the source with ast."""
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted([*REPO.glob("control/*.py"), *REPO.glob("roles/**/*.py")]):
+        name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        found[name] = path
+    return found
+
+
+def imports(path: Path, ours: dict) -> set[str]:
+    """Our modules `path` imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in ours)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                if sub in ours or node.module in ours:
+                    found.add(sub if sub in ours else node.module)
+    return found
+
+
+def layer(name: str) -> str:
+    if name.startswith(("roles.facts", "roles.operations")):
+        return name.split(".")[1]
+    return name.split(".")[0]
+
+
+# what a layer may not import
+FORBIDDEN = {"control": {"roles", "facts", "operations"}, "facts": {"roles", "operations"}, "operations": {"roles"}}
+
+
+def test_each_layer_imports_only_what_is_below_it():
+    ours = modules()
+    breaches = [
+        f"{name} imports {dep}"
+        for name, path in ours.items()
+        for dep in sorted(imports(path, ours))
+        if layer(dep) in FORBIDDEN.get(layer(name), set())
+    ]
+    assert breaches == []
+
+
+def circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of `graph` (module -> the modules it imports), or None."""
+    done: set[str] = set()
+
+    def visit(name: str, trail: list[str]) -> list[str] | None:
+        if name in trail:
+            return [*trail[trail.index(name) :], name]
+        if name in done:
+            return None
+        for dep in sorted(graph.get(name, ())):
+            found = visit(dep, [*trail, name])
+            if found:
+                return found
+        done.add(name)
+        return None
+
+    return next((c for c in (visit(name, []) for name in sorted(graph)) if c), None)
+
+
+def test_no_import_circle():
+    ours = modules()
+    assert circle({name: imports(path, ours) - {name} for name, path in ours.items()}) is None
+
+
+def test_the_checks_see_a_breach_and_a_circle(tmp_path):
+    fact = tmp_path / "x.py"
+    fact.write_text("from roles import driver\nfrom roles.facts import system\n")
+    ours = {"roles.driver": fact, "roles.facts": fact, "roles.facts.system": fact}
+    assert imports(fact, ours) == {"roles.driver", "roles.facts.system"}
+    assert layer("roles.driver") in FORBIDDEN[layer("roles.facts.x")]
+    assert circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert circle({"a": {"b"}, "b": set()}) is None
