@@ -7,16 +7,16 @@ from pyinfra.operations import apt, server
 from pyinfra.operations.util import any_changed
 
 from control.profile import Profile
+from roles.facts import memo
 from roles.facts.apt import LEGACY_SOURCES, LegacyAptSources
+from roles.operations import packages
 from roles.operations.uploads import template
 
 
 def apply(profile: Profile) -> None:
     if profile.platform == "gb10":
         # DGX OS (Ubuntu 24.04) keeps its own apt sources (Ubuntu's and NVIDIA's): only the packages are ours.
-        apt.packages(
-            name="Base packages", packages=profile.base_packages, update=True, cache_time=86400, no_recommends=True
-        )
+        packages.installed(profile.base_packages, name="Base packages", update=True, no_recommends=True)
         return
     sources = template(
         "debian.sources.j2",
@@ -28,7 +28,7 @@ def apply(profile: Profile) -> None:
         suite=profile.debian_suite,
     )
     ops = [sources]
-    if host.get_fact(LegacyAptSources):
+    if memo.fact(host, LegacyAptSources):
         # Kept, not deleted: the user's old file stays next to it for reference.
         ops.append(
             server.shell(
@@ -37,6 +37,4 @@ def apply(profile: Profile) -> None:
             )
         )
     apt.update(name="Refresh apt lists after the sources changed", _if=any_changed(*ops))
-    apt.packages(
-        name="Base packages", packages=profile.base_packages, update=True, cache_time=86400, no_recommends=True
-    )
+    packages.installed(profile.base_packages, name="Base packages", update=True, no_recommends=True)

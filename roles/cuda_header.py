@@ -16,10 +16,10 @@ import json
 from pathlib import Path
 
 import yaml
-from pyinfra.operations import files
 
 from control.profile import Profile
 from control.report import skipped
+from roles.operations import paths
 from roles.operations.cuda_header import headers_fixed
 from roles.operations.uploads import host_tool, template
 
@@ -29,7 +29,7 @@ HOOK = "/etc/apt/apt.conf.d/60glm-flash-cuda-header"
 HOOK_LOG = "/var/log/glm-flash/cuda-header.log"
 
 
-def paths(profile: Profile) -> dict[str, str]:
+def locations(profile: Profile) -> dict[str, str]:
     root = profile.install_root
     return {"tool": f"{root}/bin/{TOOL}", "patch_set": f"{root}/patches/cuda/math_functions-12.json"}
 
@@ -40,17 +40,17 @@ def patch_set_json() -> str:
 
 
 def apply(profile: Profile) -> None:
-    p = paths(profile)
+    p = locations(profile)
     if not profile.fix_cuda_header:
-        files.file(name="No CUDA header dpkg hook (fix_cuda_header is false)", path=HOOK, present=False)
+        paths.absent(HOOK, name="No CUDA header dpkg hook (fix_cuda_header is false)")
         skipped("CUDA 12.x header fix", "fix_cuda_header is false in the profile")
         return
     bin_dir = str(Path(p["tool"]).parent)
-    files.directory(name="Host tools directory", path=bin_dir, mode="755")
+    paths.directory(name="Host tools directory", path=bin_dir, mode="755")
     host_tool(TOOL, bin_dir)
-    files.link(name=f"Link /usr/local/sbin/{TOOL}", path=f"/usr/local/sbin/{TOOL}", target=p["tool"])
-    files.directory(name="Patch sets directory", path=str(Path(p["patch_set"]).parent), mode="755")
-    files.put(
+    paths.link(name=f"Link /usr/local/sbin/{TOOL}", path=f"/usr/local/sbin/{TOOL}", target=p["tool"])
+    paths.directory(name="Patch sets directory", path=str(Path(p["patch_set"]).parent), mode="755")
+    paths.put(
         name=f"Install {p['patch_set']}",
         src=io.StringIO(patch_set_json()),
         dest=p["patch_set"],

@@ -23,6 +23,7 @@ from pyinfra import host
 
 from control.profile import refuse
 from control.report import skipped
+from roles.facts import memo
 from roles.facts.driver import NvidiaPciDevices
 from roles.operations.driver import (
     driver_at_least,
@@ -55,7 +56,7 @@ def gpu_present(profile) -> bool:
     """NVIDIA GPUs on the PCI bus. None with require_gpu true is an error; with it false
     (the sandbox, CI) the GPU steps are skipped and say so."""
     # Too few with require_gpu is refused at run time by roles/hardware.py, before this role.
-    return bool(host.get_fact(NvidiaPciDevices))
+    return bool(memo.fact(host, NvidiaPciDevices))
 
 
 def apply(profile, bin_dir: str) -> None:

@@ -17,10 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pyinfra.operations import files
-
 from control import layout
 from control.profile import Profile
+from roles.operations import paths
 from roles.operations.engine import current_engine
 
 ENGINE_TOOL = "glm-flash-engine"
@@ -48,9 +47,9 @@ def layout_on_host(profile: Profile) -> None:
     """The engine's directories and the rollback command (glm-flash-engine called by that name)."""
     root = layout.engine_root(profile)
     for d in (root, f"{root}/envs"):
-        files.directory(name=f"Directory {d}", path=d, mode="755")
+        paths.directory(name=f"Directory {d}", path=d, mode="755")
     for link in (layout.tool(profile, "glm-flash-rollback"), f"{layout.SBIN}/glm-flash-rollback"):
-        files.link(name=f"Link {link}", path=link, target=engine_tool(profile))
+        paths.link(name=f"Link {link}", path=link, target=engine_tool(profile))
 
 
 def switch(profile: Profile, env: str):

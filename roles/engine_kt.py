@@ -25,7 +25,6 @@ from __future__ import annotations
 import io
 
 from pyinfra import host
-from pyinfra.operations import files
 
 from control import layout
 from control.engine_lock import PYPI_SIMPLE, LockError, cached, env_id, fetch, load_lock, lock_json, lock_path, pin_of
@@ -35,7 +34,9 @@ from control.pypi_cache import FetchError
 from control.report import skipped
 from control.run import dry_run
 from roles import engine, engine_patches, flag_check, launch, python, triton_configs
+from roles.facts import memo
 from roles.facts.system import NumaNodes
+from roles.operations import paths
 from roles.operations.engine import environment_built, pin_asserted
 
 NAME = "KTransformers + SGLang-kt"
@@ -100,8 +101,8 @@ def apply(profile: Profile) -> engine.EngineResult:
     lock_dest, wheelhouse, tool = f"{root}/locks/{env}.json", f"{root}/wheelhouse", engine.engine_tool(profile)
     engine.layout_on_host(profile)
     for d in (f"{root}/locks", wheelhouse):
-        files.directory(name=f"Directory {d}", path=d, mode="755")
-    files.put(name=f"Lock of {env}", src=io.StringIO(lock_json(pins)), dest=lock_dest, mode="644")
+        paths.directory(name=f"Directory {d}", path=d, mode="755")
+    paths.put(name=f"Lock of {env}", src=io.StringIO(lock_json(pins)), dest=lock_dest, mode="644")
     host_python = art.host_python(profile.install_root) if art else f"{profile.install_root}/python/(not packed)"
     environment_built(
         name=f"Engine environment {env} built offline ({len(pins)} pinned packages)",
@@ -140,6 +141,6 @@ def apply(profile: Profile) -> engine.EngineResult:
         refuse("triton_configs_dir", str(e), "fix or remove the file, or set triton_configs_dir: '' to install none")
     # The new environment's own parser accepts the flags before it becomes `current`;
     # the service then runs exactly this spec through current/.
-    spec = launch.launch_spec(profile, host.get_fact(NumaNodes))
+    spec = launch.launch_spec(profile, memo.fact(host, NumaNodes))
     flag_check.apply(profile, {**spec, "python": f"{env_dir}/bin/python"})
     return engine.EngineResult(NAME, env, env_dir, spec, launch.kt_env(profile), engine.switch(profile, env))

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import io
 
-from pyinfra.operations import files
-
 from control import layout
 from control.patch_sets import patch_sets, set_json
 from control.profile import Profile
+from roles.operations import paths
 from roles.operations.engine_patches import engine_patched
 
 SET_DIR_NAME = "glm-flash-patches"
@@ -42,11 +41,11 @@ def apply(profile: Profile, env_dir: str, version: str) -> None:
     PatchSetError when there is no set for that version (the caller refuses the host)."""
     sets = patch_sets(profile, env_dir, version)
     d = set_dir(env_dir)
-    files.directory(name=f"Patch sets directory {d}", path=d, mode="755", user="root", group="root")
+    paths.directory(name=f"Patch sets directory {d}", path=d, mode="755", user="root", group="root")
     dests = []
     for pset in sets:
         dest = f"{d}/{pset['name']}.json"
-        files.put(
+        paths.put(
             name=f"Patch set {pset['name']} ({pset.get('package')} {pset.get('version')})",
             src=io.StringIO(set_json(pset)),
             dest=dest,

@@ -31,14 +31,15 @@ from pathlib import Path
 import yaml
 from pyinfra import host, logger
 from pyinfra.facts.server import Arch
-from pyinfra.operations import files
 
 from control import layout
 from control.patch_sets import render, set_json
 from control.profile import Problem, Profile, ProfileError, fail, refuse
 from roles import engine, engine_patches, model, vllm_launch
+from roles.facts import memo
 from roles.facts.gb10 import Gb10View, MemTotalKiB, OsRelease
 from roles.facts.system import Gpus
+from roles.operations import paths
 from roles.operations.engine import environment_built
 from roles.operations.engine_patches import engine_patched
 from roles.operations.uploads import host_tool
@@ -128,7 +129,10 @@ def license_notice(profile: Profile) -> str:
 def recognise(profile: Profile) -> Gb10View:
     """Stop this host's deploy unless its facts say GB10 box (see module doc)."""
     view = Gb10View(
-        host.get_fact(Arch) or "", host.get_fact(OsRelease), tuple(host.get_fact(Gpus)), host.get_fact(MemTotalKiB)
+        memo.fact(host, Arch) or "",
+        memo.fact(host, OsRelease),
+        tuple(memo.fact(host, Gpus)),
+        memo.fact(host, MemTotalKiB),
     )
     problems = view.problems()
     if not view.gpus and profile.require_gpu:
@@ -168,10 +172,10 @@ def apply(profile: Profile) -> engine.EngineResult:
     env_dir = engine.env_dir(profile, env)
     host_tool(BUILD_TOOL, layout.bin_dir(profile))
     engine.layout_on_host(profile)
-    files.directory(
+    paths.directory(
         name=f"Directory {layout.engine_root(profile)}/locks", path=f"{layout.engine_root(profile)}/locks", mode="755"
     )
-    files.put(name=f"Build lock of {env}", src=str(build_lock(profile)), dest=lock_dest(profile, env), mode="644")
+    paths.put(name=f"Build lock of {env}", src=str(build_lock(profile)), dest=lock_dest(profile, env), mode="644")
     environment_built(
         name=f"vLLM-Moet {profile.vllm_ref[:12]} built into {env} (beside the serving environment)",
         tool=engine.engine_tool(profile),
@@ -185,8 +189,8 @@ def apply(profile: Profile) -> engine.EngineResult:
     sets_dir = engine_patches.set_dir(env_dir)
     pset = patch_set(profile, env_dir)
     dest = f"{sets_dir}/{pset['name']}.json"
-    files.directory(name=f"Patch sets of {env}", path=sets_dir, mode="755")
-    files.put(name=f"Patch set {pset['name']}", src=io.StringIO(set_json(pset)), dest=dest, mode="644")
+    paths.directory(name=f"Patch sets of {env}", path=sets_dir, mode="755")
+    paths.put(name=f"Patch set {pset['name']}", src=io.StringIO(set_json(pset)), dest=dest, mode="644")
     engine_patched(
         name=f"vLLM patches in {env} (Mamba group block size)",
         tool=layout.tool(profile, "glm-flash-patch"),
@@ -194,7 +198,7 @@ def apply(profile: Profile) -> engine.EngineResult:
     )
 
     # Server-side default thinking budget, loaded by vLLM's --middleware.
-    files.put(
+    paths.put(
         name=f"Thinking-budget middleware in {env}",
         src=str(MIDDLEWARE_FILE),
         dest=f"{layout.site_packages(profile, env_dir)}/{MIDDLEWARE_FILE.name}",

@@ -18,8 +18,6 @@ roles/operations/python.py.
 
 from __future__ import annotations
 
-from pyinfra.operations import apt, files
-
 from control import layout
 from control.profile import Profile
 from control.profile import refuse as profile_refuse
@@ -27,6 +25,7 @@ from control.pypi_cache import FetchError
 from control.python_pack import Artifact, PythonSourceError, artifact, cached_artifact
 from control.report import skipped
 from control.run import dry_run
+from roles.operations import packages, paths
 from roles.operations.python import interpreter_installed
 
 
@@ -54,12 +53,12 @@ def apply(profile: Profile) -> Artifact | None:
         art = cached_artifact(profile) if dry_run() else artifact(profile)
     except (PythonSourceError, FetchError) as e:
         refuse(profile, e)
-    apt.packages(
+    packages.installed(
+        list(profile.python_runtime_packages) + ["python3"],
         name="Libraries the engine's CPython links against",
-        packages=list(profile.python_runtime_packages) + ["python3"],
         no_recommends=True,
     )
-    files.directory(name="Engine interpreters directory", path=f"{profile.install_root}/python", mode="755")
+    paths.directory(name="Engine interpreters directory", path=f"{profile.install_root}/python", mode="755")
     if art is None:
         skipped("engine interpreter", "dry run: CPython is not packed yet; the real run packs and installs it")
         return None

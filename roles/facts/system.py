@@ -150,10 +150,14 @@ class CudaToolkits(ParsedFact):
 
 
 class UnitFiles(ParsedFact):
-    """Unit files systemd knows, with their enablement state: {name: state}."""
+    """Of the named unit files, those systemd knows, with their enablement state: {name: state}.
 
-    def command(self):
-        return "systemctl list-unit-files --no-legend --no-pager --type=service,target 2>/dev/null || true"
+    Named, not all: listing every unit file takes systemd about 0.3 s, a few names 10 ms."""
+
+    def command(self, units: list[str]):
+        return StringCommand(
+            "systemctl list-unit-files --no-legend --no-pager", *(QuoteString(u) for u in units), "2>/dev/null || true"
+        )
 
     @staticmethod
     def default():

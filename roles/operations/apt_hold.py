@@ -13,6 +13,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import OperationValueError, QuoteString, StringCommand, operation
 
+from roles.facts import memo
 from roles.facts.apt import PACKAGE_NAME, AptHeldPackages
 
 
@@ -66,7 +67,7 @@ def held(packages: str | list[str], present: bool = True):
         host.noop("no packages to hold")
         return
 
-    currently_held = set(host.get_fact(AptHeldPackages))
+    currently_held = set(memo.fact(host, AptHeldPackages))
     if present:
         todo = [p for p in names if not _is_held(p, currently_held)]
         verb = "hold"

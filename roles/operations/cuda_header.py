@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
+from roles.facts import memo
 from roles.facts.system import CudaHeaderCheck
 
 
@@ -19,7 +20,7 @@ def headers_fixed(tool: str):
     yet (first deploy: the command is uploaded earlier in the same run). A header the fix
     refuses makes the command, and so the operation, fail with the command's message.
     """
-    state = host.get_fact(CudaHeaderCheck, tool=tool)
+    state = memo.fact(host, CudaHeaderCheck, tool=tool)
     if state["exit"] == 0:
         host.noop("CUDA 12.x headers: " + ("; ".join(state["lines"]) or "nothing to fix"))
         return

@@ -21,6 +21,7 @@ from pyinfra.operations import server, systemd
 
 from control.layout import INITRAMFS_MARKER, ROOT_STATE
 from control.report import skipped
+from roles.facts import memo
 from roles.facts.apt import AptHeldPackages
 from roles.facts.driver import (
     AptVersions,
@@ -78,7 +79,7 @@ def _installed(packages: dict, name: str) -> list[str]:
 
 def _ensure_file(path: str, content: str, mode: str = "644"):
     """Yield an upload + chmod when the file's content differs; return True if it did."""
-    if host.get_fact(Sha256File, path=path) == _sha256(content):
+    if memo.fact(host, Sha256File, path=path) == _sha256(content):
         return False
     yield FileUploadCommand(StringIO(content), path)
     yield StringCommand("chmod", mode, QuoteString(path))
@@ -98,7 +99,7 @@ def pin_content(branch: str) -> str:
 @operation()
 def openpgp_tool():
     """gpg on the host: it reads the fingerprint of the key before apt ever uses it."""
-    if _installed(host.get_fact(DebPackages), "gpg"):
+    if _installed(memo.fact(host, DebPackages), "gpg"):
         host.noop("gpg is installed")
         return
     yield "apt-get update"
@@ -113,9 +114,9 @@ def nvidia_repository(tool: str, repo_url: str, key_url: str, fingerprint: str, 
     `package` of `branch` is installed. Otherwise glm-flash-nvidia-repo checks the key and
     the branch on a throwaway apt state and writes nothing when either is wrong.
     """
-    state = host.get_fact(NvidiaRepoState, tool=tool, repo=repo_url, keyring=KEYRING, sources=SOURCES_FILE)
+    state = memo.fact(host, NvidiaRepoState, tool=tool, repo=repo_url, keyring=KEYRING, sources=SOURCES_FILE)
     trusted = state is not None and state["fingerprints"] == [fingerprint.upper()] and state["sources_current"]
-    installed = any(_in_branch(v, branch) for v in _installed(host.get_fact(DebPackages), package))
+    installed = any(_in_branch(v, branch) for v in _installed(memo.fact(host, DebPackages), package))
     if trusted and installed:
         host.noop(f"{repo_url} trusted through {fingerprint}; {package} {branch} installed")
         return
@@ -146,12 +147,12 @@ def driver_branch_pinned(branch: str):
     if not re.fullmatch(r"\d{3}", str(branch)):
         raise OperationError(f"driver_branch: {branch!r} is not a driver branch. Fix: write it like '590'")
     pinning = f"nvidia-driver-pinning-{branch}"
-    if host.get_fact(AptVersions, package=pinning):
-        if not _installed(host.get_fact(DebPackages), pinning):
+    if memo.fact(host, AptVersions, package=pinning):
+        if not _installed(memo.fact(host, DebPackages), pinning):
             yield _apt_install([pinning])
         else:
             host.noop(f"{pinning} is installed")
-        if host.get_fact(Sha256File, path=PIN_FILE):
+        if memo.fact(host, Sha256File, path=PIN_FILE):
             yield StringCommand("rm", "-f", PIN_FILE)
         return
     yield from _ensure_file(PIN_FILE, pin_content(branch))
@@ -171,8 +172,8 @@ def driver_installed(packages: list[str], branch: str):
     container's host kernel). A package missing or from another branch is (re)installed;
     the pin picks the version, so moving between branches may downgrade held packages.
     """
-    kernels = host.get_fact(Kernels)
-    installed = host.get_fact(DebPackages)
+    kernels = memo.fact(host, Kernels)
+    installed = memo.fact(host, DebPackages)
     support = ["linux-headers-amd64", "dkms"]
     if kernels.running in kernels.installed:
         support.append(f"linux-headers-{kernels.running}")
@@ -208,11 +209,11 @@ def driver_installed(packages: list[str], branch: str):
 @operation()
 def modules_built():
     """The nvidia module exists for every installed kernel; `dkms autoinstall` builds it where not."""
-    kernels = host.get_fact(Kernels)
+    kernels = memo.fact(host, Kernels)
     if not kernels.installed:
         skipped("nvidia module for each installed kernel", "no kernel is installed here (a container)")
         return
-    missing = [k for k in kernels.installed if not host.get_fact(NvidiaModuleFor, kernel=k)]
+    missing = [k for k in kernels.installed if not memo.fact(host, NvidiaModuleFor, kernel=k)]
     if not missing:
         host.noop(f"nvidia module built for {', '.join(kernels.installed)}")
         return
@@ -225,18 +226,18 @@ def secure_boot_ready():
     """With Secure Boot on, DKMS signs the module with its key, which the firmware must know:
     without it enrolled the driver cannot load, so the host stops with the steps to enroll it
     (Debian's and NVIDIA's documented DKMS flow)."""
-    kernels = host.get_fact(Kernels)
+    kernels = memo.fact(host, Kernels)
     if kernels.running not in kernels.installed:
         host.noop("Secure Boot: not this system's kernel (a container); nothing to check")
         return
-    state = host.get_fact(SecureBoot, mok=DKMS_MOK)
+    state = memo.fact(host, SecureBoot, mok=DKMS_MOK)
     if not state.enabled:
         host.noop("Secure Boot is off")
         return
     if state.enrolled:
         host.noop(f"Secure Boot is on and DKMS's key {DKMS_MOK} is enrolled")
         return
-    if not _installed(host.get_fact(DebPackages), "dkms") or not _installed(host.get_fact(DebPackages), "mokutil"):
+    if not _installed(memo.fact(host, DebPackages), "dkms") or not _installed(memo.fact(host, DebPackages), "mokutil"):
         yield "apt-get update"
         yield _apt_install(["dkms", "mokutil"])
     if not state.key_exists:
@@ -268,8 +269,8 @@ def secure_boot_ready():
 def boot_kernel_lacks_module() -> str | None:
     """The kernel a reboot would start (the newest installed), when the nvidia module is
     not built for it."""
-    newest = host.get_fact(Kernels).newest
-    if newest and not host.get_fact(NvidiaModuleFor, kernel=newest):
+    newest = memo.fact(host, Kernels).newest
+    if newest and not memo.fact(host, NvidiaModuleFor, kernel=newest):
         return newest
     return None
 
@@ -283,11 +284,11 @@ def nouveau_blacklisted():
     """
     yield from _ensure_file(BLACKLIST_FILE, BLACKLIST_CONTENT)
     wanted = _sha256(BLACKLIST_CONTENT)
-    marker = host.get_fact(FileContents, path=INITRAMFS_MARKER)
+    marker = memo.fact(host, FileContents, path=INITRAMFS_MARKER)
     if marker and marker[0].strip() == wanted:
         host.noop("initramfs was built with this blacklist")
         return
-    if not host.get_fact(Which, command="update-initramfs"):
+    if not memo.fact(host, Which, command="update-initramfs"):
         skipped(
             "initramfs rebuild for the nouveau blacklist",
             "update-initramfs is not installed (no kernel on this host, e.g. a container)",
@@ -327,10 +328,10 @@ def hold_candidates(installed: dict, branch: str, hold_kernel: bool) -> list[str
 def driver_held(branch: str, hold_kernel: bool):
     """apt holds on the installed driver packages (and kernel packages when `hold_kernel`),
     read when run; kernel holds a profile no longer wants are released."""
-    installed = host.get_fact(DebPackages)
+    installed = memo.fact(host, DebPackages)
     names = hold_candidates(installed, branch, hold_kernel)
     if not hold_kernel:
-        held = set(host.get_fact(AptHeldPackages))
+        held = set(memo.fact(host, AptHeldPackages))
         stale = sorted(n for n in installed if KERNEL_PACKAGE_RE.match(n) and n in held)
         if stale:
             yield StringCommand("apt-mark", "unhold", *[QuoteString(n) for n in stale])
@@ -343,18 +344,18 @@ def driver_held(branch: str, hold_kernel: bool):
 def reboot_reasons() -> list[str]:
     """Why the running system is not the installed one; empty when it is."""
     reasons = []
-    kernels = host.get_fact(Kernels)
+    kernels = memo.fact(host, Kernels)
     if kernels.newer_installed:
         reasons.append(f"kernel {kernels.newer_installed} is installed, {kernels.running} is running")
-    loaded = host.get_fact(NvidiaLoadedModule)
-    on_disk = host.get_fact(NvidiaModuleOnDisk)
+    loaded = memo.fact(host, NvidiaLoadedModule)
+    on_disk = memo.fact(host, NvidiaModuleOnDisk)
     if on_disk and loaded and loaded.version != on_disk:
         reasons.append(f"driver {on_disk} is installed, {loaded.version} is loaded")
     elif on_disk and not loaded:
         reasons.append(f"driver {on_disk} is installed but not loaded")
-    if on_disk and "nouveau" in (host.get_fact(KernelModules) or {}):
+    if on_disk and "nouveau" in (memo.fact(host, KernelModules) or {}):
         reasons.append("nouveau is loaded and holds the GPUs")
-    flag = host.get_fact(RebootRequired)
+    flag = memo.fact(host, RebootRequired)
     if flag.required:
         pkgs = f" by {', '.join(flag.packages)}" if flag.packages else ""
         reasons.append(f"/run/reboot-required was set{pkgs}")
@@ -392,8 +393,8 @@ def rebooted_if_needed(allow_reboot: bool):
 @refusing  # a driver too old fails this host only
 def driver_at_least(minimum: str):
     """The driver a host ships with (GB10: DGX OS) is `minimum` or newer."""
-    loaded = host.get_fact(NvidiaLoadedModule)
-    version = loaded.version if loaded else host.get_fact(NvidiaModuleOnDisk)
+    loaded = memo.fact(host, NvidiaLoadedModule)
+    version = loaded.version if loaded else memo.fact(host, NvidiaModuleOnDisk)
     if not version:
         raise OperationError(
             f"{host.name}: driver_source: 'preinstalled' but no NVIDIA driver is loaded or "

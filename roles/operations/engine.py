@@ -10,6 +10,7 @@ from pathlib import Path
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
 
+from roles.facts import memo
 from roles.facts.engine import EngineEnvs, WheelhouseFiles
 from roles.operations.job import followed, job_command
 
@@ -30,11 +31,11 @@ def environment_built(
       lacks (or holds with another size) are uploaded first
     + wheelhouse: the host's wheelhouse directory
     """
-    if env in host.get_fact(EngineEnvs, tool=tool).complete:
+    if env in memo.fact(host, EngineEnvs, tool=tool).complete:
         host.noop(f"engine environment {env} is built")
         return
     if wheels:
-        have = host.get_fact(WheelhouseFiles, path=wheelhouse)
+        have = memo.fact(host, WheelhouseFiles, path=wheelhouse)
         for w in map(Path, wheels):
             if have.get(w.name) != w.stat().st_size:
                 yield FileUploadCommand(str(w), f"{wheelhouse}/{w.name}")
@@ -52,7 +53,7 @@ def current_engine(tool: str, env: str):
     + tool: glm-flash-engine on the host (refuses an incomplete environment)
     + env: the environment the service runs from now on
     """
-    if host.get_fact(EngineEnvs, tool=tool).current == env:
+    if memo.fact(host, EngineEnvs, tool=tool).current == env:
         host.noop(f"engine current is {env}")
         return
     yield StringCommand(QuoteString(tool), "switch", QuoteString(env))
@@ -71,7 +72,7 @@ def pin_asserted(tool: str, env: str, package: str, version: str, owns: str | No
     + owns: a directory `package` must have written last (shared with another distribution);
       when another one did, `package` is reinstalled over it
     """
-    state = host.get_fact(EngineEnvs, tool=tool)
+    state = memo.fact(host, EngineEnvs, tool=tool)
     if env not in state.complete:
         host.noop(f"{package} in {env}: installed as locked by the build")
         return

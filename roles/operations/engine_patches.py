@@ -6,6 +6,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 
+from roles.facts import memo
 from roles.facts.engine import EnginePatchCheck
 
 
@@ -20,7 +21,7 @@ def engine_patched(tool: str, sets: list[str]):
     A refused run (an upstream file changed) makes the apply command fail with the
     tool's message naming package, version, file and patch; nothing is written.
     """
-    state = host.get_fact(EnginePatchCheck, tool=tool, sets=sets)
+    state = memo.fact(host, EnginePatchCheck, tool=tool, sets=sets)
     if state["exit"] == 0:
         host.noop(f"engine patches in place ({len(state['files'])} files)")
         return

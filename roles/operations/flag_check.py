@@ -7,6 +7,7 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.api.state import StateStage
 
+from roles.facts import memo
 from roles.facts.engine import LaunchFlagCheck
 
 
@@ -19,7 +20,7 @@ def flags_accepted(python: str, tool: str, spec_json: str):
     + tool: glm-flash-check-flags on the host
     + spec_json: the launch spec ({module, args, api_key_flag}) as JSON
     """
-    state = host.get_fact(LaunchFlagCheck, python=python, tool=tool, spec_json=spec_json)
+    state = memo.fact(host, LaunchFlagCheck, python=python, tool=tool, spec_json=spec_json)
     if state["exit"] == 0:
         host.noop("launch flags accepted by the installed engine's parser")
         return

@@ -8,6 +8,7 @@ from pyinfra.api import operation
 
 from control.problems import Problem
 from control.report import skipped
+from roles.facts import memo
 from roles.facts.driver import NvidiaPciDevices
 from roles.facts.system import Gpus
 from roles.operations.refusal import refusal_command
@@ -50,8 +51,8 @@ def mismatches(name: str, gpu_count: int, capability: str, require_gpu: bool, gp
 @operation(is_idempotent=True)
 def gpus_match(gpu_count: int, compute_capability: str, require_gpu: bool):
     """The GPUs are the profile's; otherwise this host fails here, before anything is changed on it."""
-    gpus = host.get_fact(Gpus)
-    pci = host.get_fact(NvidiaPciDevices)
+    gpus = memo.fact(host, Gpus)
+    pci = memo.fact(host, NvidiaPciDevices)
     problems = mismatches(host.name, gpu_count, compute_capability, require_gpu, gpus, pci)
     if problems:
         yield refusal_command(problems)

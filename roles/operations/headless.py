@@ -6,6 +6,7 @@ from pyinfra.operations import systemd
 
 from control.report import skipped
 from control.run import dry_run
+from roles.facts import memo
 from roles.facts.system import DefaultTarget, GpuProcesses, Gpus, UnitFiles
 
 
@@ -16,7 +17,7 @@ def default_target(target: str):
 
     + target: a systemd target unit
     """
-    if host.get_fact(DefaultTarget) == target:
+    if memo.fact(host, DefaultTarget) == target:
         host.noop(f"default target is {target}")
         return
     yield StringCommand("systemctl", "set-default", QuoteString(target))
@@ -29,8 +30,9 @@ def desktop_stopped(display_managers: list[str]):
 
     + display_managers: unit names without .service (the ones absent on the host are skipped)
     """
-    units = host.get_fact(UnitFiles)
-    present = [f"{dm}.service" for dm in display_managers if f"{dm}.service" in units]
+    names = [f"{dm}.service" for dm in display_managers]
+    units = memo.fact(host, UnitFiles, units=names)
+    present = [name for name in names if name in units]
     if not present:
         host.noop("no display manager installed")
         return
@@ -45,12 +47,12 @@ def gpu_free_of_desktop(tool: str):
 
     + tool: glm-flash-preflight on the host
     """
-    if not host.get_fact(Gpus):
+    if not memo.fact(host, Gpus):
         if host.state.is_executing or dry_run():  # once per run: without -y it also runs at prepare
             skipped("desktop GPU memory check", "no NVIDIA GPU on this host")
         host.noop("no NVIDIA GPU on this host: no desktop process can hold GPU memory")
         return
-    held = [p for p in host.get_fact(GpuProcesses) if p.is_desktop]
+    held = [p for p in memo.fact(host, GpuProcesses) if p.is_desktop]
     if not held:
         host.noop("no desktop process holds GPU memory")
         return

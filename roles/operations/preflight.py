@@ -8,6 +8,7 @@ from pyinfra.api import operation
 
 from control import layout
 from control.profile import Profile
+from roles.facts import memo
 from roles.facts.capacity import BoxCapacity, Capacity
 from roles.operations.refusal import refusal
 
@@ -86,7 +87,7 @@ def check(profile: Profile):
     engine = layout.engine_root(profile)
     paths = (profile.model_path, profile.install_root)
     sized = (profile.model_path, f"{engine}/wheelhouse")
-    c = host.get_fact(BoxCapacity, paths=paths, sized=sized, envs=f"{engine}/envs")
+    c = memo.fact(host, BoxCapacity, paths=paths, sized=sized, envs=f"{engine}/envs")
     found = shortfalls(profile, c, paths)
     if found:
         yield refusal(

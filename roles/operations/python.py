@@ -9,6 +9,7 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import files
 
+from roles.facts import memo
 from roles.facts.engine import PythonArtifact
 
 
@@ -23,7 +24,7 @@ def interpreter_installed(tool: str, archive: str, dest: str, sha256: str, sourc
     + sha256: the archive's digest, recorded in the marker once the check passed
     + source_prefix: sys.prefix baked into the archive's sysconfig (rewritten to dest)
     """
-    if host.get_fact(PythonArtifact, path=dest) == sha256:
+    if memo.fact(host, PythonArtifact, path=dest) == sha256:
         host.noop(f"interpreter {dest} installed")
         return
     upload = f"{Path(dest).parent}/.{Path(dest).name}.tar.gz"

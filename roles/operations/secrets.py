@@ -23,6 +23,8 @@ from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import Directory, File, Sha256File
 
+from roles.facts import memo
+
 
 class Secret:
     """A secret value whose repr and str never show it."""
@@ -48,7 +50,7 @@ def _mode(value: str) -> int:
 
 def _safe_dir(path: str, what: str) -> None:
     """Only root may write the directory (else the service user could swap what root writes)."""
-    info = host.get_fact(Directory, path=path)
+    info = memo.fact(host, Directory, path=path)
     if not info:
         raise OperationError(f"{what} {path} does not exist (or is not a directory); create it before the secret")
     if info["user"] != "root" or _mode(str(info["mode"])) & 0o022:
@@ -83,13 +85,13 @@ def secret_file(dest: str, secret: Secret, stage_dir: str, user: str = "root", g
     if _mode(mode) & 0o077 & ~0o040:
         raise OperationError(f"secret_file: mode {mode} lets others read or write {dest}")
     _safe_dir(posixpath.dirname(dest), "the directory of")
-    stage = host.get_fact(Directory, path=stage_dir)
+    stage = memo.fact(host, Directory, path=stage_dir)
     if stage and (stage["user"] != "root" or _mode(str(stage["mode"])) & 0o077):
         raise OperationError(f"the staging directory {stage_dir} must be root's with mode 0700")
-    info = host.get_fact(File, path=dest)
+    info = memo.fact(host, File, path=dest)
     same = (
         info
-        and host.get_fact(Sha256File, path=dest) == secret.sha256()
+        and memo.fact(host, Sha256File, path=dest) == secret.sha256()
         and (info["user"], info["group"], _mode(str(info["mode"]))) == (user, group, _mode(mode))
     )
     if same:

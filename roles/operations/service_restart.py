@@ -7,6 +7,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
+from roles.facts import memo
 from roles.facts.service import ServiceStartState
 
 RUNNING = ("active", "activating", "reloading")
@@ -31,7 +32,7 @@ def started_from_disk(service: str, inputs: list[str], units: list[str] | None =
     """
     if not service.endswith(".service") or not inputs:
         raise OperationError(f"started_from_disk: a .service unit and its input files, got {service!r}, {inputs!r}")
-    state = host.get_fact(ServiceStartState, service=service, paths=list(inputs), units=units or [service])
+    state = memo.fact(host, ServiceStartState, service=service, paths=list(inputs), units=units or [service])
     newest, path = state.newest_input
     reasons = []
     if state.need_daemon_reload:

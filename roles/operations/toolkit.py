@@ -11,6 +11,7 @@ from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import FileContents
 
+from roles.facts import memo
 from roles.facts.driver import AptVersions
 from roles.facts.system import CudaToolkits
 from roles.operations.driver import DRIVER_PACKAGE_RE
@@ -32,14 +33,14 @@ def toolkit_installed(cuda_version: str, tool: str, runfile_url: str, runfile_sh
     package; NVIDIA's runfile, toolkit only, where the repository does not carry it."""
     package = toolkit_package(cuda_version)
     path = f"/usr/local/cuda-{cuda_version}"
-    if host.get_fact(DebPackages).get(package):
+    if memo.fact(host, DebPackages).get(package):
         host.noop(f"{package} is installed")
         return
-    marker = host.get_fact(FileContents, path=f"{path}/{RUNFILE_MARKER}")
+    marker = memo.fact(host, FileContents, path=f"{path}/{RUNFILE_MARKER}")
     if marker and marker[0].strip() == runfile_sha256:
         host.noop(f"CUDA {cuda_version} at {path} from {runfile_url.rsplit('/', 1)[-1]}")
         return
-    if not host.get_fact(AptVersions, package=package):
+    if not memo.fact(host, AptVersions, package=package):
         yield StringCommand(
             QuoteString(tool),
             "runfile",
@@ -73,7 +74,7 @@ def toolkit_installed(cuda_version: str, tool: str, runfile_url: str, runfile_sh
 @refusing  # no toolkit fails this host only
 def toolkit_present(cuda_version: str):
     """The toolkit a host ships with (GB10: DGX OS) is there."""
-    found = host.get_fact(CudaToolkits)
+    found = memo.fact(host, CudaToolkits)
     if cuda_version in found:
         host.noop(f"CUDA {cuda_version} at {found[cuda_version]}")
         return

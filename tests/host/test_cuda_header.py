@@ -46,7 +46,7 @@ def has_gpu(host):
 
 
 def test_fix_command_and_patch_set_installed(host, profile):
-    paths = cuda_header.paths(profile)
+    paths = cuda_header.locations(profile)
     tool = host.file(paths["tool"])
     assert tool.exists and tool.mode == 0o755 and tool.user == "root"
     assert host.file(f"/usr/local/sbin/{cuda_header.TOOL}").linked_to == paths["tool"]
@@ -60,12 +60,12 @@ def test_dpkg_hook_installed(host, profile):
     assert hook.exists and hook.mode == 0o644 and hook.user == "root"
     dump = host.run("apt-config dump DPkg::Post-Invoke")
     assert dump.rc == 0
-    assert f"{cuda_header.paths(profile)['tool']} --dpkg-hook" in dump.stdout, dump.stdout
+    assert f"{cuda_header.locations(profile)['tool']} --dpkg-hook" in dump.stdout, dump.stdout
 
 
 def test_check_passes(host, profile):
     """--check exits 0: every CUDA 12.x header is fixed, fixed upstream, or not needed (glibc < 2.41)."""
-    r = host.run(shlex.quote(cuda_header.paths(profile)["tool"]) + " --check")
+    r = host.run(shlex.quote(cuda_header.locations(profile)["tool"]) + " --check")
     assert r.rc == 0, r.stdout + r.stderr
 
 

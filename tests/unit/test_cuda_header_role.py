@@ -89,21 +89,18 @@ def test_fix_is_a_noop_when_check_passes():
 
 
 def test_apply_issues_install_hook_and_fix(monkeypatch):
-    from pyinfra.operations import files
+    import inspect
 
     from roles.operations import paths
 
     calls = []
-    for op in ("directory", "link", "put", "file", "template"):
-        monkeypatch.setattr(files, op, lambda *a, _op=op, **kw: calls.append((_op, kw)))
-    # Our own path operations: positional path/dest first, as the roles call them.
-    for op, key in (("directory", "path"), ("link", "path"), ("put", "dest"), ("template", "dest")):
+    # Our path operations, recorded with their arguments by name (as the role passes them or not).
+    for op in ("directory", "link", "put", "template", "absent"):
+        bind = inspect.signature(getattr(paths, op)).bind
+        kind = "file" if op == "absent" else op
         monkeypatch.setattr(
-            paths,
-            op,
-            lambda *a, _op=op, _k=key, **kw: calls.append((_op, {_k: a[1 if _op in ("put", "template") else 0], **kw})),
+            paths, op, lambda *a, _b=bind, _k=kind, **kw: calls.append((_k, dict(_b(*a, **kw).arguments)))
         )
-    monkeypatch.setattr(paths, "absent", lambda p, **kw: calls.append(("file", {"path": p, "present": False, **kw})))
     monkeypatch.setattr(cuda_header, "skipped", lambda *a: calls.append(("skipped", a)))
     fake = FakeHost({CudaHeaderCheck: {"exit": 1, "lines": []}})
     rec = Recorder(fake)
@@ -120,9 +117,7 @@ def test_apply_issues_install_hook_and_fix(monkeypatch):
     rec.calls.clear()
     with on(fake):
         cuda_header.apply(build("gpu1", {"fix_cuda_header": False}))
-    assert [(op, kw.get("path"), kw.get("present")) for op, kw in calls if op == "file"] == [
-        ("file", cuda_header.HOOK, False)
-    ]
+    assert [(op, kw.get("path")) for op, kw in calls if op == "file"] == [("file", cuda_header.HOOK)]
     assert rec.calls == [] and calls[-1][0] == "skipped"
 
 

@@ -83,3 +83,29 @@ def test_the_checks_see_a_breach_and_a_circle(tmp_path):
     assert layer("roles.driver") in FORBIDDEN[layer("roles.facts.x")]
     assert circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert circle({"a": {"b"}, "b": set()}) is None
+
+
+def defines_operations_or_facts(path: Path) -> list[str]:
+    """Functions decorated @operation and classes deriving from a fact base, by name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef):
+            for d in node.decorator_list:
+                target = d.func if isinstance(d, ast.Call) else d
+                if getattr(target, "id", getattr(target, "attr", "")) == "operation":
+                    found.append(node.name)
+        elif isinstance(node, ast.ClassDef):
+            bases = {getattr(b, "id", getattr(b, "attr", "")) for b in node.bases}
+            if bases & {"FactBase", "ParsedFact", "ShortFactBase"} or any(b.endswith("Fact") for b in bases):
+                found.append(node.name)
+    return found
+
+
+def test_roles_keep_only_their_composition():
+    """Operations live in roles/operations/, facts in roles/facts/; a role module only composes them."""
+    roles = sorted(REPO.glob("roles/*.py"))
+    assert roles, "no role modules found"
+    assert {p.name: defines_operations_or_facts(p) for p in roles if defines_operations_or_facts(p)} == {}
+    # The check sees both kinds where they belong.
+    assert "_directory" in defines_operations_or_facts(REPO / "roles/operations/paths.py")
+    assert "Account" in defines_operations_or_facts(REPO / "roles/facts/accounts.py")
