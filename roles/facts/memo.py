@@ -3,9 +3,14 @@
 pyinfra 3 runs a fact's command every time an operation asks for it: a converged deploy asked
 about 150 times, one SSH round trip each, for a run that changes nothing. `fact()` keeps what it
 read until an operation on that host has run a command (the host may then differ, so the next
-read asks again). `want()` declares at plan time a fact the run will need; the first `fact()` on
-a host reads every wanted fact that is not current in the same command, each by pyinfra's own
-class (its command, its parser), so a batched value is the value pyinfra would have read.
+read asks again).
+
+Before the first change of a run, the first read also brings every fact the run is known to
+need, in one command whose parts run side by side on the host, each by pyinfra's own class (its
+command, its parser), so a value read together is the value pyinfra would have read alone.
+Known: declared at plan time (`want`), or read by the last real run against that host from this
+control machine (kept in the cache as `facts/<host>.json`: classes and arguments, no values). A
+fact no longer needed costs one part of one command; a new one is read alone, once.
 
 The one rule for callers: inside an operation, read facts before yielding commands (pyinfra's
 own operations do); a command yielded by the same operation is not yet counted as a change.
@@ -13,16 +18,25 @@ own operations do); a command yielded by the same operation is not yet counted a
 
 from __future__ import annotations
 
+import atexit
+import importlib
+import json
+import os
 import weakref
 from typing import Any
 
 from pyinfra import logger
-from pyinfra.api import FactBase, StringCommand
+from pyinfra.api import FactBase, State, StringCommand
+
+from control.pypi_cache import cache_root
+from control.run import dry_run
 
 # A fact that printed this instead of running lacks its command (pyinfra's own marker):
 # pyinfra's get_fact says so properly, so such a value is read again through it.
 MISSING = "##PYINFRA_NOCMD##"
 START, END = "@@glm-flash-fact", "@@glm-flash-rc"
+# Only fact classes of these packages are taken from the cache file.
+FACT_PACKAGES = ("pyinfra.facts.", "roles.facts.")
 
 # One memo per pyinfra run (State), so runs in one process (tests, benchmarks) never share values.
 _RUNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -32,11 +46,15 @@ class _Run:
     def __init__(self):
         self.wanted: dict[str, dict[tuple, tuple[type[FactBase], dict]]] = {}
         self.values: dict[tuple, tuple[int, Any]] = {}
+        self.read: dict[str, dict[tuple, tuple[type[FactBase], dict]]] = {}  # what this run asked, per host
+        self.learned: set[str] = set()
 
 
 def _run(state) -> _Run:
     if state not in _RUNS:
         _RUNS[state] = _Run()
+        if isinstance(state, State) and not dry_run():  # a real run (not a test's stand-in state)
+            atexit.register(_save, weakref.ref(_RUNS[state]))
     return _RUNS[state]
 
 
@@ -52,7 +70,10 @@ def changes(state, host) -> int:
 
 def want(host, cls: type[FactBase], **kwargs) -> None:
     """At plan time: this fact will be read during the run; read it with the others in one command."""
-    run = _run(host.state)
+    _want(_run(host.state), host, cls, kwargs)
+
+
+def _want(run: _Run, host, cls, kwargs) -> None:
     run.wanted.setdefault(host.name, {})[_key(host, cls, kwargs)] = (cls, kwargs)
 
 
@@ -60,19 +81,67 @@ def fact(host, cls: type[FactBase], **kwargs):
     """host.get_fact(cls, **kwargs), from this run's memo while nothing changed on the host since."""
     state = host.state
     run, now, key = _run(state), changes(state, host), _key(host, cls, kwargs)
+    run.read.setdefault(host.name, {})[key] = (cls, kwargs)
     held = run.values.get(key)
     if held is not None and held[0] == now:
         return held[1]
-    stale = {k: v for k, v in run.wanted.get(host.name, {}).items() if run.values.get(k, (None,))[0] != now}
-    if key in stale and len(stale) > 1:
-        for k, value in _read_together(state, host, stale).items():
-            run.values[k] = (now, value)
-        held = run.values.get(key)
-        if held is not None and held[0] == now:
-            return held[1]
+    if now == 0:
+        _learn(run, host)
+        stale = {k: v for k, v in run.wanted.get(host.name, {}).items() if k not in run.values}
+        if key in stale and len(stale) > 1:
+            for k, value in _read_together(host, stale).items():
+                run.values[k] = (now, value)
+            held = run.values.get(key)
+            if held is not None:
+                return held[1]
     value = host.get_fact(cls, **kwargs)
     run.values[key] = (now, value)
     return value
+
+
+def _cache_file(name: str):
+    return cache_root() / "facts" / f"{name.replace('/', '_')}.json"
+
+
+def _learn(run: _Run, host) -> None:
+    """Want what the last real run against this host read (once per run and host)."""
+    if host.name in run.learned:
+        return
+    run.learned.add(host.name)
+    try:
+        entries = json.loads(_cache_file(host.name).read_text())
+    except (OSError, ValueError):
+        return
+    for entry in entries if isinstance(entries, list) else []:
+        try:
+            module, name = entry["fact"].rsplit(".", 1)
+            if not module.startswith(FACT_PACKAGES) or not isinstance(entry["args"], dict):
+                continue
+            cls = getattr(importlib.import_module(module), name)
+        except (KeyError, ValueError, TypeError, AttributeError, ImportError):
+            continue
+        if isinstance(cls, type) and issubclass(cls, FactBase):
+            _want(run, host, cls, entry["args"])
+
+
+def _save(ref) -> None:
+    run = ref()
+    if run is None:
+        return
+    for name, read in run.read.items():
+        entries = [
+            {"fact": f"{cls.__module__}.{cls.__qualname__}", "args": kwargs}
+            for cls, kwargs in read.values()
+            if cls.__module__.startswith(FACT_PACKAGES)
+        ]
+        path = _cache_file(name)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(entries, indent=0, sort_keys=True, default=str))
+            tmp.replace(path)
+        except (OSError, TypeError, ValueError) as e:
+            logger.debug("memo: facts of %s not kept: %s", name, e)
 
 
 def _command_of(fact_obj: FactBase, kwargs: dict):
@@ -86,22 +155,31 @@ def _command_of(fact_obj: FactBase, kwargs: dict):
     return command
 
 
-def _read_together(state, host, facts: dict[tuple, tuple[type[FactBase], dict]]) -> dict[tuple, Any]:
-    """One command that runs each fact's own command; values of those that ran cleanly, parsed by their class.
+def _read_together(host, facts: dict[tuple, tuple[type[FactBase], dict]]) -> dict[tuple, Any]:
+    """One command that runs each fact's own command, side by side; the values of those that ran
+    cleanly, parsed by their class.
 
-    A fact that failed, lacks its command or cannot be parsed is left out: reading it alone through
-    pyinfra then reports it exactly as pyinfra does.
+    A fact whose arguments do not fit it, that failed, lacks its command or cannot be parsed is
+    left out: reading it alone through pyinfra then reports it exactly as pyinfra does.
     """
-    parts, objs = [], []
-    for i, (key, (cls, kwargs)) in enumerate(facts.items()):
+    parts, objs = ['d=$(mktemp -d) || exit 1;'], []
+    for key, (cls, kwargs) in facts.items():
         obj = cls()
+        try:
+            command = _command_of(obj, kwargs)
+        except TypeError:  # arguments the class no longer takes (a cache file of an older deploy)
+            continue
+        i = len(objs)
         objs.append((key, obj))
+        parts += ["{ (", command, f') >"$d/{i}" 2>/dev/null; echo $? >"$d/{i}.rc"; }} &']
+    parts.append("wait;")
+    for i in range(len(objs)):
         # $( ) drops trailing newlines: every fact's lines end cleanly before the next marker.
-        parts += [
-            f"echo '{START} {i}'; out=$(",
-            _command_of(obj, kwargs),
-            f'); rc=$?; [ -z "$out" ] || printf \'%s\\n\' "$out"; echo "{END} {i} $rc";',
-        ]
+        parts.append(
+            f'echo \'{START} {i}\'; out=$(cat "$d/{i}"); [ -z "$out" ] || printf \'%s\\n\' "$out"; '
+            f'echo "{END} {i} $(cat "$d/{i}.rc")";'
+        )
+    parts.append('rm -rf "$d"')
     status, output = host.run_shell_command(StringCommand(*parts), print_output=False, print_input=False)
     if not status:
         return {}

@@ -138,7 +138,7 @@ def download_unit_command(
         "|| { journalctl --no-pager -o cat -n 40 -u",
         q(unit),
         ">&2; echo",
-        q(f"glm-flash: the {args[0]} failed; its log: journalctl -u {unit}"),
+        q(f"glm-flash: the {args[0] if args else tool} failed; its log: journalctl -u {unit}"),
         ">&2; exit 1; }",
     )
 

@@ -1,5 +1,6 @@
 """roles/facts/memo.py on the real sandbox: facts read together in one command are the values
-pyinfra reads one by one, and a value is read again once an operation has changed the host.
+pyinfra reads one by one, a value is read again once an operation has changed the host, and a
+second run brings what the first read without declaring it.
 
 A small deploy file of its own runs through the real pyinfra CLI against the sandbox; its checks
 run at execution time (python.call) and write what they saw to a JSON file here.
@@ -14,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, SANDBOX_INVENTORY
+from tests.conftest import REPO, SANDBOX_INVENTORY, sandbox_sh
 
 pytestmark = pytest.mark.sandbox
 
@@ -38,9 +39,10 @@ FACTS = [
     (Sha1File, dict(path="/etc/it's here")),
     (Groups, {}), (DebPackages, {}), (Account, dict(user="root")), (Account, dict(user="no-such-user")),
 ]
-for cls, kw in FACTS:
-    memo.want(host, cls, **kw)
-memo.want(host, File, path=T + "/made")
+if os.environ["MEMO_WANT"] == "1":
+    for cls, kw in FACTS:
+        memo.want(host, cls, **kw)
+    memo.want(host, File, path=T + "/made")
 seen = {}
 
 def same():
@@ -59,26 +61,32 @@ def after():
     with open(OUT, "w") as f:
         json.dump(seen, f)
 
-server.shell(name="Test directory", commands=[f"rm -rf {T} && mkdir -p {T}"])
 python.call(name="Read together and alone", function=same)
 server.shell(name="Change the host", commands=[f"touch {T}/made"])
 python.call(name="Read after the change", function=after)
 '''
 
 
-def test_facts_read_together_equal_pyinfra_and_are_read_again_after_a_change(sandbox, tmp_path):
+def run(tmp_path, want: bool) -> dict:
     deploy, out = tmp_path / "memo_deploy.py", tmp_path / "seen.json"
     deploy.write_text(DEPLOY)
+    # Before the run, not as an operation: the reads must come before the run's first change.
+    sandbox_sh("rm -rf /tmp/glm-flash-memo-test && mkdir -p /tmp/glm-flash-memo-test")
+    env = dict(os.environ, MEMO_OUT=str(out), MEMO_WANT=str(int(want)), GLM_FLASH_CACHE=str(tmp_path / "cache"))
     r = subprocess.run(
         [sys.executable, "-m", "pyinfra", "-y", SANDBOX_INVENTORY, str(deploy)],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=600,
-        env=dict(os.environ, MEMO_OUT=str(out), PYTHONPATH=str(REPO)),
+        env=dict(env, PYTHONPATH=str(REPO)),
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    seen = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_facts_read_together_equal_pyinfra_and_are_read_again_after_a_change(sandbox, tmp_path):
+    seen = run(tmp_path, want=True)
     for name, kw, together, alone in seen["pairs"]:
         assert together == alone, (name, kw)
     values = {(name, kw): together for name, kw, together, _ in seen["pairs"]}
@@ -91,3 +99,12 @@ def test_facts_read_together_equal_pyinfra_and_are_read_again_after_a_change(san
     assert len(seen["batched"]) == len(seen["pairs"]) + 1, seen["batched"]
     assert seen["before"] is None
     assert seen["after"] is True and seen["again"] is True
+    # What the run read is kept for the next (classes and arguments, never values).
+    kept = json.loads((tmp_path / "cache" / "facts" / "sandbox.json").read_text())
+    assert {"fact": "pyinfra.facts.files.Sha1File", "args": {"path": "/etc/hostname"}} in kept
+    assert all(set(e) == {"fact", "args"} for e in kept)
+    # A second run that declares nothing still reads them all at its first read.
+    again = run(tmp_path, want=False)
+    assert len(again["batched"]) == len(seen["batched"]), again["batched"]
+    for name, kw, together, alone in again["pairs"]:
+        assert together == alone, (name, kw)
