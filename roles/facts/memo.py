@@ -59,7 +59,8 @@ def _run(state) -> _Run:
 
 
 def _key(host, cls: type[FactBase], kwargs: dict) -> tuple:
-    return host.name, cls, repr(sorted(kwargs.items()))
+    # As JSON: the arguments a cache file gives back (lists) name the same read as the plan's (tuples).
+    return host.name, cls, json.dumps(kwargs, sort_keys=True, default=str)
 
 
 def changes(state, host) -> int:
