@@ -8,9 +8,11 @@ The inventory has already refused a fleet whose workers would serve different th
 
 from pyinfra import host, local
 
-from control import profile
+from control import host_failures, profile
 from control.fleet import GATEWAY, gateway_for_current_host
 from roles import fleet_artifacts, gateway
+
+host_failures.install()  # a host that goes away mid-run fails alone; the others go on
 
 if GATEWAY in host.groups:
     gateway.apply(gateway_for_current_host())

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -252,12 +253,38 @@ def _verified(path: Path, pin: Pin) -> bool:
         return False
     if _stamped(path, pin):
         return True
-    st = path.stat()
     digest = sha256_file(path)
     if digest in pin.hashes:
-        path.with_name(path.name + ".sha256").write_text(f"{digest} {st.st_size} {int(st.st_mtime)}\n")
+        _stamp(path, digest)
         return True
     return False
+
+
+def _private(path: Path) -> Path:
+    """A name beside `path` that no other fetcher (thread, process, session sharing the cache) uses."""
+    return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(6)}")
+
+
+def _stamp(path: Path, digest: str) -> None:
+    st = path.stat()
+    tmp = _private(path.with_name(path.name + ".sha256"))
+    tmp.write_text(f"{digest} {st.st_size} {int(st.st_mtime)}\n")
+    tmp.replace(path.with_name(path.name + ".sha256"))
+
+
+def _download(url: str, path: Path, pin: Pin, digest: str, session) -> None:
+    """Download into a name of this fetch's own, then rename it into place: fetchers of the same
+    file at once never write into one another's file; one that finds it complete by then keeps it."""
+    tmp = _private(path)
+    try:
+        download(url, tmp, digest, session=session, timeout=300)
+        if _verified(path, pin):
+            return
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+        tmp.with_name(tmp.name + ".part").unlink(missing_ok=True)
+    _stamp(path, digest)
 
 
 def _project_files(session, name: str) -> list[dict]:
@@ -317,16 +344,15 @@ def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progr
             digest = chosen["hashes"]["sha256"]  # one the lock allows (choose_file picks only those)
             log(f"fetching {chosen['filename']}")
             try:
-                download(chosen["url"], path, digest, session=session, timeout=300)
+                _download(chosen["url"], path, pin, digest, session)
             except HashMismatch as e:
                 raise LockError(f"{chosen['filename']}: downloaded sha256 {e.got} is not the locked one") from None
             except (requests.RequestException, OSError) as e:
                 raise FetchError(chosen["filename"], chosen["url"], network_reason(e)) from None
-            st = path.stat()
-            path.with_name(path.name + ".sha256").write_text(f"{digest} {st.st_size} {int(st.st_mtime)}\n")
         known[pin.requirement] = chosen["filename"]
         out.append(path)
-    tmp = index_file.with_suffix(".tmp")
+    known = {**_index(dest), **known}  # what another fetcher recorded meanwhile stays
+    tmp = _private(index_file)
     tmp.write_text("".join(f"{k} {v}\n" for k, v in sorted(known.items())))
     tmp.replace(index_file)
     return out

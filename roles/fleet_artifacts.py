@@ -34,6 +34,7 @@ from roles.operations.checkpoint import checkpoint_exported, checkpoint_received
 from roles.operations.uploads import host_tool
 
 UNIT = "glm-flash-peer-serve"  # -<name> of the set
+SEEDED_BY: dict[str, str] = {}  # worker -> the seed it receives files from in this run (for the summary)
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ def checkpoint_copied(
     (downloaded by an operation defined before this call). Defined on every worker (empty where
     they do nothing), so pyinfra runs the seed's serving before any receive, the receives before
     the seed stops."""
+    SEEDED_BY.update(dict.fromkeys(lacking, seed.name))
     base = profile.install_root
     tool, peer = layout.tool(profile, "glm-flash-model-fetch"), f"{base}/bin/glm-flash-peer"
     host_tool("glm-flash-peer", f"{base}/bin")
@@ -190,6 +192,7 @@ def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root:
     peers_lack = [h.name for h in workers[1:] if lacking(h, root, entries)]
     if not peers_lack:
         return
+    SEEDED_BY.update(dict.fromkeys(peers_lack, seed.name))
     # The next three operations are defined on every worker (empty where they do nothing), so they are
     # the same operations for pyinfra: it runs the seed's serving before any fetch, the fetches before
     # the seed stops.

@@ -19,11 +19,12 @@ from pyinfra import host
 from pyinfra.api.state import State
 from pyinfra.context import state as state_proxy
 
-from control import layout
+from control import host_failures, layout
 from control.profile import Profile
 from control.report import REFUSED, SKIPPED
 from roles import driver
 from roles.facts.status import HostStatus
+from roles.fleet_artifacts import SEEDED_BY
 from roles.operations.status import gathered
 
 __all__ = ["HostStatus", "apply", "host_summary", "render", "summaries"]
@@ -69,17 +70,28 @@ def host_summary(planned: dict, status: dict, reboot: list[str]) -> dict:
 def summaries() -> dict[str, dict]:
     """Every host of the run: its summary, or why it has none."""
     run = _STATE[0] if _STATE else None
-    # The hosts this run was for (not those --limit left out), unreachable ones included.
-    hosts = {h.name: h for h in run.inventory if h in run.activated_hosts} if run else dict.fromkeys(PLANNED)
+    # The hosts this run was for (not those --limit left out), unreachable ones included: those
+    # that never answered are not activated, only failed.
+    hosts = (
+        {h.name: h for h in run.inventory if h in run.activated_hosts or h in run.failed_hosts}
+        if run
+        else dict.fromkeys(PLANNED)
+    )
     failed = {h.name for h in run.failed_hosts} if run else set()
+    gone = {name: unreachable(h) for name, h in hosts.items() if name in failed and not REFUSED.get(name)}
     out = {}
-    for name, h in hosts.items():
+    for name in hosts:
         s = dict(GATHERED.get(name) or PLANNED.get(name, {}))
         s["skipped"] = [{"step": step, "reason": why} for step, why in SKIPPED.get(name, [])]
         s["refused"] = REFUSED.get(name, [])
-        gone = unreachable(h) if name in failed and not s["refused"] else ""
-        if gone:
-            s["result"] = f"unreachable: {gone} (the other hosts went on without it)"
+        seed = SEEDED_BY.get(name)
+        if gone.get(name):
+            s["result"] = f"unreachable: {gone[name]} (the other hosts went on without it)"
+        elif name in failed and gone.get(seed):
+            s["result"] = (
+                f"failed: it was to receive files from the fleet's seed {seed}, which became unreachable "
+                "before it sent them; deploy again (a reached worker becomes the seed)"
+            )
         elif name in failed:
             s["result"] = "refused" if s["refused"] else "failed (see the errors above)"
         elif name in GATHERED:
@@ -139,6 +151,7 @@ def apply(profile: Profile) -> None:
     if isinstance(run, State) and not _STATE:  # a pyinfra run (not a plan test): print when it ends
         _STATE.append(run)
         atexit.register(_print_at_exit)
+        host_failures.install()  # a host that goes away mid-run fails alone, named below
     PLANNED[host.name] = {
         "endpoint": endpoint(profile, host.data.dict().get("ssh_hostname") or host.name),
         "engine_set": profile.engine_set if profile.platform == "l40s" else f"vllm-moet {profile.vllm_ref[:12]}",

@@ -47,17 +47,53 @@ def test_a_worker_unreachable_mid_run_leaves_the_others_converged_and_is_named(f
         pytest.skip("needs the fleet on the deployed single sandbox: make deploy; make fleet-up FROM_SANDBOX=1")
     seed, gone = fleet_up[1]["name"], fleet_up[-1]["name"]
     proc = subprocess.Popen(DEPLOY, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines, started = [], 0
+    lines, started, powered_off = [], 0, False
     for line in proc.stdout:
         lines.append(line)
         started += "Starting operation:" in line
-        if started == 5:  # mid-run: connected and planned, some operations done
+        if started == 5 and not powered_off:  # mid-run: connected and planned, some operations done
+            powered_off = True
             subprocess.run(["ssh", "-F", str(REPO / ".sandbox/fleet/ssh_config"), gone, "systemctl poweroff"])
     out = "".join(lines)
     assert proc.wait(timeout=3600) != 0, out[-3000:]
+    assert "An internal exception occurred" not in out, out[-6000:]
     summary = out[out.rindex("--> Summary") :]
     assert f"[{gone}] unreachable: SSH to" in summary, summary
     assert f"[{seed}] deployed" in summary, summary
+    # The same run again while it is still down: nothing left to do on the others, it is named again.
+    rc, out, totals = deploy()
+    assert rc != 0, out[-4000:]
+    assert totals[-3:] == ["-", "-", totals[-4]], out[-4000:]
+    summary = out[out.rindex("--> Summary") :]
+    assert f"[{seed}] deployed" in summary and f"[{gone}] unreachable: SSH to" in summary, summary
     boot(len(fleet_up))
     rc, out, _ = deploy()  # back: it converges
     assert rc == 0, out[-4000:]
+
+
+def test_a_seed_gone_before_it_sent_what_a_worker_lacks_is_named_in_that_workers_summary(fleet_up):
+    if not (REPO / ".sandbox" / "fleet" / "from-sandbox").exists():
+        pytest.skip("needs the fleet on the deployed single sandbox: make deploy; make fleet-up FROM_SANDBOX=1")
+    seed, peer = fleet_up[1]["name"], fleet_up[-1]["name"]
+    ssh = ["ssh", "-F", str(REPO / ".sandbox/fleet/ssh_config")]
+    wheelhouse = "/opt/glm-flash/engine/wheelhouse"
+    # One wheel the peer lacks: the seed is to send it (roles/fleet_artifacts.py).
+    subprocess.run([*ssh, peer, f"rm {wheelhouse}/$(ls {wheelhouse} | grep -m1 whl)"], check=True)
+    proc = subprocess.Popen(DEPLOY, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, powered_off = [], False
+    for line in proc.stdout:
+        lines.append(line)
+        if "Beginning operation run" in line and not powered_off:  # planned: the peer receives from the seed
+            powered_off = True
+            subprocess.run([*ssh, seed, "systemctl poweroff"])
+    out = "".join(lines)
+    assert proc.wait(timeout=3600) != 0, out[-3000:]
+    assert "An internal exception occurred" not in out, out[-6000:]
+    summary = out[out.rindex("--> Summary") :]
+    assert f"[{seed}] unreachable: SSH to" in summary, summary
+    assert f"[{peer}] failed: it was to receive files from the fleet's seed {seed}, which became unreachable" in summary
+    boot(len(fleet_up))
+    rc, out, _ = deploy()  # the seed back: the peer receives what it lacks
+    assert rc == 0, out[-4000:]
+    rc, out, totals = deploy()
+    assert rc == 0 and totals[-3:] == ["-", "-", totals[-4]], out[-4000:]
