@@ -38,9 +38,6 @@ from roles.operations.driver import (
     rebooted_if_needed,
     secure_boot_ready,
 )
-from roles.operations.driver import (
-    reboot_reasons as reboot_reasons,  # roles/summary.py reads it through this role
-)
 
 REPO_TOOL = "glm-flash-nvidia-repo"
 

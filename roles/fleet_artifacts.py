@@ -23,13 +23,15 @@ from io import StringIO
 from pathlib import Path
 
 from pyinfra import host, inventory, state
-from pyinfra.operations import apt, files, server
+from pyinfra.operations import server
 
 from control import layout
 from control.fleet import PEER_PORT, WORKERS, worker_url
 from control.profile import Profile
 from control.pypi_cache import sha256_file
+from roles.facts import memo
 from roles.facts.engine import PythonArtifact, WheelhouseFiles
+from roles.operations import packages, paths
 from roles.operations.checkpoint import checkpoint_exported, checkpoint_received
 from roles.operations.uploads import host_tool
 
@@ -67,7 +69,7 @@ def engine_entries(profile: Profile) -> list[Entry]:
     art = python_role.artifact(profile)
     _, _, pins = engine_kt.plan(profile, art.sha256)
     out = [entry(art.path, "600", f"python/.{art.name}.tar.gz", art.sha256)]
-    if host.get_fact(PythonArtifact, path=art.host_dir(profile.install_root)) == art.sha256:
+    if memo.fact(host, PythonArtifact, path=art.host_dir(profile.install_root)) == art.sha256:
         out = []  # installed: python.py uploads nothing
     return out + [entry(w, "644", f"engine/wheelhouse/{w.name}") for w in fetch(pins)]
 
@@ -78,7 +80,7 @@ def lacking(target, root: str, entries: list[Entry]) -> list[Entry]:
     for e in entries:
         d = str(Path(root, e.rel).parent)
         if d not in listings:
-            listings[d] = target.get_fact(WheelhouseFiles, path=d)
+            listings[d] = memo.fact(target, WheelhouseFiles, path=d)
     return [e for e in entries if listings[str(Path(root, e.rel).parent)].get(Path(e.rel).name) != e.size]
 
 
@@ -173,22 +175,22 @@ def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root:
     seed, base, root, q = workers[0], profile.install_root, root or profile.install_root, shlex.quote
     seed_address = address(seed)
     tool, mfile, unit = f"{base}/bin/glm-flash-peer", f"{base}/fleet/{name}.txt", f"{UNIT}-{name}"
-    files.directory(name="Fleet directory", path=f"{base}/fleet", mode="755")
-    files.directory(name="Host tools directory", path=f"{base}/bin", mode="755")
+    paths.directory(name="Fleet directory", path=f"{base}/fleet", mode="755")
+    paths.directory(name="Host tools directory", path=f"{base}/bin", mode="755")
     host_tool("glm-flash-peer", f"{base}/bin")
-    files.put(
+    paths.put(
         name=f"Manifest of the fleet's {name} ({len(entries)} files)",
         src=StringIO("".join(e.line() for e in entries)),
         dest=mfile,
         mode="644",
     )
-    apt.packages(name="python3 for glm-flash-peer", packages=["python3"], update=True, cache_time=86400)
+    packages.installed(["python3"], name="python3 for glm-flash-peer", update=True)
     if host == seed:
         mine = [e for e in lacking(host, root, entries) if e.src is not None]
         for d in sorted({str(Path(root, e.rel).parent) for e in mine}):
-            files.directory(name=f"Directory {d}", path=d, mode="755")
+            paths.directory(name=f"Directory {d}", path=d, mode="755")
         for e in mine:
-            files.put(name=f"From the control machine: {e.rel}", src=str(e.src), dest=f"{root}/{e.rel}", mode=e.mode)
+            paths.put(name=f"From the control machine: {e.rel}", src=str(e.src), dest=f"{root}/{e.rel}", mode=e.mode)
     peers_lack = [h.name for h in workers[1:] if lacking(h, root, entries)]
     if not peers_lack:
         return

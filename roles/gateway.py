@@ -20,12 +20,14 @@ from pathlib import Path
 
 from pyinfra import host
 from pyinfra.facts.files import FileContents
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations import server, systemd
 
 from control.engine_lock import LockError, fetch, parse_lock
 from control.profile import Problem, Profile, ProfileError, fail
 from control.pypi_cache import cache_root
+from roles.facts import memo
 from roles.facts.engine import WheelhouseFiles
+from roles.operations import packages, paths
 from roles.operations.secrets import Secret, secret_file
 from roles.operations.service_restart import started_from_disk
 from roles.operations.uploads import host_tool, template
@@ -86,22 +88,16 @@ def apply(p: Profile) -> None:
     d = p.gateway_dir
     venv, wheelhouse, bin_dir, lock_dest = f"{d}/venv", f"{d}/wheelhouse", f"{d}/bin", f"{d}/gateway.txt"
     lock_sha = hashlib.sha256(LOCK.read_bytes()).hexdigest()
-    apt.packages(
-        name="Python for the gateway",
-        packages=["python3", "python3-venv"],
-        update=True,
-        cache_time=86400,
-        no_recommends=True,
-    )
+    packages.installed(["python3", "python3-venv"], name="Python for the gateway", update=True, no_recommends=True)
     for path in (d, wheelhouse, bin_dir):
-        files.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
-    files.put(name="Gateway lock", src=str(LOCK), dest=lock_dest, mode="644")
-    built = (host.get_fact(FileContents, path=f"{venv}/{MARKER}") or [""])[0].strip()
+        paths.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
+    paths.put(name="Gateway lock", src=str(LOCK), dest=lock_dest, mode="644")
+    built = (memo.fact(host, FileContents, path=f"{venv}/{MARKER}") or [""])[0].strip()
     if built != lock_sha:
-        have = host.get_fact(WheelhouseFiles, path=wheelhouse)
+        have = memo.fact(host, WheelhouseFiles, path=wheelhouse)
         for w in wheels(p):
             if have.get(w.name) != w.stat().st_size:
-                files.put(name=f"Gateway wheel {w.name}", src=str(w), dest=f"{wheelhouse}/{w.name}", mode="644")
+                paths.put(name=f"Gateway wheel {w.name}", src=str(w), dest=f"{wheelhouse}/{w.name}", mode="644")
         new, q = f"{venv}.new", shlex.quote
         server.shell(
             name="Build the gateway environment offline (hashes checked)",
@@ -113,8 +109,8 @@ def apply(p: Profile) -> None:
             ],
         )
     host_tool("glm-flash-gateway-launch", bin_dir)
-    files.directory(name=f"Directory {CONF_DIR}", path=CONF_DIR, user="root", group="root", mode="755")
-    files.put(
+    paths.directory(name=f"Directory {CONF_DIR}", path=CONF_DIR, user="root", group="root", mode="755")
+    paths.put(
         name="Router flags",
         src=StringIO(json.dumps({"args": router_args(p)}, indent=2) + "\n"),
         dest=f"{CONF_DIR}/router.json",
@@ -129,7 +125,7 @@ def apply(p: Profile) -> None:
             stage_dir=f"{CONF_DIR}/.staging",
         )
     else:
-        files.file(name="No gateway API key configured", path=f"{CONF_DIR}/api-key", present=False)
+        paths.absent(f"{CONF_DIR}/api-key", name="No gateway API key configured")
     template(
         "glm-flash-gateway.service.j2",
         UNIT,

@@ -42,6 +42,7 @@ from control.pypi_cache import FetchError, cache_root
 from control.report import skipped
 from control.run import dry_run
 from roles import fleet_artifacts
+from roles.facts import memo
 from roles.facts.model import ModelCheck
 from roles.operations import packages
 from roles.operations.checkpoint import checkpoint_present, checkpoint_staged, downloader_installed
@@ -204,7 +205,9 @@ def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: s
     )
     # In a fleet one worker (the seed) downloads; the others that lack it receive it from the seed.
     seed, lacking = fleet_artifacts.checkpoint_plan(
-        lambda h: h.get_fact(ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit, manifests="")["exit"] == 0
+        lambda h: (
+            memo.fact(h, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit, manifests="")["exit"] == 0
+        )
     )
     if host.name not in lacking:
         checkpoint_present(

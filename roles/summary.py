@@ -22,9 +22,9 @@ from pyinfra.context import state as state_proxy
 from control import host_failures, layout
 from control.profile import Profile
 from control.report import REFUSED, SKIPPED
-from roles import driver
 from roles.facts.status import HostStatus
 from roles.fleet_artifacts import SEEDED_BY
+from roles.operations.driver import reboot_reasons
 from roles.operations.status import gathered
 
 __all__ = ["HostStatus", "apply", "host_summary", "render", "summaries"]
@@ -165,6 +165,6 @@ def apply(profile: Profile) -> None:
         tool=layout.tool(profile, "glm-flash"),
         planned=PLANNED[host.name],
         into=GATHERED,
-        reboot=driver.reboot_reasons if profile.driver_source != "preinstalled" else None,
+        reboot=reboot_reasons if profile.driver_source != "preinstalled" else None,
         summarize=host_summary,
     )

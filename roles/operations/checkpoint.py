@@ -38,9 +38,10 @@ import re
 from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import File
-from pyinfra.facts.server import Users
 
 from control.report import skipped
+from roles.facts import memo
+from roles.facts.accounts import Account
 from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive
 from roles.operations.secrets import Secret, secret_commands
 
@@ -57,14 +58,14 @@ def downloader_installed(venv: str, requirements: str, wheels: list[str], user: 
     host needs no index); `user` exists to run downloads."""
     if not posixpath.isabs(venv):
         raise OperationError(f"downloader_installed: venv must be an absolute path (got {venv})")
-    if user not in host.get_fact(Users):
+    if memo.fact(host, Account, user=user) is None:
         yield StringCommand(
             "useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin",
             QuoteString(user),
         )
     digest = hashlib.sha256(requirements.encode()).hexdigest()
     marker = f"{venv}/.glm-flash-requirements.sha256"
-    if host.get_fact(DownloaderMarker, marker=marker) == digest:
+    if memo.fact(host, DownloaderMarker, marker=marker) == digest:
         host.noop(f"downloader environment {venv} is built from these requirements")
         return
     req, wheelhouse = f"{venv}.requirements.txt", f"{venv}.wheels"
@@ -170,9 +171,9 @@ def checkpoint_present(
     if not posixpath.isabs(path) or path.rstrip("/") != path or not UNIT_NAME.fullmatch(unit):
         raise OperationError(f"checkpoint_present: bad path {path!r} or unit {unit!r}")
     token_path = f"{secrets_dir}/hf-token-{unit}"
-    state = host.get_fact(ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit, manifests=manifests)
-    token_left = host.get_fact(File, path=token_path)
-    running = host.get_fact(UnitActive, unit=unit) in ("active", "activating", "deactivating")
+    state = memo.fact(host, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit, manifests=manifests)
+    token_left = memo.fact(host, File, path=token_path)
+    running = memo.fact(host, UnitActive, unit=unit) in ("active", "activating", "deactivating")
     if state["exit"] == 0 and state["sealed"] and not token_left and not running:
         host.noop(f"{repo_id}@{commit} is in {path}, verified and sealed")
         return
@@ -196,7 +197,7 @@ def checkpoint_present(
 @operation()
 def checkpoint_staged(tool: str, path: str):
     """model_download false: the checkpoint must already be in path; the deploy stops otherwise."""
-    state = host.get_fact(ModelCheck, tool=tool, dest=path)
+    state = memo.fact(host, ModelCheck, tool=tool, dest=path)
     if state["exit"] == 0:
         host.noop(f"the staged checkpoint in {path} is complete")
         return

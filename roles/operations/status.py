@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import operation
 
+from roles.facts import memo
 from roles.facts.status import HostStatus
 
 
@@ -12,7 +13,7 @@ from roles.facts.status import HostStatus
 def gathered(tool: str, planned: dict, into: dict, reboot, summarize):
     """Read what the host serves now into `into` (by host name), for the summary printed when the
     run ends: summarize(planned, `tool status --json --quick`, reboot() or [])."""
-    status = host.get_fact(HostStatus, tool=tool)
+    status = memo.fact(host, HostStatus, tool=tool)
     into[host.name] = summarize(planned, status, reboot() if reboot else [])
     host.noop("summary gathered (printed at the end)")
     yield from ()

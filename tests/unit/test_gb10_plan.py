@@ -27,6 +27,7 @@ from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from control.profile import build
 from roles import engine_vllm
+from roles.facts.accounts import Account, AccountInfo
 from roles.facts.capacity import BoxCapacity
 from roles.facts.driver import Kernels, NvidiaLoadedModule, NvidiaModuleOnDisk, NvidiaPciDevices, RebootRequired
 from roles.facts.engine import EngineEnvs, EnginePatchCheck, EngineState
@@ -175,8 +176,6 @@ def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
     """The model role's facts: the staged 2-bit checkpoint, the drafter's downloader and checkpoint."""
     import tempfile
 
-    from pyinfra.facts.server import Users
-
     from control import model_lock
     from roles import model
     from roles.facts.model import DownloaderMarker, UnitActive
@@ -195,7 +194,8 @@ def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
     ] = ok if drafter_ok else missing
     requirements = (REPO / "files" / "hf-hub-requirements.txt").read_bytes()
     fake.facts[DownloaderMarker] = hashlib.sha256(requirements).hexdigest() if drafter_ok else ""
-    fake.facts[Users] = {"root": {}, f"{p.service_user}-fetch": {}} if drafter_ok else {"root": {}}
+    fetch = AccountInfo("/nonexistent", "/usr/sbin/nologin", f"{p.service_user}-fetch", frozenset())
+    fake.facts[F(Account, user=f"{p.service_user}-fetch")] = fetch if drafter_ok else None
     fake.facts[F(File, path=model.token_path(p, "glm-flash-drafter-download"))] = None
     fake.facts[UnitActive] = "inactive"
     fake.facts[check] = missing

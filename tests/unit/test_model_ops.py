@@ -14,12 +14,14 @@ import pytest
 from fakehost import F, commands
 from pyinfra.api import OperationError
 from pyinfra.facts.files import Directory, File, Sha256File
-from pyinfra.facts.server import Users
 
 from control import model_lock
+from roles.facts.accounts import Account, AccountInfo
 from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive
 from roles.operations import checkpoint, secrets
 from sandbox.fake_hub import FakeHub
+
+FETCH_ACCOUNT = AccountInfo("/nonexistent", "/usr/sbin/nologin", "glm-flash-fetch", frozenset())
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-unit-" + "Wq3" * 8
@@ -73,11 +75,13 @@ def test_downloader_installed_rebuilds_only_when_the_requirements_change():
     req = (REPO / "files/hf-hub-requirements.txt").read_text()
     venv = "/opt/glm-flash/tools/hf-hub"
     marker = F(DownloaderMarker, marker=f"{venv}/.glm-flash-requirements.sha256")
-    done = {Users: {"glm-flash-fetch": {}}, marker: hashlib.sha256(req.encode()).hexdigest()}
+    done = {F(Account, user="glm-flash-fetch"): FETCH_ACCOUNT, marker: hashlib.sha256(req.encode()).hexdigest()}
     wheel = REPO / "files/hf-hub-requirements.txt"  # any local file stands for a wheel here
     args = dict(venv=venv, requirements=req, wheels=[str(wheel)], user="glm-flash-fetch")
     assert commands(checkpoint.downloader_installed, done, **args) == []
-    cmds = commands(checkpoint.downloader_installed, {Users: {}, marker: "stale"}, **args)
+    cmds = commands(
+        checkpoint.downloader_installed, {F(Account, user="glm-flash-fetch"): None, marker: "stale"}, **args
+    )
     assert cmds[0].startswith("useradd --system") and cmds[0].endswith(" glm-flash-fetch")
     assert f"upload {venv}.wheels/hf-hub-requirements.txt" in "\n".join(cmds)
     pip = [c for c in cmds if "/bin/pip" in c][0]
