@@ -7,7 +7,6 @@ import os
 from io import StringIO
 
 from pyinfra import host
-from pyinfra.operations import systemd
 
 from control.layout import SECRETS_DIR, bin_dir, engine_root
 from control.layout import service_home as state_dir
@@ -18,7 +17,7 @@ from roles.engine_patches import SET_DIR_NAME
 from roles.facts import memo
 from roles.facts.service import SystemdVersion
 from roles.facts.system import Gpus
-from roles.operations import paths
+from roles.operations import paths, units
 from roles.operations.secrets import Secret, secret_file
 from roles.operations.service_restart import started_from_disk
 from roles.operations.uploads import template
@@ -110,7 +109,7 @@ def apply(profile: Profile, engine: EngineResult) -> None:
     context = unit_context(profile, bool(api_key), memo.fact(host, SystemdVersion))
     template("glm-flash.service.j2", UNIT, name="glm-flash.service unit", **context)
     # `enable` reloads systemd's unit files itself.
-    systemd.service(name="Enable glm-flash.service", service="glm-flash.service", enabled=True, running=None)
+    units.enabled("glm-flash.service", name="Enable glm-flash.service")
     gpus = bool(memo.fact(host, Gpus))
     if not gpus:
         skipped(

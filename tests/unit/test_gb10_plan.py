@@ -102,7 +102,7 @@ class Plan:
 
 OURS = ("roles.",)
 # Ours, but thin checks in front of pyinfra's own files/server operations: recorded like those.
-OPAQUE = ("roles.operations.paths", "roles.operations.accounts", "roles.operations.packages")
+OPAQUE = ("roles.operations.paths", "roles.operations.accounts", "roles.operations.packages", "roles.operations.units")
 
 
 def run_deploy(
