@@ -27,6 +27,7 @@ from control.profile import (
     _placeholders,
     build,
     checked,
+    current_host,
     fail,
     hosts,
 )
@@ -237,10 +238,8 @@ def fleet(
 
 def gateway_for_current_host() -> Profile:
     """The current pyinfra host's gateway settings (after --data overrides); exits cleanly on mistakes."""
-    from pyinfra import host
-
     try:
-        return gateway_profile(host.name, host.data.dict())
+        return gateway_profile(current_host.name, current_host.data.dict())
     except ProfileError as e:
         fail(e)
         raise  # unreachable: fail() exits

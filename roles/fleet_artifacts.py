@@ -26,9 +26,12 @@ from pyinfra import host, inventory, state
 from pyinfra.operations import server
 
 from control import layout
+from control.engine_lock import fetch
 from control.fleet import PEER_PORT, WORKERS, worker_url
 from control.profile import Profile
 from control.pypi_cache import sha256_file
+from roles import engine_kt
+from roles import python as python_role
 from roles.facts import memo
 from roles.facts.engine import PythonArtifact, WheelhouseFiles
 from roles.operations import packages, paths
@@ -60,10 +63,6 @@ def entry(src: Path, mode: str, rel: str, sha256: str | None = None) -> Entry:
 
 def engine_entries(profile: Profile) -> list[Entry]:
     """What deploy.py would upload to each worker from the control machine (L40S)."""
-    from control.engine_lock import fetch
-    from roles import engine_kt
-    from roles import python as python_role
-
     if profile.platform != "l40s":
         return []
     art = python_role.artifact(profile)

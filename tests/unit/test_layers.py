@@ -109,3 +109,28 @@ def test_roles_keep_only_their_composition():
     # The check sees both kinds where they belong.
     assert "_directory" in defines_operations_or_facts(REPO / "roles/operations/paths.py")
     assert "Account" in defines_operations_or_facts(REPO / "roles/facts/accounts.py")
+
+
+def imports_in_functions(path: Path) -> list[int]:
+    """Lines of import statements inside functions (how the old import circle grew unnoticed)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines += [n.lineno for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return lines
+
+
+# Where an import inside a function is the point, and why.
+LATE_IMPORTS = {"roles.model": "ansible, only when a vault is used: importing it under gevent prints a traceback"}
+
+
+def test_imports_stand_at_the_top():
+    found = {name for name, path in modules().items() if imports_in_functions(path)}
+    assert found == set(LATE_IMPORTS)
+    sample = "def f():\n    import os\n    return os\n"
+    probe = REPO / "tests" / "unit" / "data" / "_probe_imports.py"
+    try:
+        probe.write_text(sample)
+        assert imports_in_functions(probe) == [2]
+    finally:
+        probe.unlink()
