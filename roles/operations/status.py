@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import operation
+from pyinfra.api import OperationError, operation
 
 from roles.facts import memo
-from roles.facts.status import HostStatus
+from roles.facts.status import Answers, HostStatus
 
 
 @operation(is_idempotent=True)
 def gathered(tool: str, planned: dict, into: dict, reboot, summarize):
     """Read what the host serves now into `into` (by host name), for the summary printed when the
     run ends: summarize(planned, `tool status --json --quick`, reboot() or [])."""
+    if not host.get_fact(Answers):
+        raise OperationError(f"{host.name} no longer answers; its summary cannot be read")
     status = memo.fact(host, HostStatus, tool=tool)
     into[host.name] = summarize(planned, status, reboot() if reboot else [])
     host.noop("summary gathered (printed at the end)")

@@ -11,8 +11,10 @@ repository and the hub stand-ins.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -30,6 +32,23 @@ def deploy() -> tuple[int, str, list[str]]:
     out = run.stdout + run.stderr
     totals = [line for line in out.splitlines() if "Grand total" in line]
     return run.returncode, out, totals[0].split() if totals else []
+
+
+def power_off_during(proc: subprocess.Popen, node: str) -> None:
+    """Power `node` off while the run `proc` is held (SIGSTOP) and let it go on once the node no
+    longer answers: a converged run takes seconds, a container's shutdown about as long."""
+    ssh = ["ssh", "-F", str(REPO / ".sandbox/fleet/ssh_config"), "-o", "ConnectTimeout=2", node]
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        subprocess.run([*ssh, "systemctl poweroff"])
+        for _ in range(60):
+            if subprocess.run([*ssh, "true"], capture_output=True).returncode != 0:
+                break
+            time.sleep(1)
+        else:
+            raise AssertionError(f"{node} still answers a minute after its poweroff")
+    finally:
+        proc.send_signal(signal.SIGCONT)
 
 
 def test_the_fleet_deploy_converges_on_every_worker_and_a_second_run_changes_nothing(fleet_up):
@@ -53,7 +72,7 @@ def test_a_worker_unreachable_mid_run_leaves_the_others_converged_and_is_named(f
         started += "Starting operation:" in line
         if started == 5 and not powered_off:  # mid-run: connected and planned, some operations done
             powered_off = True
-            subprocess.run(["ssh", "-F", str(REPO / ".sandbox/fleet/ssh_config"), gone, "systemctl poweroff"])
+            power_off_during(proc, gone)
     out = "".join(lines)
     assert proc.wait(timeout=3600) != 0, out[-3000:]
     assert "An internal exception occurred" not in out, out[-6000:]
@@ -85,7 +104,7 @@ def test_a_seed_gone_before_it_sent_what_a_worker_lacks_is_named_in_that_workers
         lines.append(line)
         if "Beginning operation run" in line and not powered_off:  # planned: the peer receives from the seed
             powered_off = True
-            subprocess.run([*ssh, seed, "systemctl poweroff"])
+            power_off_during(proc, seed)
     out = "".join(lines)
     assert proc.wait(timeout=3600) != 0, out[-3000:]
     assert "An internal exception occurred" not in out, out[-6000:]

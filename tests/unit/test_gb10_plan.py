@@ -33,9 +33,9 @@ from roles.facts.driver import Kernels, NvidiaLoadedModule, NvidiaModuleOnDisk, 
 from roles.facts.engine import EngineEnvs, EnginePatchCheck, EngineState
 from roles.facts.gb10 import MemTotalKiB, OsRelease
 from roles.facts.service import ServiceStart, ServiceStartState, SystemdVersion
+from roles.facts.status import Answers, HostStatus
 from roles.facts.system import CudaToolkits, DefaultTarget, GpuProcesses, Gpus, NumaNodes, UnitFiles
 from roles.operations import driver as driver_ops
-from roles.summary import HostStatus
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -76,6 +76,7 @@ def gb10_facts(over=None):
             + ["df 0 800000000000 /", "df 1 800000000000 /", "envs 0"]
         ),
         HostStatus: {},
+        Answers: True,
     }
     facts.update(over or {})
     return facts
