@@ -63,7 +63,10 @@ def check(engine, spec=SPEC, record_dir=None):
         capture_output=True,
         text=True,
         # As on a host: the engine's import writes its byte code (a test runner may turn that off).
-        env={**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "IMPORTS": str(engine["imports"])},
+        env={
+            **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+            "IMPORTS": str(engine["imports"]),
+        },
     )
 
 
