@@ -8,10 +8,11 @@ The inventory has already refused a fleet whose workers would serve different th
 
 from pyinfra import host, local
 
-from control import host_failures, profile
+from control import host_failures, op_order, profile
 from control.fleet import GATEWAY, gateway_for_current_host
 from roles import fleet_artifacts, gateway
 
+op_order.install()  # pyinfra's operation order without reading source text (control/op_order.py)
 host_failures.install()  # a host that goes away mid-run fails alone; the others go on
 
 if GATEWAY in host.groups:
