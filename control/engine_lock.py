@@ -28,11 +28,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
-from control.pypi_cache import FetchError, HashMismatch, cache_root, download, network_reason, progress, sha256_file
+from control.pypi_cache import (
+    FetchError,
+    HashMismatch,
+    cache_root,
+    download,
+    http,
+    network_reason,
+    progress,
+    sha256_file,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 LOCK_DIR = REPO / "locks" / "engine"
@@ -293,7 +301,7 @@ def _project_files(session, name: str) -> list[dict]:
         r = session.get(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"}, timeout=60)
         r.raise_for_status()
         return r.json()["files"]
-    except (requests.RequestException, ValueError, KeyError) as e:
+    except (http().RequestException, ValueError, KeyError) as e:
         raise FetchError(f"the file list of {name}", url, network_reason(e)) from None
 
 
@@ -332,12 +340,13 @@ def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progr
     index_file = dest / "index.txt"
     known = _index(dest)
     out: list[Path] = []
-    session = requests.Session()
+    session = None  # opened for the first pin the cache lacks
     for pin in pins:
         fn = known.get(pin.requirement)
         if fn and _verified(dest / fn, pin):
             out.append(dest / fn)
             continue
+        session = session or http().Session()
         chosen = choose_file(pin, _project_files(session, pin.name), py)
         path = dest / chosen["filename"]
         if not _verified(path, pin):
@@ -347,7 +356,7 @@ def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progr
                 _download(chosen["url"], path, pin, digest, session)
             except HashMismatch as e:
                 raise LockError(f"{chosen['filename']}: downloaded sha256 {e.got} is not the locked one") from None
-            except (requests.RequestException, OSError) as e:
+            except (http().RequestException, OSError) as e:
                 raise FetchError(chosen["filename"], chosen["url"], network_reason(e)) from None
         known[pin.requirement] = chosen["filename"]
         out.append(path)

@@ -23,8 +23,6 @@ import sys
 import urllib.parse
 from pathlib import Path
 
-import requests
-
 PYPI_JSON = os.environ.get("GLM_FLASH_PYPI", "https://pypi.org/pypi")
 
 
@@ -52,6 +50,14 @@ def network_reason(e: Exception) -> str:
             break
         e = inner
     return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else 'no answer'}"
+
+
+def http():
+    """`requests`, imported on first use: a converged deploy fetches nothing, and the import is
+    70-100 ms of every run's start."""
+    import requests
+
+    return requests
 
 
 def progress(msg: str) -> None:
@@ -83,7 +89,7 @@ def release_wheel(name: str, version: str, accept: tuple[str, ...] = ("x86_64",)
     """{filename, url, sha256} of the one wheel of name==version on PyPI whose filename contains
     one of `accept` (e.g. "x86_64", "none-any"); more or fewer than one is an error."""
     url = f"{PYPI_JSON}/{name}/json"
-    r = requests.get(url, timeout=60)
+    r = http().get(url, timeout=60)
     r.raise_for_status()
     files = r.json()["releases"].get(version) or []
     wheels = [f for f in files if f["filename"].endswith(".whl") and any(a in f["filename"] for a in accept)]
@@ -100,7 +106,7 @@ def download(url: str, path: Path, sha256: str, *, session=None, timeout: int = 
     """Fetch `url` into `<path>.part` and rename it to `path` once its sha256 is `sha256`; on a
     mismatch the partial file is deleted and HashMismatch raised. resume: continue a partial
     file left by an interrupted run (HTTP Range), when the server allows it."""
-    session = session or requests
+    session = session or http()
     part = path.with_name(path.name + ".part")
     have = part.stat().st_size if resume and part.exists() else 0
     if have and sha256_file(part) == sha256:  # complete, but the run died before the rename
