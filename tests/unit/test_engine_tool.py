@@ -5,10 +5,13 @@ The engine's own packages are built in the sandbox suite; this covers the mechan
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -52,7 +55,12 @@ def mini(tmp_path_factory):
 
 
 def tool(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env = dict(os.environ, GLM_FLASH_ROOT=str(root), GLM_FLASH_STATE_DIR=str(root / "patch-state"))
+    env = dict(
+        os.environ,
+        GLM_FLASH_ROOT=str(root),
+        GLM_FLASH_STATE_DIR=str(root / "patch-state"),
+        GLM_FLASH_CHECK_DIR=str(root / "state" / "engine-checks"),
+    )
     r = subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, env=env, timeout=600)
     if check and r.returncode:
         raise AssertionError(f"glm-flash-engine {' '.join(args)} -> {r.returncode}\n{r.stdout}\n{r.stderr}")
@@ -132,8 +140,6 @@ def test_verify_and_assert_pin(tmp_path, mini):
     # ... unless the patch tool's manifest accounts for it
     manifest = root / "patch-state" / "manifests" / "x.json"
     manifest.parent.mkdir(parents=True)
-    import hashlib
-
     manifest.write_text(
         json.dumps(
             {"files": {str(sp / "idna" / "core.py"): {"patched_sha256": hashlib.sha256(b"# changed\n").hexdigest()}}}
@@ -170,12 +176,9 @@ def test_called_as_glm_flash_rollback(tmp_path):
     assert r.returncode == 2 and "no previous environment" in r.stderr
 
 
-def test_status_reports_the_owner_of_a_shared_directory(tmp_path):
-    """transformers-kt must have written transformers/ last (docs/sources.md §2): the tool
-    hashes the files its RECORD lists; the fact turns that into owner_ok."""
-    import base64
-    import hashlib
-
+def shared_directory_env(tmp_path) -> tuple[str, Path]:
+    """An environment where transformers-kt and transformers both list transformers/core.py,
+    holding the kt fork's content; (env name, site-packages)."""
     env = "0.7.0.post1-eeeeeeeeeeee"
     sp = tmp_path / "engine/envs" / env / "lib/python3.11/site-packages"
     (sp / "transformers").mkdir(parents=True)
@@ -190,9 +193,62 @@ def test_status_reports_the_owner_of_a_shared_directory(tmp_path):
         (d / "METADATA").write_text(f"Name: {name}\nVersion: {version}\n\n")
         (d / "RECORD").write_text(record)
     (tmp_path / "engine/envs" / env / ".glm-flash-complete").write_text("{}")
+    return env, sp
 
+
+def test_status_reports_the_owner_of_a_shared_directory(tmp_path):
+    """transformers-kt must have written transformers/ last (docs/sources.md §2): the tool
+    hashes the files its RECORD lists; the fact turns that into owner_ok."""
+    env, sp = shared_directory_env(tmp_path)
     state = EngineEnvs.parse(tool(tmp_path, "status", "--json").stdout.splitlines())
     assert state.complete == (env,) and state.version(env, "transformers-kt") == "5.6.0.post3"
     assert state.owner_ok(env) is True
     (sp / "transformers/core.py").write_text("upstream = True\n")  # upstream transformers wrote last
     assert EngineEnvs.parse(tool(tmp_path, "status", "--json").stdout.splitlines()).owner_ok(env) is False
+
+
+def owner_ok(root: Path, env: str) -> bool:
+    return EngineEnvs.parse(tool(root, "status", "--json").stdout.splitlines()).owner_ok(env)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="not applicable: only root keeps owner-check records")
+def test_status_answers_the_owner_check_from_roots_record_until_a_file_changes(tmp_path):
+    """The owner check hashes every file transformers-kt lists (2600 on a real host) on every
+    deploy; unchanged files (same inode, size, times) are answered from root's record."""
+    env, sp = shared_directory_env(tmp_path)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    os.chmod(tmp_path, 0o755)
+    checks = state / "engine-checks"
+    assert owner_ok(tmp_path, env) is True
+    assert not checks.exists() or not any(checks.iterdir())  # files changed under 2 s ago: not recorded
+    time.sleep(2.1)
+    assert owner_ok(tmp_path, env) is True
+    (record,) = checks.iterdir()
+    assert checks.stat().st_mode & 0o777 == 0o700 and record.stat().st_mode & 0o777 == 0o600
+    # The next status answers from the record: a record that says otherwise is believed...
+    saved = json.loads(record.read_text())
+    record.write_text(json.dumps({"key": saved["key"], "bad": [str(sp / "transformers/core.py")]}))
+    assert owner_ok(tmp_path, env) is False
+    # ...until a file it covers changes (same size: the times and the inode tell).
+    record.write_text(json.dumps(saved))
+    assert owner_ok(tmp_path, env) is True
+    (sp / "transformers/core.py").write_text("up = True\n\n")  # upstream transformers wrote last
+    assert owner_ok(tmp_path, env) is False
+    time.sleep(2.1)
+    assert owner_ok(tmp_path, env) is False
+    assert json.loads(record.read_text())["bad"] == [str(sp / "transformers/core.py")]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="not applicable: only root keeps owner-check records")
+def test_an_owner_record_directory_others_could_change_is_not_used(tmp_path):
+    env, sp = shared_directory_env(tmp_path)
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chmod(state, 0o777)  # writable by everyone: the service user could plant an answer there
+    os.chmod(tmp_path, 0o755)
+    time.sleep(2.1)
+    assert owner_ok(tmp_path, env) is True
+    assert not (state / "engine-checks").exists()
+    (sp / "transformers/core.py").write_text("up = True\n\n")
+    assert owner_ok(tmp_path, env) is False

@@ -53,6 +53,7 @@ def constants(tool: str) -> dict[str, str]:
         ("glm-flash-patch", "STATE_DIR", layout.PATCH_STATE),
         ("glm-flash-fix-cuda-header", "STATE_DIR", layout.PATCH_STATE),
         ("glm-flash-engine", "PATCH_STATE_DIR", layout.PATCH_STATE),
+        ("glm-flash-engine", "CHECK_DIR", layout.ENGINE_CHECKS),
     ],
 )
 def test_host_tools_use_the_layout_paths(tool, name, expected):
