@@ -163,6 +163,9 @@ def _read_together(host, facts: dict[tuple, tuple[type[FactBase], dict]]) -> dic
     A fact whose arguments do not fit it, that failed, lacks its command or cannot be parsed is
     left out: reading it alone through pyinfra then reports it exactly as pyinfra does.
     """
+    # Each part writes its markers, output and exit status into its own file; one cat prints
+    # them all (the markers carry the part's number, so their order does not matter). No process
+    # is started per part beyond the fact's own command.
     parts, objs = ['d=$(mktemp -d) || exit 1;'], []
     for key, (cls, kwargs) in facts.items():
         obj = cls()
@@ -172,15 +175,12 @@ def _read_together(host, facts: dict[tuple, tuple[type[FactBase], dict]]) -> dic
             continue
         i = len(objs)
         objs.append((key, obj))
-        parts += ["{ (", command, f') >"$d/{i}" 2>/dev/null; echo $? >"$d/{i}.rc"; }} &']
-    parts.append("wait;")
-    for i in range(len(objs)):
-        # $( ) drops trailing newlines: every fact's lines end cleanly before the next marker.
-        parts.append(
-            f'echo \'{START} {i}\'; out=$(cat "$d/{i}"); [ -z "$out" ] || printf \'%s\\n\' "$out"; '
-            f'echo "{END} {i} $(cat "$d/{i}.rc")";'
-        )
-    parts.append('rm -rf "$d"')
+        parts += [
+            f"{{ echo '{START} {i}'; (",
+            command,
+            f') 2>/dev/null; r=$?; echo; echo "{END} {i} $r"; }} >"$d/{i}" &',
+        ]
+    parts.append('wait; cat "$d"/*; rm -rf "$d"')
     status, output = host.run_shell_command(StringCommand(*parts), print_output=False, print_input=False)
     if not status:
         return {}
@@ -194,6 +194,10 @@ def _read_together(host, facts: dict[tuple, tuple[type[FactBase], dict]]) -> dic
         elif line.startswith(f"{END} ") and current is not None:
             _, index, rc = line.split()
             lines = chunks.pop(current)
+            if lines and not lines[-1]:
+                # The part's own newline, after output that ended with one; output that did not
+                # end with one ends with a non-empty line: either way the lines are pyinfra's.
+                lines.pop()
             key, obj = objs[current]
             current = None
             if rc != "0" or lines == [MISSING]:

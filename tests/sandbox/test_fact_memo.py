@@ -23,8 +23,8 @@ DEPLOY = '''
 import json, os
 from pyinfra import host
 from pyinfra.facts.deb import DebPackages
-from pyinfra.facts.files import Directory, File, Link, Sha1File
-from pyinfra.facts.server import Groups
+from pyinfra.facts.files import Directory, File, FileContents, Link, Sha1File
+from pyinfra.facts.server import Command, Groups
 from pyinfra.operations import python, server
 from roles.facts import memo
 from roles.facts.accounts import Account
@@ -38,6 +38,9 @@ FACTS = [
     (Sha1File, dict(path="/etc/hostname")), (Sha1File, dict(path=T + "/absent")),
     (Sha1File, dict(path="/etc/it's here")),
     (Groups, {}), (DebPackages, {}), (Account, dict(user="root")), (Account, dict(user="no-such-user")),
+    # outputs of every shape: no final newline, blank lines at the end, nothing, a blank inside
+    (FileContents, dict(path=T + "/no-newline")), (FileContents, dict(path=T + "/blank-end")),
+    (FileContents, dict(path=T + "/empty")), (Command, dict(command="printf 'x\\n  \\n\\ny\\n'")),
 ]
 if os.environ["MEMO_WANT"] == "1":
     for cls, kw in FACTS:
@@ -71,7 +74,10 @@ def run(tmp_path, want: bool) -> dict:
     deploy, out = tmp_path / "memo_deploy.py", tmp_path / "seen.json"
     deploy.write_text(DEPLOY)
     # Before the run, not as an operation: the reads must come before the run's first change.
-    sandbox_sh("rm -rf /tmp/glm-flash-memo-test && mkdir -p /tmp/glm-flash-memo-test")
+    sandbox_sh(
+        "rm -rf /tmp/glm-flash-memo-test && mkdir -p /tmp/glm-flash-memo-test && cd /tmp/glm-flash-memo-test && "
+        "printf 'a\\nb' > no-newline && printf 'a\\n\\n\\n' > blank-end && : > empty"
+    )
     env = dict(os.environ, MEMO_OUT=str(out), MEMO_WANT=str(int(want)), GLM_FLASH_CACHE=str(tmp_path / "cache"))
     r = subprocess.run(
         [sys.executable, "-m", "pyinfra", "-y", SANDBOX_INVENTORY, str(deploy)],
@@ -95,6 +101,7 @@ def test_facts_read_together_equal_pyinfra_and_are_read_again_after_a_change(san
     assert values[("File", repr({"path": "/tmp/glm-flash-memo-test/absent"}))] == "None"
     assert "'root'" in values[("Groups", "{}")] and "'systemd'" in values[("DebPackages", "{}")]
     assert values[("Account", repr({"user": "no-such-user"}))] == "None"
+    assert values[("FileContents", repr({"path": "/tmp/glm-flash-memo-test/no-newline"}))] == repr(["a", "b"])
     # The first read brought every wanted fact at once (none was read alone before the others).
     assert len(seen["batched"]) == len(seen["pairs"]) + 1, seen["batched"]
     assert seen["before"] is None
