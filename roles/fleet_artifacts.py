@@ -135,24 +135,17 @@ def checkpoint_copied(
     host_tool("glm-flash-peer", f"{base}/bin")
     serve_unit, mfile, bind = f"{UNIT}-{unit}", f"{base}/fleet/{unit}.txt", address(seed)
     originals = f" --originals {layout.PATCH_STATE}/originals"
+    checkpoint = dict(seed=seed.name, path=path, tool=tool, repo_id=repo_id, commit=commit)
     checkpoint_exported(
         name=f"Serve the checkpoint from {seed.name} on {bind}:{PEER_PORT} (to {', '.join(lacking)})",
-        seed=seed.name,
-        path=path,
-        tool=tool,
-        repo_id=repo_id,
-        commit=commit,
         manifest=mfile,
         serve=serving(serve_unit, peer, path, mfile, bind, originals),
+        **checkpoint,
     )
     checkpoint_received(
         name=f"Receive the checkpoint from {seed.name} on the local network (checked against its verified hashes)",
-        seed=seed.name,
         lacking=lacking,
-        path=path,
-        tool=tool,
-        repo_id=repo_id,
-        commit=commit,
+        **checkpoint,
         source=f"http://{bind}:{PEER_PORT}",
         peer_tool=peer,
         marker=f"{base}/fleet/{unit}.json",
