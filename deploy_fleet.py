@@ -12,6 +12,7 @@ from control import host_failures, op_order, profile
 from control.fleet import GATEWAY, gateway_for_current_host
 from roles import fleet_artifacts, gateway
 
+# As deploy.py (included below) does, before the fleet's own operations are defined.
 op_order.install()  # pyinfra's operation order without reading source text (control/op_order.py)
 host_failures.install()  # a host that goes away mid-run fails alone; the others go on
 

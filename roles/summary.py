@@ -19,7 +19,7 @@ from pyinfra import host
 from pyinfra.api.state import State
 from pyinfra.context import state as state_proxy
 
-from control import host_failures, layout
+from control import layout
 from control.profile import Profile
 from control.report import REFUSED, SKIPPED
 from roles.facts.status import HostStatus
@@ -151,7 +151,6 @@ def apply(profile: Profile) -> None:
     if isinstance(run, State) and not _STATE:  # a pyinfra run (not a plan test): print when it ends
         _STATE.append(run)
         atexit.register(_print_at_exit)
-        host_failures.install()  # a host that goes away mid-run fails alone, named below
     PLANNED[host.name] = {
         "endpoint": endpoint(profile, host.data.dict().get("ssh_hostname") or host.name),
         "engine_set": profile.engine_set if profile.platform == "l40s" else f"vllm-moet {profile.vllm_ref[:12]}",

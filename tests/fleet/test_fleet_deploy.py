@@ -51,9 +51,32 @@ def power_off_during(proc: subprocess.Popen, node: str) -> None:
         proc.send_signal(signal.SIGCONT)
 
 
-def test_the_fleet_deploy_converges_on_every_worker_and_a_second_run_changes_nothing(fleet_up):
+@pytest.fixture
+def deployed_fleet(fleet_up):
+    """In `make test` the fleet always stands on the deployed sandbox (tests/fleet/conftest.py); a
+    fleet someone booted by hand on the bare image would build an engine on every worker."""
     if not (REPO / ".sandbox" / "fleet" / "from-sandbox").exists():
         pytest.skip("needs the fleet on the deployed single sandbox: make deploy; make fleet-up FROM_SANDBOX=1")
+    return fleet_up
+
+
+def summary_of_a_run_losing(node: str, when) -> str:
+    """A fleet deploy during which `node` is powered off once `when(lines so far)` holds: it must
+    fail without an internal exception; its summary."""
+    proc = subprocess.Popen(DEPLOY, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, powered_off = [], False
+    for line in proc.stdout:
+        lines.append(line)
+        if not powered_off and when(lines):
+            powered_off = True
+            power_off_during(proc, node)
+    out = "".join(lines)
+    assert proc.wait(timeout=3600) != 0, out[-3000:]
+    assert "An internal exception occurred" not in out, out[-6000:]
+    return out[out.rindex("--> Summary") :]
+
+
+def test_the_fleet_deploy_converges_on_every_worker_and_a_second_run_changes_nothing(deployed_fleet):
     rc, out, _ = deploy()
     assert rc == 0, out[-4000:]
     rc, out, totals = deploy()
@@ -61,22 +84,10 @@ def test_the_fleet_deploy_converges_on_every_worker_and_a_second_run_changes_not
     assert totals[-3:] == ["-", "-", totals[-4]], out[-4000:]
 
 
-def test_a_worker_unreachable_mid_run_leaves_the_others_converged_and_is_named(fleet_up):
-    if not (REPO / ".sandbox" / "fleet" / "from-sandbox").exists():
-        pytest.skip("needs the fleet on the deployed single sandbox: make deploy; make fleet-up FROM_SANDBOX=1")
-    seed, gone = fleet_up[1]["name"], fleet_up[-1]["name"]
-    proc = subprocess.Popen(DEPLOY, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines, started, powered_off = [], 0, False
-    for line in proc.stdout:
-        lines.append(line)
-        started += "Starting operation:" in line
-        if started == 5 and not powered_off:  # mid-run: connected and planned, some operations done
-            powered_off = True
-            power_off_during(proc, gone)
-    out = "".join(lines)
-    assert proc.wait(timeout=3600) != 0, out[-3000:]
-    assert "An internal exception occurred" not in out, out[-6000:]
-    summary = out[out.rindex("--> Summary") :]
+def test_a_worker_unreachable_mid_run_leaves_the_others_converged_and_is_named(deployed_fleet):
+    seed, gone = deployed_fleet[1]["name"], deployed_fleet[-1]["name"]
+    # mid-run: connected and planned, some operations done
+    summary = summary_of_a_run_losing(gone, lambda lines: sum("Starting operation:" in li for li in lines) == 5)
     assert f"[{gone}] unreachable: SSH to" in summary, summary
     assert f"[{seed}] deployed" in summary, summary
     # The same run again while it is still down: nothing left to do on the others, it is named again.
@@ -85,33 +96,22 @@ def test_a_worker_unreachable_mid_run_leaves_the_others_converged_and_is_named(f
     assert totals[-3:] == ["-", "-", totals[-4]], out[-4000:]
     summary = out[out.rindex("--> Summary") :]
     assert f"[{seed}] deployed" in summary and f"[{gone}] unreachable: SSH to" in summary, summary
-    boot(len(fleet_up))
+    boot(len(deployed_fleet))
     rc, out, _ = deploy()  # back: it converges
     assert rc == 0, out[-4000:]
 
 
-def test_a_seed_gone_before_it_sent_what_a_worker_lacks_is_named_in_that_workers_summary(fleet_up):
-    if not (REPO / ".sandbox" / "fleet" / "from-sandbox").exists():
-        pytest.skip("needs the fleet on the deployed single sandbox: make deploy; make fleet-up FROM_SANDBOX=1")
-    seed, peer = fleet_up[1]["name"], fleet_up[-1]["name"]
+def test_a_seed_gone_before_it_sent_what_a_worker_lacks_is_named_in_that_workers_summary(deployed_fleet):
+    seed, peer = deployed_fleet[1]["name"], deployed_fleet[-1]["name"]
     ssh = ["ssh", "-F", str(REPO / ".sandbox/fleet/ssh_config")]
     wheelhouse = "/opt/glm-flash/engine/wheelhouse"
     # One wheel the peer lacks: the seed is to send it (roles/fleet_artifacts.py).
     subprocess.run([*ssh, peer, f"rm {wheelhouse}/$(ls {wheelhouse} | grep -m1 whl)"], check=True)
-    proc = subprocess.Popen(DEPLOY, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines, powered_off = [], False
-    for line in proc.stdout:
-        lines.append(line)
-        if "Beginning operation run" in line and not powered_off:  # planned: the peer receives from the seed
-            powered_off = True
-            power_off_during(proc, seed)
-    out = "".join(lines)
-    assert proc.wait(timeout=3600) != 0, out[-3000:]
-    assert "An internal exception occurred" not in out, out[-6000:]
-    summary = out[out.rindex("--> Summary") :]
+    # planned: the peer is to receive from the seed
+    summary = summary_of_a_run_losing(seed, lambda lines: "Beginning operation run" in lines[-1])
     assert f"[{seed}] unreachable: SSH to" in summary, summary
     assert f"[{peer}] failed: it was to receive files from the fleet's seed {seed}, which became unreachable" in summary
-    boot(len(fleet_up))
+    boot(len(deployed_fleet))
     rc, out, _ = deploy()  # the seed back: the peer receives what it lacks
     assert rc == 0, out[-4000:]
     rc, out, totals = deploy()
