@@ -77,6 +77,19 @@ def sandbox_sh(command: str, check: bool = True, timeout: int = 1800) -> subproc
     return r
 
 
+def service_last_start(unit: str = "glm-flash.service") -> tuple[float, str]:
+    """(InactiveExitTimestamp as epoch seconds to the microsecond, InvocationID) of the unit's last start.
+
+    `--timestamp=unix` rounds down to the second, so a start in the same second as a file change
+    would look older than it; the deploy's own fact reads microseconds, and so does this.
+    """
+    from roles.facts.service import _timestamp
+
+    out = sandbox_sh(f"systemctl show --timestamp=us+utc -p InactiveExitTimestamp -p InvocationID {unit}").stdout
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return _timestamp(props["InactiveExitTimestamp"]), props["InvocationID"]
+
+
 def changed_operations(result_json: str) -> list[str]:
     """Names of operations that changed or failed anything, from `pyinfra --json` output."""
     results = json.loads(result_json)["results"]["operations"]

@@ -18,7 +18,14 @@ import shlex
 
 import pytest
 
-from tests.conftest import SANDBOX_INVENTORY, changed_operations, inventory_hosts, pyinfra, sandbox_sh
+from tests.conftest import (
+    SANDBOX_INVENTORY,
+    changed_operations,
+    inventory_hosts,
+    pyinfra,
+    sandbox_sh,
+    service_last_start,
+)
 from tests.sandbox.killpoints import deploy_killed_at
 
 pytestmark = pytest.mark.sandbox
@@ -35,8 +42,7 @@ def deploy(*data: str) -> list[str]:
 
 
 def last_start() -> float:
-    out = sandbox_sh("systemctl show --timestamp=unix -p InactiveExitTimestamp --value glm-flash.service").stdout
-    return float(out.strip().lstrip("@") or 0)
+    return service_last_start()[0]
 
 
 def mtime(path: str) -> float:
@@ -95,13 +101,15 @@ def test_killed_at_the_engine_switch_of_another_set(converged, delay):
     envs = sandbox_sh("ls /opt/glm-flash/engine/envs").stdout.split()
     if not any(e.startswith("0.7.0.post4-") for e in envs):
         pytest.skip("not applicable: the post4 environment is built by tests/sandbox/test_engine_upgrade.py")
-    deploy_killed_at("Switch engine current", delay, other)
-    deploy(other)
-    current = sandbox_sh("readlink /opt/glm-flash/engine/current").stdout.strip()
-    assert "0.7.0.post4-" in current
-    assert last_start() >= mtime("/opt/glm-flash/engine/current")
-    assert deploy(other) == []
-    # back to the inventory's engine set
-    deploy()
+    try:
+        deploy_killed_at("Switch engine current", delay, other)
+        deploy(other)
+        current = sandbox_sh("readlink /opt/glm-flash/engine/current").stdout.strip()
+        assert "0.7.0.post4-" in current
+        assert last_start() >= mtime("/opt/glm-flash/engine/current")
+        assert deploy(other) == []
+    finally:
+        # back to the inventory's engine set, also when the above failed: the tests after these expect it
+        deploy()
     assert deploy() == []
     assert "0.7.0.post1-" in sandbox_sh("readlink /opt/glm-flash/engine/current").stdout

@@ -11,11 +11,9 @@ the change: its InactiveExitTimestamp (the start job leaving inactive) and Invoc
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from tests.conftest import SANDBOX_INVENTORY, changed_operations, pyinfra, sandbox_sh
+from tests.conftest import SANDBOX_INVENTORY, changed_operations, pyinfra, sandbox_sh, service_last_start
 
 pytestmark = pytest.mark.sandbox
 OP = "glm-flash.service started from the files on disk"
@@ -39,16 +37,6 @@ def deploy() -> list[str]:
     return changed_operations(run.stdout)
 
 
-def started() -> tuple[float, str]:
-    """(InactiveExitTimestamp as epoch seconds, InvocationID) of the last start of the service."""
-    out = sandbox_sh(
-        "systemctl show --timestamp=unix -p InactiveExitTimestamp -p InvocationID glm-flash.service"
-    ).stdout
-    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    stamp = props["InactiveExitTimestamp"].lstrip("@")
-    return (float(stamp) if stamp else 0.0), props["InvocationID"]
-
-
 @pytest.fixture(scope="module")
 def converged(sandbox):
     if deploy():
@@ -61,12 +49,11 @@ def test_next_deploy_restarts_onto_what_is_on_disk(converged, case):
     # Earlier tests start it by hand (tests/host/test_service.py); Restart=on-failure would retry
     # such a start 30 s later: stopping cancels a pending retry, so only the deploy starts it below.
     sandbox_sh("systemctl stop glm-flash.service")
-    before, inv_before = started()
-    time.sleep(1.1)  # the change lands after the last start, whole seconds apart
+    before, inv_before = service_last_start()
     sandbox_sh(KILLED_AFTER[case])
     changed_at = float(sandbox_sh("date +%s.%N").stdout)
     assert deploy() == [OP], f"after a run killed after the {case}, only the restart is due"
-    after, inv_after = started()
+    after, inv_after = service_last_start()
     assert after > changed_at > before and inv_after != inv_before
     # tried once: no automatic retry left pending to move the state under the next run
     assert sandbox_sh("systemctl is-active glm-flash.service", check=False).stdout.strip() in ("failed", "inactive")
