@@ -245,14 +245,20 @@ def parse_env_id(name: str) -> tuple[str, str] | None:
 # --- the cache on the control machine (control/pypi_cache.py) ------------------------------------
 
 
+def _identity(st: os.stat_result) -> str:
+    # ctime too: only the kernel sets it, on every write, rename or utime, so bytes changed and the
+    # mtime set back (same size, same second) do not pass as the file that was hashed.
+    return f"{st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}"
+
+
 def _stamped(path: Path, pin: Pin) -> bool:
-    """The file's stamp (digest, size, mtime) says it was checked as it is now: read-only."""
+    """The file's stamp (digest, identity) says it was checked as it is now: read-only."""
     stamp = path.with_name(path.name + ".sha256")
     if not (path.exists() and stamp.exists()):
         return False
     st = path.stat()
     digest, _, seen = stamp.read_text().strip().partition(" ")
-    return seen == f"{st.st_size} {int(st.st_mtime)}" and digest in pin.hashes
+    return seen == _identity(st) and digest in pin.hashes
 
 
 def _verified(path: Path, pin: Pin) -> bool:
@@ -276,7 +282,7 @@ def _private(path: Path) -> Path:
 def _stamp(path: Path, digest: str) -> None:
     st = path.stat()
     tmp = _private(path.with_name(path.name + ".sha256"))
-    tmp.write_text(f"{digest} {st.st_size} {int(st.st_mtime)}\n")
+    tmp.write_text(f"{digest} {_identity(st)}\n")
     tmp.replace(path.with_name(path.name + ".sha256"))
 
 

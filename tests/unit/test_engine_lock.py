@@ -9,6 +9,7 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -175,6 +176,10 @@ def test_cached_file_must_carry_a_locked_hash(tmp_path):
     digest = hashlib.sha256(b"wheel").hexdigest()
     assert _verified(good, Pin("x", "1", (digest,)))
     assert _verified(good, Pin("x", "1", (digest,)))  # from the stamp
+    st = good.stat()
+    good.write_bytes(b"wHeel")  # same size, and the mtime set back: only the hash can tell
+    os.utime(good, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert not _verified(good, Pin("x", "1", (digest,)))
     good.write_bytes(b"tampered")
     assert not _verified(good, Pin("x", "1", (digest,)))
     assert not _verified(tmp_path / "missing.whl", Pin("x", "1", (digest,)))
