@@ -108,7 +108,12 @@ def serving(unit: str, tool: str, root: str, mfile: str, bind: str, extra: str =
 
 
 def stopping(unit: str) -> list[str]:
-    return [f"systemctl stop {unit}; journalctl -u {unit} -o cat --no-pager | grep -F sent | tail -n 1"]
+    # --sync: the server's last line ("sent N bytes", printed as it stops) may still sit in
+    # journald's stream socket when the stop returns; systemd >= 256 reads it in before returning.
+    return [
+        f"systemctl stop {unit}; journalctl --sync 2>/dev/null; "
+        f"journalctl -u {unit} -o cat --no-pager | grep -F sent | tail -n 1"
+    ]
 
 
 def checkpoint_plan(complete) -> tuple:

@@ -151,7 +151,9 @@ def test_canary_secrets_never_leak(sandbox, profile):
         assert "hf-token" in out and "Checkpoint" in out  # the download ran in this deploy
         assert API_KEY not in out and TOKEN not in out
         assert watch.hits == [], watch.hits
-        journal = sandbox_sh(f"journalctl --no-pager -o verbose --after-cursor={shlex.quote(cursor)}").stdout
+        journal = sandbox_sh(
+            f"journalctl --sync; journalctl --no-pager -o verbose --after-cursor={shlex.quote(cursor)}"
+        ).stdout
         assert "glm-flash-model-download" in journal
         assert API_KEY not in journal and TOKEN not in journal
         hits = [h for h in world_readable_hits(ROOTFS) if not h.endswith("/root/canaries")]

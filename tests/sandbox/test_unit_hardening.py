@@ -50,7 +50,10 @@ def start_and_log(timeout: int = 120) -> tuple[int, str, str]:
     start = sandbox_sh(f"timeout {timeout} systemctl start {UNIT}", check=False)
     inv = sandbox_sh(f"systemctl show -p InvocationID --value {UNIT}").stdout.strip()
     sandbox_sh(f"systemctl stop {UNIT}; systemctl reset-failed {UNIT}", check=False)
-    log = sandbox_sh(f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={inv} + INVOCATION_ID={inv}").stdout
+    # --sync: lines still queued in journald's stream socket are read in first (systemd >= 256)
+    log = sandbox_sh(
+        f"journalctl --sync; journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={inv} + INVOCATION_ID={inv}"
+    ).stdout
     return start.returncode, log, inv
 
 
