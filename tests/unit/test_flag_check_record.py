@@ -94,6 +94,16 @@ def test_a_changed_engine_file_or_flag_is_checked_again(engine):
     assert check(engine, other).returncode == 0 and imports(engine) == 3
 
 
+def test_bytes_rewritten_in_place_with_the_mtime_put_back_are_checked_again(engine):
+    assert check(engine).returncode == 0
+    path, st = engine["server_args"], engine["server_args"].stat()
+    text = path.read_text()
+    path.write_text(text.replace("--port", "--pork"))  # same size, same inode
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    r = check(engine)
+    assert "recorded" not in r.stdout and imports(engine) == 2  # imported again, not the record's answer
+
+
 def test_refused_flags_leave_no_record(engine):
     bad = dict(SPEC, args=["--port", "not-a-number"])
     assert check(engine, bad).returncode == 1
