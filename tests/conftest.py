@@ -83,11 +83,12 @@ def service_last_start(unit: str = "glm-flash.service") -> tuple[float, str]:
     `--timestamp=unix` rounds down to the second, so a start in the same second as a file change
     would look older than it; the deploy's own fact reads microseconds, and so does this.
     """
-    from roles.facts.service import _timestamp
+    from roles.facts.service import ServiceStartState  # the deploy's own parser (the repo is on sys.path by now)
 
-    out = sandbox_sh(f"systemctl show --timestamp=us+utc -p InactiveExitTimestamp -p InvocationID {unit}").stdout
-    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    return _timestamp(props["InactiveExitTimestamp"]), props["InvocationID"]
+    show = f"systemctl show --timestamp=us+utc -p InactiveExitTimestamp -p InvocationID {unit}"
+    lines = sandbox_sh(show).stdout.splitlines()
+    invocation = next((line.partition("=")[2] for line in lines if line.startswith("InvocationID=")), "")
+    return ServiceStartState.parse(lines).last_start, invocation
 
 
 def changed_operations(result_json: str) -> list[str]:

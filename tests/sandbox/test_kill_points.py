@@ -41,10 +41,6 @@ def deploy(*data: str) -> list[str]:
     return changed_operations(run.stdout)
 
 
-def last_start() -> float:
-    return service_last_start()[0]
-
-
 def mtime(path: str) -> float:
     return float(sandbox_sh(f"stat -c %.Y {shlex.quote(path)}").stdout)
 
@@ -69,7 +65,7 @@ def test_killed_after_a_config_upload_before_the_restart(converged):
     assert "Launch flags" in started  # the new flags went up in the killed run
     finishing = deploy(*data)
     assert RESTART in finishing and "Launch flags" not in finishing
-    assert last_start() >= mtime("/etc/glm-flash/launch.json")
+    assert service_last_start()[0] >= mtime("/etc/glm-flash/launch.json")
     assert deploy(*data) == []
     # back to the inventory's own name, for the tests after these
     assert RESTART in deploy()
@@ -106,7 +102,7 @@ def test_killed_at_the_engine_switch_of_another_set(converged, delay):
         deploy(other)
         current = sandbox_sh("readlink /opt/glm-flash/engine/current").stdout.strip()
         assert "0.7.0.post4-" in current
-        assert last_start() >= mtime("/opt/glm-flash/engine/current")
+        assert service_last_start()[0] >= mtime("/opt/glm-flash/engine/current")
         assert deploy(other) == []
     finally:
         # back to the inventory's engine set, also when the above failed: the tests after these expect it
