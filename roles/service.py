@@ -50,6 +50,7 @@ def unit_context(profile: Profile, api_key: bool, systemd_version: int = LOG_FIL
         api_key=api_key,
         gpu_count=profile.gpu_count,
         port=profile.port,
+        listen_host=profile.listen_host,
         served_model_name=profile.served_model_name,
         startup_timeout_s=profile.startup_timeout_s,
         restart_limit=profile.restart_limit,

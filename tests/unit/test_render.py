@@ -26,11 +26,20 @@ def test_unit_runs_unprivileged_and_waits_for_a_completion():
     assert "User=glm-flash\n" in text and "Group=glm-flash\n" in text
     assert "ExecStartPre=/opt/glm-flash/bin/glm-flash-preflight gpus 2\n" in text
     assert "ExecStart=/opt/glm-flash/bin/glm-flash-launch /etc/glm-flash/launch.json\n" in text
-    assert "glm-flash-ready --port 30000 --model glm-5.3-flash --timeout 3600" in text
+    # readiness asks where the engine listens (the tool maps a wildcard to loopback)
+    assert "glm-flash-ready --host 127.0.0.1 --port 30000 --model glm-5.3-flash --timeout 3600" in text
     assert "TimeoutStartSec=3660\n" in text and "KillMode=control-group\n" in text
     assert "StartLimitBurst=3\n" in text and "Restart=on-failure\n" in text
     assert "UnsetEnvironment=PYTORCH_ALLOC_CONF PYTORCH_CUDA_ALLOC_CONF\n" in text
     assert "LoadCredential" not in text
+
+
+def test_readiness_asks_the_address_the_engine_listens_on(monkeypatch):
+    """An engine bound to one address answers nowhere else: asking 127.0.0.1 would fail every
+    start after startup_timeout_s, and Restart= would loop on it."""
+    monkeypatch.setenv("GLM_FLASH_API_KEY", "sk-test")  # a non-loopback address needs a key
+    text = unit(build("gpu1", {"listen_host": "10.0.0.5"}), api_key=True)
+    assert "ExecStartPost=/opt/glm-flash/bin/glm-flash-ready --host 10.0.0.5 --port 30000 " in text
 
 
 def test_unit_with_api_key_and_allocator_setting():

@@ -1,0 +1,111 @@
+"""Readiness on the deployed unit: asked where the engine listens, and only a real answer counts.
+
+The deploy runs with `listen_host` set to one address (127.0.0.7, as a fleet worker sets its
+private address) and an API key (a non-loopback address needs one). A drop-in under /run then
+swaps only the engine for a stand-in (no GPU here: simulated is the engine, an OpenAI-shaped
+server bound to that one address that checks the key from its credential); the unit's own
+ExecStartPost, rendered by the deploy, decides whether the start succeeds. Then the stand-in
+answers an empty message: the start fails and the journal says why. Afterwards the drop-in
+goes and the inventory's own values are deployed again (converged: nothing left changed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, sandbox_sh
+from tests.sandbox.test_unit_hardening import put
+
+pytestmark = pytest.mark.sandbox
+ADDRESS = "127.0.0.7"
+KEY = "sk-ready-test-8c1f"
+UNIT = "glm-flash.service"
+DROPIN = "/run/systemd/system/glm-flash.service.d/test-ready.conf"
+ENGINE = "/run/glm-flash-test-engine.py"
+STANDIN = """
+import json, os, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+address, port, content = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+key = open(os.path.join(os.environ["CREDENTIALS_DIRECTORY"], "api-key")).read().strip()
+class Engine(BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.headers.get("Authorization") != "Bearer " + key:
+            self.send_response(401); self.end_headers(); return
+        body = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+HTTPServer((address, port), Engine).serve_forever()
+"""
+
+
+def deploy(*data: str, key: str | None = None) -> list[str]:
+    args = [sys.executable, "-m", "pyinfra", "-y", "--json"]
+    for d in data:
+        args += ["--data", d]
+    env = {k: v for k, v in os.environ.items() if k != "GLM_FLASH_API_KEY"}
+    if key:
+        env["GLM_FLASH_API_KEY"] = key  # the control machine's environment, as a user exports it
+    run = subprocess.run(
+        [*args, SANDBOX_INVENTORY, "deploy.py"], cwd=REPO, capture_output=True, text=True, env=env, timeout=3600
+    )
+    assert run.returncode == 0, run.stderr[-6000:]
+    return changed_operations(run.stdout)
+
+
+def start_with_engine(content: str, port: int) -> tuple[int, str]:
+    put(ENGINE, STANDIN)
+    sandbox_sh(f"chmod 0644 {ENGINE}")
+    put(
+        DROPIN,
+        "[Service]\nExecStartPre=\n"
+        f"ExecStart=\nExecStart=/usr/bin/python3 {ENGINE} {ADDRESS} {port} {json.dumps(content)}\n"
+        "TimeoutStartSec=40\nRestart=no\n",
+    )
+    sandbox_sh(f"systemctl daemon-reload; systemctl stop {UNIT}; systemctl reset-failed {UNIT}", check=False)
+    start = sandbox_sh(f"timeout 90 systemctl start {UNIT}", check=False)
+    inv = sandbox_sh(f"systemctl show -p InvocationID --value {UNIT}").stdout.strip()
+    log = sandbox_sh(
+        f"journalctl --sync; journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={inv} + INVOCATION_ID={inv}"
+    )
+    return start.returncode, log.stdout
+
+
+@pytest.fixture(scope="module")
+def one_address(sandbox):
+    deploy(f"listen_host={ADDRESS}", key=KEY)
+    unit = sandbox_sh(f"systemctl cat {UNIT}").stdout
+    port = int(json.loads(sandbox_sh("cat /etc/glm-flash/status.json").stdout)["port"])
+    assert f"glm-flash-ready --host {ADDRESS} --port {port} " in unit, unit
+    try:
+        yield port
+    finally:
+        sandbox_sh(
+            f"systemctl stop {UNIT}; rm -f {DROPIN} {ENGINE}; systemctl daemon-reload; systemctl reset-failed {UNIT}",
+            check=False,
+        )
+        deploy()
+        assert deploy() == [], "the inventory's own values converge again"
+        sandbox_sh(f"systemctl stop {UNIT}; systemctl reset-failed {UNIT}", check=False)
+
+
+def test_an_engine_on_one_address_becomes_active_and_ready(one_address):
+    rc, log = start_with_engine("OK", one_address)
+    assert rc == 0, log
+    assert sandbox_sh(f"systemctl is-active {UNIT}", check=False).stdout.strip() == "active"
+    assert "glm-flash: ready after" in log and "answered" in log, log
+    # it listens on that address only: loopback's usual address has nothing
+    assert sandbox_sh(f"ss -Htln 'sport = :{one_address}'").stdout.count(ADDRESS) == 1
+    assert "127.0.0.1:" not in sandbox_sh(f"ss -Htln 'sport = :{one_address}'").stdout
+
+
+def test_an_empty_answer_is_not_ready_and_the_journal_says_why(one_address):
+    rc, log = start_with_engine("", one_address)
+    assert rc != 0, log
+    assert sandbox_sh(f"systemctl is-active {UNIT}", check=False).stdout.strip() != "active"
+    assert "answered with an empty message" in log, log
