@@ -41,10 +41,6 @@ def cuda12_headers(host):
     return sorted(set(out.stdout.split()))
 
 
-def has_gpu(host):
-    return host.run("nvidia-smi -L").rc == 0
-
-
 def test_fix_command_and_patch_set_installed(host, profile):
     paths = cuda_header.locations(profile)
     tool = host.file(paths["tool"])
@@ -69,10 +65,10 @@ def test_check_passes(host, profile):
     assert r.rc == 0, r.stdout + r.stderr
 
 
-def test_every_cuda12_header_fixed(host):
+def test_every_cuda12_header_fixed(host, has_gpu):
     headers = cuda12_headers(host)
     if not headers:
-        if has_gpu(host):
+        if has_gpu:
             pytest.fail("no CUDA 12.x toolkit on a GPU node")
         pytest.skip("not applicable: no CUDA 12.x toolkit on this host (no GPU)")
     if glibc(host) < (2, 41):
@@ -84,16 +80,14 @@ def test_every_cuda12_header_fixed(host):
             assert f"{name}({arg} x);" not in text, f"{h}: {name} still undecorated"
 
 
-def test_probe_compiles_with_the_toolkits_nvcc(host, profile):
+def test_probe_compiles_with_the_toolkits_nvcc(host, profile, has_gpu):
     if not profile.cuda_version.startswith("12."):
         pytest.skip(f"not applicable: cuda_version {profile.cuda_version} is not 12.x")
     nvcc = f"/usr/local/cuda-{profile.cuda_version}/bin/nvcc"
-    if not has_gpu(host):
+    if not has_gpu:
         pytest.skip("not applicable: no GPU (the sandbox's toolkit is a stand-in without a compiler)")
     if not host.file(nvcc).exists:
-        if has_gpu(host):
-            pytest.fail(f"{nvcc} is missing on a GPU node")
-        pytest.skip(f"not applicable: no {nvcc} on this host (no GPU, no toolkit)")
+        pytest.fail(f"{nvcc} is missing on a GPU node")
     d = host.run("mktemp -d").stdout.strip()
     try:
         host.run(f"cat > {d}/probe.cu <<'EOF'\n{PROBE}EOF")
