@@ -102,8 +102,9 @@ def test_unit_is_active(host):
 @pytest.mark.gpu
 def test_a_completion_answers(host, profile):
     out = host.run(
-        f"{profile.install_root}/bin/glm-flash-ready --port {profile.port} --model {profile.served_model_name} --once"
-    )
+        f"{profile.install_root}/bin/glm-flash-ready --host {profile.listen_host} --port {profile.port} "
+        f"--model {profile.served_model_name} --once"
+    )  # a real answer, asked where the engine listens
     assert out.rc == 0, out.stderr
 
 
