@@ -3,13 +3,23 @@
 Re-runs and other hosts then serve the same commit until `make model-lock` is run on purpose.
 A revision that already is a commit (40 hex digits) needs no entry. Control machine only.
 
+As cargo and uv do with a missing lock entry, the first real deploy of a moving revision asks
+the hub once (resolve), writes the entry (record: a temp file beside the lock, synced,
+renamed) and says so, asking the user to commit it; `--dry` resolves and writes nothing. An
+existing entry is never changed by a deploy, only by `make model-lock`.
+
     {"zai-org/GLM-5.3-Flash": {"main": "<40 hex>"}, ...}
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 LOCK = Path(__file__).resolve().parent.parent / "locks" / "model.json"
@@ -47,9 +57,38 @@ def commit_for(model_id: str, revision: str, path: Path | None = None) -> str:
 
 
 def record(model_id: str, revision: str, commit: str, path: Path | None = None) -> None:
+    """Write `model_id`@`revision` -> `commit` into the lock, atomically (a kill leaves the old file)."""
     path = path or LOCK
     if not COMMIT.fullmatch(commit):
         raise ModelLockError(f"the hub answered {commit!r} for {model_id}@{revision}, not a commit")
     data = load(path)
     data.setdefault(model_id, {})[revision] = commit
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def resolve(endpoint: str, model_id: str, revision: str, token: str | None) -> str:
+    """The commit the hub at `endpoint` names for `model_id`@`revision` (its model-info API)."""
+    url = f"{endpoint.rstrip('/')}/api/models/{model_id}/revision/{urllib.parse.quote(revision, safe='')}"
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            commit = json.load(r)["sha"]
+    except urllib.error.HTTPError as e:
+        raise ModelLockError(f"{url}: the hub answered {e.code} (gated or private: set HF_TOKEN)") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise ModelLockError(f"{url}: cannot reach the hub ({getattr(e, 'reason', e)})") from None
+    except (ValueError, KeyError, TypeError):
+        raise ModelLockError(f"{url}: the answer has no commit (sha)") from None
+    if not isinstance(commit, str) or not COMMIT.fullmatch(commit):
+        raise ModelLockError(f"the hub answered {commit!r} for {model_id}@{revision}, not a commit")
+    return commit

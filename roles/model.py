@@ -31,9 +31,9 @@ import re
 from pathlib import Path
 
 import yaml
-from pyinfra import host
+from pyinfra import host, logger
 
-from control import layout
+from control import layout, model_lock
 from control.engine_lock import cached, parse_lock
 from control.engine_lock import fetch as fetch_wheels
 from control.model_lock import ModelLockError, commit_for
@@ -162,6 +162,34 @@ def apply(profile: Profile, unit: str = "glm-flash-model-download") -> None:
     checkpoint(profile, profile.model_id, profile.model_revision, profile.model_path, unit)
 
 
+def first_lock(profile: Profile, repo_id: str, revision: str, token: str | None) -> str | None:
+    """A moving revision with no entry in locks/model.json: on a real run, asked of the hub once
+    and recorded (then every later run and host serves that commit); a dry run asks nothing and
+    writes nothing. None when there is no commit to serve (dry run, or refused)."""
+    if dry_run():
+        skipped(
+            f"locking {repo_id}@{revision}",
+            "dry run: the real run asks the hub once for its commit and records it in locks/model.json",
+        )
+        return None
+    try:
+        commit = model_lock.resolve(profile.hf_endpoint, repo_id, revision, token)
+        model_lock.record(repo_id, revision, commit)
+    except (ModelLockError, OSError) as e:
+        refuse(
+            "model_revision",
+            f"{repo_id}@{revision} is not in locks/model.json and could not be locked: {e}",
+            "check hf_endpoint and the token of a gated repo, or set model_revision to a commit",
+        )
+        return None
+    logger.warning(
+        f"[{host.name}] locks/model.json: {repo_id}@{revision} is now locked to {commit} (asked the hub once). "
+        "Commit locks/model.json so every host and every later run serves this commit; "
+        "`make model-lock` moves it on purpose."
+    )
+    return commit
+
+
 def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: str) -> None:
     """`repo_id` at `revision` (resolved through locks/model.json) downloaded into `path` and
     sealed root's: the model, or the GB10 drafter (roles/engine_vllm.py)."""
@@ -173,9 +201,10 @@ def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: s
         return
     try:
         commit = commit_for(repo_id, revision)
-    except ModelLockError as e:
-        refuse("model_revision", str(e), "lock it with `make model-lock`, or set a commit")
-        return
+    except ModelLockError:
+        commit = first_lock(profile, repo_id, revision, token)
+        if commit is None:
+            return
     requirements = REQUIREMENTS.read_text()
     if hub_version(requirements) != profile.huggingface_hub_version:
         refuse(

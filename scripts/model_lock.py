@@ -11,33 +11,15 @@ HF_TOKEN in the environment (sent as a header, never printed).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from control.defaults import KNOBS  # noqa: E402
-from control.model_lock import LOCK, ModelLockError, record  # noqa: E402
-
-
-def resolve(endpoint: str, model_id: str, revision: str, token: str | None) -> str:
-    url = f"{endpoint.rstrip('/')}/api/models/{model_id}/revision/{urllib.parse.quote(revision, safe='')}"
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return json.load(r)["sha"]
-    except urllib.error.HTTPError as e:
-        raise ModelLockError(f"{url}: the hub answered {e.code} (gated or private: set HF_TOKEN)") from None
-    except (urllib.error.URLError, OSError) as e:
-        raise ModelLockError(f"{url}: cannot reach the hub ({getattr(e, 'reason', e)})") from None
-    except (ValueError, KeyError):
-        raise ModelLockError(f"{url}: the answer has no commit (sha)") from None
+from control.model_lock import LOCK, ModelLockError, record, resolve  # noqa: E402
 
 
 def main() -> int:
