@@ -238,7 +238,10 @@ def create_rootfs() -> None:
 
 
 def write_sshd_port(root: Path) -> None:
-    """sshd's port and address (written at every boot: `up` may have chosen another port since)."""
+    """sshd's port and address (written at every boot: `up` may have chosen another port since).
+    A root without sshd's configuration directory is not one of ours: nspawn says why when it boots."""
+    if not (root / "etc/ssh/sshd_config.d").is_dir():
+        return
     (root / "etc/ssh/sshd_config.d/sandbox.conf").write_text(
         f"# The sandbox shares the host's network: keep sshd on a loopback port (.sandbox/ports.json).\n"
         f"Port {PORT}\nListenAddress 127.0.0.1\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
