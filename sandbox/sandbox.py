@@ -475,10 +475,30 @@ def inotify_room() -> None:
         INOTIFY_INSTANCES.write_text(f"{INOTIFY_NEEDED}\n")
 
 
+def stranger(r: subprocess.CompletedProcess) -> bool:
+    """ssh refused the host key: the sshd answering is not this checkout's machine."""
+    return r.returncode != 0 and (
+        "Host key verification failed" in r.stderr or "IDENTIFICATION HAS CHANGED" in r.stderr
+    )
+
+
+def stranger_message(r: subprocess.CompletedProcess) -> str:
+    who = listener()
+    return (
+        f"sandbox: the sshd answering on 127.0.0.1:{PORT} is not this checkout's sandbox (its host key is not "
+        f"the one in {STATE / 'known_hosts'}){': ' + who if who else ''}; another program took the port after it "
+        f"was chosen. Run `sandbox.py down`, then `sandbox.py up` (it chooses a free port), or pin one with "
+        f"GLM_FLASH_SANDBOX_PORT. ssh said: {first_line(r.stderr)}"
+    )
+
+
 def up() -> None:
     settle_ports(running=pid() is not None)
     ensure_keys()
     if pid() and ssh_ready():
+        r = ssh("true")
+        if stranger(r):  # something else answers on our port (our machine is not what listens there)
+            sys.exit(stranger_message(r))
         standin_up()
         hub_up()
         say(f"already running (ssh -F {STATE / 'ssh_config'} sandbox)")
@@ -518,15 +538,9 @@ def up() -> None:
                 return
             last_error = first_line(r.stderr)
             failing_since = failing_since or time.time()
-            if "Host key verification failed" in r.stderr or "IDENTIFICATION HAS CHANGED" in r.stderr:
+            if stranger(r):
                 down()
-                who = listener()
-                sys.exit(
-                    f"sandbox: the sshd answering on 127.0.0.1:{PORT} is not this checkout's sandbox (its host key "
-                    f"is not the one in {STATE / 'known_hosts'}){': ' + who if who else ''}; another program took "
-                    f"the port after it was chosen. Run `sandbox.py up` again (it chooses a free port) or pin one "
-                    f"with GLM_FLASH_SANDBOX_PORT. ssh said: {last_error}"
-                )
+                sys.exit(stranger_message(r))
             if time.time() - failing_since >= SSH_FAIL_GRACE:
                 down()
                 sys.exit(f"sandbox: sshd answers on 127.0.0.1:{PORT} but ssh fails (exit {r.returncode}): {last_error}")

@@ -123,3 +123,25 @@ def test_nspawn_exit_is_reported_with_its_message(checkout):
     assert up.returncode != 0
     assert "systemd-nspawn exited with status" in up.stderr
     assert "doesn't look like an OS root directory" in up.stderr, up.stderr
+
+
+def test_a_stranger_sshd_on_our_port_is_named(checkout, sandbox):
+    """Another checkout's sshd (the suite's own sandbox here) answers on the port this checkout recorded:
+    strict host-key checking against this checkout's own known_hosts refuses it, and `up` says so."""
+    root, env = checkout
+    theirs = ports(REPO)["ssh"]
+    (root / ".sandbox").mkdir(parents=True)
+    (root / ".sandbox/ports.json").write_text(json.dumps({"ssh": theirs, "standin": 1, "hub": 2}))
+    # this checkout's machine "runs" (a process of our own stands in for its nspawn), so `up` keeps the port
+    stand_in = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    try:
+        (root / ".sandbox/nspawn.pid").write_text(str(stand_in.pid))
+        up = tool(root, env, "up", timeout=60)
+    finally:
+        (root / ".sandbox/nspawn.pid").unlink(missing_ok=True)  # the teardown's destroy must not signal a reused pid
+        stand_in.kill()
+        stand_in.wait()
+    assert up.returncode != 0
+    assert f"the sshd answering on 127.0.0.1:{theirs} is not this checkout's sandbox" in up.stderr, up.stderr
+    assert "Host key verification failed" in up.stderr and "Traceback" not in up.stderr
+    assert subprocess.run(["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", "true"]).returncode == 0
