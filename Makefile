@@ -101,7 +101,7 @@ engine-locks: venv  ## regenerate locks/engine/*.txt (uv pinned in locks/tools.t
 clean: sandbox-down fleet-down
 	$(PY) sandbox/sandbox.py destroy
 
-# Fleet sandbox (issue 14): N Debian 13 machines on 127.0.0.2.. sharing one read-only image.
+# Fleet sandbox (issue 14): N Debian 13 machines on 127.A.B.2.. (this checkout's own subnet) sharing one read-only image.
 N ?= 3
 .PHONY: fleet-up fleet-down gateway-lock bench-fleet
 fleet-up: deps venv  ## make fleet-up N=3 [FROM_SANDBOX=1: on the deployed, powered-off single sandbox]

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from control.fleet import fleet
 
-PORT = int(os.environ.get("GLM_FLASH_SANDBOX_PORT", "2222"))
 NODES = Path(".sandbox/fleet/nodes.json")
 if not NODES.exists():
     raise SystemExit("glm-flash: the fleet sandbox is not up. Fix: make fleet-up N=3, then run this again")

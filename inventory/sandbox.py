@@ -11,8 +11,19 @@ from pathlib import Path
 
 from control.profile import hosts
 
-PORT = int(os.environ.get("GLM_FLASH_SANDBOX_PORT", "2222"))
-STANDIN_URL = f"http://127.0.0.1:{os.environ.get('GLM_FLASH_STANDIN_PORT', PORT + 6000)}"
+# This checkout's ports: `make sandbox-up` chose them and recorded them in .sandbox/ports.json
+# (sandbox/sandbox.py); GLM_FLASH_SANDBOX_PORT / GLM_FLASH_STANDIN_PORT pin them as they pinned it.
+PORTS_FILE = Path(".sandbox/ports.json")
+if not PORTS_FILE.exists():
+    raise SystemExit(
+        "glm-flash: the sandbox has no ports yet (.sandbox/ports.json). Fix: make sandbox-up, then run this again"
+    )
+ports = json.loads(PORTS_FILE.read_text())
+PORT = int(os.environ.get("GLM_FLASH_SANDBOX_PORT") or ports["ssh"])
+_standin_default = (
+    int(os.environ["GLM_FLASH_SANDBOX_PORT"]) + 6000 if os.environ.get("GLM_FLASH_SANDBOX_PORT") else ports["standin"]
+)
+STANDIN_URL = f"http://127.0.0.1:{os.environ.get('GLM_FLASH_STANDIN_PORT') or _standin_default}"
 STANDIN_INFO = Path(".sandbox/rootfs/srv/glm-flash-standin/standin.json")  # /srv/... inside the sandbox
 if not STANDIN_INFO.exists():
     raise SystemExit(

@@ -2,13 +2,16 @@
 """A fleet sandbox: N Debian 13 machines booted with real systemd, one loopback address each.
 
     fleet.py up [-n N] [--from-sandbox]
-                         boot N machines (default 3): node1 on 127.0.0.2, node2 on 127.0.0.3, ...
+                         boot N machines (default 3): node1 on 127.A.B.2, node2 on 127.A.B.3, ...
+                         (127.A.B: this checkout's own, from its identity; see subnet())
                          --from-sandbox: on the deployed single sandbox instead of the bare image
     fleet.py down        power them off and delete what they wrote (the shared image stays)
     fleet.py status
 
 The containers share the host's network (systemd-nspawn without a private network), so each
-machine's sshd listens on its own loopback address, on the sandbox port (GLM_FLASH_SANDBOX_PORT).
+machine's sshd listens on its own loopback address, on this checkout's sandbox port (.sandbox/ports.json,
+or GLM_FLASH_SANDBOX_PORT), and the machines are named after the checkout's identity
+(glm-flash-fleet-<identity>-<n>): two checkouts' fleets boot side by side.
 Nothing but 127.0.0.0/8 is used.
 
 Disk: every machine is an overlay (overlayfs) whose read-only lower layer is ONE unpacked copy of
@@ -45,9 +48,17 @@ FROM_SANDBOX = FLEET / "from-sandbox"  # present while the fleet's lower layer i
 MAX_NODES = 16
 
 
+def subnet(identity: str = "") -> str:
+    """This checkout's own /24 inside 127.0.0.0/8 (all of it loopback on Linux), from its identity:
+    two checkouts' fleets listen on different addresses, so no port of theirs meets (sshd, the
+    engines, the gateway, the peer port 30080 of control/fleet.py). Never 127.0.0.x, the host's."""
+    h = int((identity or sb.IDENTITY)[:8], 16)
+    return f"127.{1 + h % 254}.{(h >> 8) % 256}"
+
+
 def address(index: int) -> str:
-    """node1 -> 127.0.0.2 (127.0.0.1 stays the host's and the single sandbox's)."""
-    return f"127.0.0.{index + 1}"
+    """node1 -> 127.A.B.2 (A.B this checkout's subnet())."""
+    return f"{subnet()}.{index + 1}"
 
 
 def node_dir(index: int) -> Path:
@@ -55,7 +66,7 @@ def node_dir(index: int) -> Path:
 
 
 def machine(index: int) -> str:
-    return f"glm-flash-fleet-{sb.PORT}-{index}"
+    return f"glm-flash-fleet-{sb.IDENTITY}-{index}"
 
 
 def lower() -> Path:
@@ -199,6 +210,7 @@ def up(n: int, from_sandbox: bool = False) -> None:
             "fleet: --from-sandbox needs the single sandbox deployed and powered off "
             "(make deploy, then sandbox.py down): its root is the fleet's read-only lower layer"
         )
+    sb.settle_ports(running=sb.pid() is not None or bool(nodes_up()))
     sb.ensure_keys()
     FLEET.mkdir(parents=True, exist_ok=True)
     write_client_files(n)

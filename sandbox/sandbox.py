@@ -6,10 +6,20 @@
     sandbox.py fresh     throw the machine away and boot a bare one
     sandbox.py destroy   power off and delete the machine (the cached image stays)
     sandbox.py status
+    sandbox.py ports     this checkout's machine name and ports (chosen now if not yet), as JSON
 
 systemd-nspawn shares the host's network, so sshd listens on a loopback port. Keys
 (client and host) live in .sandbox/keys and survive rebuilds, so host-key checks pass.
 The pristine image is cached under $GLM_FLASH_CACHE (default ~/.cache/glm-flash).
+
+Two checkouts on one machine boot side by side: the machine name carries a hash of the
+checkout's real path (glm-flash-sandbox-<identity>), and `up` chooses the ports (sshd, the
+stand-in repository, the stand-in hub) among those free on 127.0.0.1, starting at a place
+derived from the same hash, and records them in .sandbox/ports.json, which the inventories,
+the fleet sandbox and the ssh_config read. GLM_FLASH_SANDBOX_PORT, GLM_FLASH_STANDIN_PORT and
+GLM_FLASH_HUB_PORT pin them instead. sshd inside the machine must be given a number (it cannot
+take our socket), so a port can still be taken between the choice and sshd's bind: ssh's
+strict host-key check against our own known_hosts then refuses the stranger, and `up` says so.
 """
 
 from __future__ import annotations
@@ -33,21 +43,98 @@ STATE = REPO / ".sandbox"
 ROOTFS = STATE / "rootfs"
 KEYS = STATE / "keys"
 PIDFILE = STATE / "nspawn.pid"
-PORT = int(os.environ.get("GLM_FLASH_SANDBOX_PORT", "2222"))
-# The stand-in for NVIDIA's repository is served to the sandbox over loopback (shared with it).
-STANDIN_PORT = int(os.environ.get("GLM_FLASH_STANDIN_PORT", str(PORT + 6000)))
+# One identity per checkout (its real path): two checkouts' machines and ports never meet.
+IDENTITY = hashlib.sha256(str(REPO).encode()).hexdigest()[:10]
+MACHINE = f"glm-flash-sandbox-{IDENTITY}"
+PORTS_FILE = STATE / "ports.json"  # {"ssh": .., "standin": .., "hub": ..}, chosen by `up`
+PORT_ENV = {"ssh": "GLM_FLASH_SANDBOX_PORT", "standin": "GLM_FLASH_STANDIN_PORT", "hub": "GLM_FLASH_HUB_PORT"}
+# Where the choice looks: below Linux's ephemeral range (32768-60999), so an outgoing connection's
+# own port never takes a sandbox's; the start in it is derived from the identity.
+PORT_RANGE = range(20000, 32000)
 # Inside the machine (its key is also read there, as file:///srv/glm-flash-standin/...).
 STANDIN_WWW = ROOTFS / "srv" / "glm-flash-standin"
 STANDIN_PIDFILE = STATE / "standin.pid"
 # The stand-in hub (sandbox/fake_hub.py) serving a small checkpoint with the real config.json
 # keys (sandbox/fake_model.py), also on loopback: the deploy downloads it as from the real hub.
-HUB_PORT = int(os.environ.get("GLM_FLASH_HUB_PORT", str(STANDIN_PORT + 1000)))
 HUB_DIR = STATE / "hub"
 HUB_INFO = HUB_DIR / "hub.json"
 HUB_LOG = STATE / "hub.log"  # one JSON line per request the hub answered
 HUB_PIDFILE = STATE / "hub.pid"
 HUB_REPO = "zai-org/GLM-5.3-Flash"
-MACHINE = f"glm-flash-sandbox-{PORT}"
+
+
+def pinned_ports(env: dict | None = None) -> dict[str, int]:
+    """The ports the environment pins (the stand-in's defaults follow a pinned sshd port, as before)."""
+    env = os.environ if env is None else env
+    found = {key: int(env[name]) for key, name in PORT_ENV.items() if env.get(name)}
+    if "ssh" in found:
+        found.setdefault("standin", found["ssh"] + 6000)
+    if "standin" in found:
+        found.setdefault("hub", found["standin"] + 1000)
+    return found
+
+
+def recorded_ports() -> dict[str, int]:
+    try:
+        return {k: int(v) for k, v in json.loads(PORTS_FILE.read_text()).items() if k in PORT_ENV}
+    except (FileNotFoundError, ValueError, AttributeError):
+        return {}
+
+
+def current_ports() -> dict[str, int]:
+    """What this checkout uses now: the environment's pins over what `up` recorded (0: not chosen yet)."""
+    return {key: 0 for key in PORT_ENV} | recorded_ports() | pinned_ports()
+
+
+def bindable(port: int, address: str = "127.0.0.1") -> bool:
+    """Nothing holds `port` on `address` (nor on the wildcard address): a bind without SO_REUSEADDR succeeds."""
+    with socket.socket() as s:
+        try:
+            s.bind((address, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_ports(keys: list[str], avoid: set[int], identity: str = "") -> dict[str, int]:
+    """One free port per key, none in `avoid`, searched from a start derived from `identity`."""
+    span = len(PORT_RANGE)
+    start = int(hashlib.sha256((identity or IDENTITY).encode()).hexdigest(), 16) % span
+    chosen: dict[str, int] = {}
+    for step in range(span):
+        if len(chosen) == len(keys):
+            break
+        port = PORT_RANGE[(start + step) % span]
+        if port not in avoid and port not in chosen.values() and bindable(port):
+            chosen[keys[len(chosen)]] = port
+    if len(chosen) < len(keys):
+        sys.exit(f"sandbox: no free port on 127.0.0.1 in {PORT_RANGE.start}-{PORT_RANGE.stop - 1}")
+    return chosen
+
+
+def settle_ports(running: bool = False) -> dict[str, int]:
+    """Choose the ports not pinned nor recorded (and, while nothing of ours runs, the recorded ones that
+    another program took since), record them in .sandbox/ports.json and use them from now on."""
+    global PORT, STANDIN_PORT, HUB_PORT
+    pinned, recorded = pinned_ports(), recorded_ports()
+    keep = dict(recorded)
+    if not running:
+        keep = {k: v for k, v in recorded.items() if bindable(v) or k in pinned}
+        for key in sorted(set(recorded) - set(keep)):
+            say(f"127.0.0.1:{recorded[key]} (this checkout's {key} port) is taken now; choosing another")
+    ports = keep | pinned
+    missing = [key for key in PORT_ENV if key not in ports]
+    if missing:
+        ports |= pick_ports(missing, set(ports.values()))
+    STATE.mkdir(exist_ok=True)
+    if ports != recorded:
+        PORTS_FILE.write_text(json.dumps({k: ports[k] for k in PORT_ENV}) + "\n")
+    PORT, STANDIN_PORT, HUB_PORT = ports["ssh"], ports["standin"], ports["hub"]
+    return ports
+
+
+_ports = current_ports()
+PORT, STANDIN_PORT, HUB_PORT = _ports["ssh"], _ports["standin"], _ports["hub"]
 CACHE = Path(os.environ.get("GLM_FLASH_CACHE", Path.home() / ".cache" / "glm-flash"))
 MIRROR = os.environ.get("GLM_FLASH_SANDBOX_MIRROR", "http://deb.debian.org/debian")
 # A bare server: systemd, sshd and nothing the deploy is supposed to install.
@@ -144,13 +231,21 @@ def create_rootfs() -> None:
     for suffix in ("", ".pub"):
         shutil.copy(KEYS / f"ssh_host_ed25519_key{suffix}", root / f"etc/ssh/ssh_host_ed25519_key{suffix}")
     os.chmod(root / "etc/ssh/ssh_host_ed25519_key", 0o600)
-    (root / "etc/ssh/sshd_config.d/sandbox.conf").write_text(
-        f"# The sandbox shares the host's network: keep sshd on a loopback port.\n"
-        f"Port {PORT}\nListenAddress 127.0.0.1\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
-    )
+    write_sshd_port(root)
     tmp.rename(ROOTFS)
     stage_nvidia()
     stage_hub()
+
+
+def write_sshd_port(root: Path) -> None:
+    """sshd's port and address (written at every boot: `up` may have chosen another port since).
+    A root without sshd's configuration directory is not one of ours: nspawn says why when it boots."""
+    if not (root / "etc/ssh/sshd_config.d").is_dir():
+        return
+    (root / "etc/ssh/sshd_config.d/sandbox.conf").write_text(
+        f"# The sandbox shares the host's network: keep sshd on a loopback port (.sandbox/ports.json).\n"
+        f"Port {PORT}\nListenAddress 127.0.0.1\nHostKey /etc/ssh/ssh_host_ed25519_key\n"
+    )
 
 
 def stage_hub() -> None:
@@ -243,6 +338,9 @@ def hub_up() -> None:
     if not HUB_INFO.exists():
         stage_hub()
     info = json.loads(HUB_INFO.read_text())
+    if info.get("port") != HUB_PORT:  # the inventories read the hub's address from here
+        info["port"] = HUB_PORT
+        HUB_INFO.write_text(json.dumps(info) + "\n")
     log = open(STATE / "hub.out", "ab")
     cmd = [
         sys.executable,
@@ -281,8 +379,9 @@ def pid() -> int | None:
     return alive(PIDFILE)
 
 
-def port_open(port: int = PORT, address: str = "127.0.0.1") -> bool:
+def port_open(port: int | None = None, address: str = "127.0.0.1") -> bool:
     """Something accepts connections on a loopback port (the sandbox's by default)."""
+    port = PORT if port is None else port
     try:
         with socket.create_connection((address, port), timeout=1):
             return True
@@ -304,8 +403,9 @@ def ssh(command: str) -> subprocess.CompletedProcess:
     )
 
 
-def listener(port: int = PORT) -> str:
+def listener(port: int | None = None) -> str:
     """Who listens on a port, as `ss` tells it (empty when it cannot)."""
+    port = PORT if port is None else port
     r = subprocess.run(["ss", "-Hltnp", f"sport = :{port}"], capture_output=True, text=True)
     return " ".join(r.stdout.split()) if r.returncode == 0 else ""
 
@@ -375,9 +475,30 @@ def inotify_room() -> None:
         INOTIFY_INSTANCES.write_text(f"{INOTIFY_NEEDED}\n")
 
 
+def stranger(r: subprocess.CompletedProcess) -> bool:
+    """ssh refused the host key: the sshd answering is not this checkout's machine."""
+    return r.returncode != 0 and (
+        "Host key verification failed" in r.stderr or "IDENTIFICATION HAS CHANGED" in r.stderr
+    )
+
+
+def stranger_message(r: subprocess.CompletedProcess) -> str:
+    who = listener()
+    return (
+        f"sandbox: the sshd answering on 127.0.0.1:{PORT} is not this checkout's sandbox (its host key is not "
+        f"the one in {STATE / 'known_hosts'}){': ' + who if who else ''}; another program took the port after it "
+        f"was chosen. Run `sandbox.py down`, then `sandbox.py up` (it chooses a free port), or pin one with "
+        f"GLM_FLASH_SANDBOX_PORT. ssh said: {first_line(r.stderr)}"
+    )
+
+
 def up() -> None:
+    settle_ports(running=pid() is not None)
     ensure_keys()
     if pid() and ssh_ready():
+        r = ssh("true")
+        if stranger(r):  # something else answers on our port (our machine is not what listens there)
+            sys.exit(stranger_message(r))
         standin_up()
         hub_up()
         say(f"already running (ssh -F {STATE / 'ssh_config'} sandbox)")
@@ -394,7 +515,8 @@ def up() -> None:
         sys.exit("sandbox: systemd-nspawn is missing; run `make deps`")
     if not ROOTFS.exists():
         create_rootfs()
-    say("booting with systemd-nspawn")
+    write_sshd_port(ROOTFS)
+    say(f"booting {MACHINE} with systemd-nspawn (sshd on 127.0.0.1:{PORT}, ports in {PORTS_FILE})")
     logfile = STATE / "boot.log"
     offset = logfile.stat().st_size if logfile.exists() else 0
     proc = nspawn(ROOTFS, MACHINE, logfile, PIDFILE)
@@ -416,6 +538,9 @@ def up() -> None:
                 return
             last_error = first_line(r.stderr)
             failing_since = failing_since or time.time()
+            if stranger(r):
+                down()
+                sys.exit(stranger_message(r))
             if time.time() - failing_since >= SSH_FAIL_GRACE:
                 down()
                 sys.exit(f"sandbox: sshd answers on 127.0.0.1:{PORT} but ssh fails (exit {r.returncode}): {last_error}")
@@ -469,7 +594,7 @@ def main() -> None:
     if os.geteuid() != 0:
         sys.exit("sandbox: run as root (mmdebstrap and systemd-nspawn need it)")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("action", choices=("up", "down", "fresh", "destroy", "status", "image"))
+    ap.add_argument("action", choices=("up", "down", "fresh", "destroy", "status", "image", "ports"))
     action = ap.parse_args().action
     STATE.mkdir(exist_ok=True)
     if action == "up":
@@ -483,8 +608,10 @@ def main() -> None:
         destroy()
     elif action == "image":
         print(build_image())
+    elif action == "ports":
+        print(json.dumps({"machine": MACHINE, **settle_ports(running=pid() is not None)}))
     else:
-        print("running" if pid() and ssh_ready() else "stopped")
+        print("running" if pid() and PORT and ssh_ready() else "stopped")
 
 
 if __name__ == "__main__":

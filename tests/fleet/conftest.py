@@ -17,9 +17,8 @@ N = 3
 
 
 def env() -> dict:
-    return dict(
-        os.environ, GLM_FLASH_API_KEY=KEY, GLM_FLASH_SANDBOX_PORT=os.environ.get("GLM_FLASH_SANDBOX_PORT", "2222")
-    )
+    """The fleet's ports are this checkout's (.sandbox/ports.json, or GLM_FLASH_SANDBOX_PORT when set)."""
+    return dict(os.environ, GLM_FLASH_API_KEY=KEY)
 
 
 def boot(n: int) -> None:

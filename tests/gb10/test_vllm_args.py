@@ -95,38 +95,43 @@ def test_the_parser_refuses_what_vllm_does_not_know(parsed, i):
     assert "error" in parsed[2 + i], (BAD[i], parsed[2 + i])
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(vpy, profile):
     """vLLM's middleware stack on uvicorn at 127.0.0.1, with the unit's environment."""
-    port = free_port()
+    # The listening socket is handed to the server (its fd): the port is never closed and reused.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
     argv = vllm_launch.vllm_args(profile) + ["--api-key", "test-key"]
     env = dict(os.environ, PYTHONPATH=str(REPO / "files"), **vllm_launch.vllm_env(profile))
     proc = subprocess.Popen(
-        [vpy, str(PROBE), "serve", json.dumps(argv), str(port)],
+        [vpy, str(PROBE), "serve", json.dumps(argv), str(listener.fileno())],
+        pass_fds=(listener.fileno(),),
         cwd=HERE,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
+    listener.close()  # the server has its own copy
+    # The socket listens from the start, so a connection alone proves nothing: wait for an HTTP answer.
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             pytest.fail("server exited: " + proc.stdout.read()[-3000:])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            conn.request("GET", "/")
+            conn.getresponse().read()
             break
         except OSError:
             time.sleep(0.5)
+        finally:
+            conn.close()
     else:
         proc.kill()
-        pytest.fail("server did not listen within 180 s")
+        pytest.fail("server did not answer HTTP within 180 s")
     yield port
     proc.terminate()
     try:

@@ -1,7 +1,7 @@
 """Run inside the vLLM 0.33.0 parser venv (tests/gb10/vllm_wheel.py), never in the control venv.
 
     python vllm_probe.py parse CASES_JSON       -> per argument list: {"ok": namespace} or {"error": msg}
-    python vllm_probe.py serve ARGS_JSON PORT   -> vLLM's own middleware wiring on a FastAPI app
+    python vllm_probe.py serve ARGS_JSON FD     -> vLLM's own middleware wiring on a FastAPI app
                                                    with a stand-in engine route, served by uvicorn
 
 `serve` builds the app as vLLM 0.33.0 does for its middleware: init_entrypoints_middleware()
@@ -57,7 +57,9 @@ def main():
     for path in ("/v1/chat/completions", "/v1/completions", "/v1/messages"):
         app.post(path)(echo)
     init_entrypoints_middleware(args, app, ("generate",))
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[3]), log_level="warning")
+    # argv[3]: the fd of a socket the test bound to 127.0.0.1:0 and listens on (passed down, so no
+    # port is closed by the test and then reused here).
+    uvicorn.run(app, fd=int(sys.argv[3]), log_level="warning")
 
 
 if __name__ == "__main__":

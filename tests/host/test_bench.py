@@ -22,9 +22,14 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def free_port() -> int:
+    """A port for ssh -L, which takes a number, not a socket: chosen free here, so another program can
+    still take it before ssh binds. ssh then exits (ExitOnForwardFailure), and open_tunnel tries again."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+TUNNEL_TRIES = 3
 
 
 def ssh_tunnel(backend, local: int, remote: int) -> list[str]:
@@ -49,16 +54,36 @@ def ssh_tunnel(backend, local: int, remote: int) -> list[str]:
     return cmd + [f"{spec.user}@{spec.name}" if spec.user else spec.name]
 
 
-def wait_listening(port: int, proc: subprocess.Popen, seconds: float = 30) -> None:
+def wait_listening(port: int, proc: subprocess.Popen, seconds: float = 30) -> bool:
+    """True once the tunnel listens; False when ssh could not bind the port (another program took it)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"ssh tunnel exited: {proc.stderr.read()[-500:]}")
+            err = proc.stderr.read()
+            if "Address already in use" in err or "cannot listen to port" in err:
+                return False
+            pytest.fail(f"ssh tunnel exited: {err[-500:]}")
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
+            if s.connect_ex(("127.0.0.1", port)) == 0 and proc.poll() is None:
+                return True
         time.sleep(0.5)
     pytest.fail(f"ssh tunnel to the engine's port not up after {seconds:.0f} s")
+
+
+def open_tunnel(backend, remote: int) -> tuple[subprocess.Popen, int]:
+    """ssh -L on a free local port, chosen again when another program took it first (a bounded number of times)."""
+    for _ in range(TUNNEL_TRIES):
+        local = free_port()
+        proc = subprocess.Popen(
+            ssh_tunnel(backend, local, remote),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if wait_listening(local, proc):
+            return proc, local
+    pytest.fail(f"ssh -L: another program took the chosen local port {TUNNEL_TRIES} times")
 
 
 @pytest.mark.gpu
@@ -72,20 +97,11 @@ def test_quick_bench_reaches_the_field_reports_floor(host, profile, tmp_path):
                 f"not applicable: the engine listens on {profile.listen_host} and the {host.backend.NAME} "
                 "connection cannot be tunnelled; check with --hosts ssh://..."
             )
-        local = free_port()
-        tunnel = subprocess.Popen(
-            ssh_tunnel(host.backend, local, profile.port),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        tunnel, local = open_tunnel(host.backend, profile.port)
         url = f"http://127.0.0.1:{local}"
     else:
         url = f"http://{host.backend.host.name}:{profile.port}"
     try:
-        if tunnel:
-            wait_listening(local, tunnel)
         run = subprocess.run(
             [
                 str(REPO / ".venv-bench/bin/python"),

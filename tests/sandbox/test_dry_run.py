@@ -20,12 +20,16 @@ from tests.conftest import REPO, SANDBOX_INVENTORY, sandbox_sh
 pytestmark = pytest.mark.sandbox
 
 
+_HELD: list[socket.socket] = []
+
+
 def closed_port() -> int:
+    """A port that refuses connections: bound here and never listening, and held for the whole run
+    (closed, another program could take it and answer)."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now: a connection is refused
-    return port
+    _HELD.append(s)
+    return s.getsockname()[1]
 
 
 def offline_env(cache) -> dict:

@@ -1,13 +1,15 @@
 """The sandbox tool itself, run from a checkout at a long path, as users clone into.
 
 Each test copies `sandbox/` into a directory whose path is at least 120 characters and runs
-it there on a port of its own, so the suite's main sandbox is not touched. ssh refuses a
+it there: a checkout of its own, so its own machine name and the ports it chooses itself
+(.sandbox/ports.json), and the suite's main sandbox is not touched. ssh refuses a
 control socket path of 104 bytes or more: a sandbox that kept its sockets under the checkout
 failed here with a misleading "SSH did not answer". Failures must name their real cause.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -21,10 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.sandbox
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def ports(root: Path) -> dict:
+    return json.loads((root / ".sandbox/ports.json").read_text())
 
 
 @pytest.fixture
@@ -35,9 +35,9 @@ def checkout(tmp_path):
     assert len(str(root)) >= 120
     for part in ("sandbox", "control"):  # control: the stand-in NVIDIA repository fetches through control/pypi_cache
         shutil.copytree(REPO / part, root / part, ignore=shutil.ignore_patterns("__pycache__"))
-    port = free_port()
-    env = dict(os.environ, GLM_FLASH_SANDBOX_PORT=str(port), GLM_FLASH_STANDIN_PORT=str(free_port()))
-    yield root, port, env
+    env = {k: v for k, v in os.environ.items() if k not in ("GLM_FLASH_SANDBOX_PORT", "GLM_FLASH_STANDIN_PORT")}
+    env.pop("GLM_FLASH_HUB_PORT", None)
+    yield root, env
     subprocess.run([sys.executable, str(root / "sandbox/sandbox.py"), "destroy"], env=env, capture_output=True)
 
 
@@ -52,7 +52,7 @@ def tool(root: Path, env: dict, action: str, timeout: int = 300) -> subprocess.C
 
 
 def test_boots_and_answers_ssh_from_a_long_path(checkout):
-    root, port, env = checkout
+    root, env = checkout
     up = tool(root, env, "up")
     assert up.returncode == 0, up.stdout + up.stderr
     config = root / ".sandbox/ssh_config"
@@ -70,7 +70,8 @@ def test_boots_and_answers_ssh_from_a_long_path(checkout):
     again = tool(root, env, "up")
     assert again.returncode == 0 and "already running" in again.stdout
     # the stand-in NVIDIA repository is served on loopback for the machine
-    url = f"http://127.0.0.1:{env['GLM_FLASH_STANDIN_PORT']}/compute/cuda/repos/debian13/x86_64/InRelease"
+    standin = ports(root)["standin"]
+    url = f"http://127.0.0.1:{standin}/compute/cuda/repos/debian13/x86_64/InRelease"
     r = subprocess.run(
         [
             "ssh",
@@ -78,7 +79,7 @@ def test_boots_and_answers_ssh_from_a_long_path(checkout):
             str(config),
             "sandbox",
             f"bash -c 'exec 3<>/dev/tcp/127.0.0.1/"
-            f"{env['GLM_FLASH_STANDIN_PORT']}; printf \"GET {url[url.index('/compute') :]} HTTP/1.0\\r\\n\\r\\n\" >&3; "
+            f"{standin}; printf \"GET {url[url.index('/compute') :]} HTTP/1.0\\r\\n\\r\\n\" >&3; "
             f"head -c 1000 <&3'",
         ],
         capture_output=True,
@@ -89,7 +90,7 @@ def test_boots_and_answers_ssh_from_a_long_path(checkout):
 
 
 def test_ssh_failure_is_reported_with_ssh_own_message(checkout):
-    root, port, env = checkout
+    root, env = checkout
     assert tool(root, env, "up").returncode == 0
     assert tool(root, env, "down").returncode == 0
     # a new client key the machine does not know: sshd answers, ssh is refused
@@ -102,11 +103,12 @@ def test_ssh_failure_is_reported_with_ssh_own_message(checkout):
 
 
 def test_port_in_use_is_named(checkout):
-    root, port, env = checkout
+    root, env = checkout
     with socket.socket() as s:
-        s.bind(("127.0.0.1", port))
+        s.bind(("127.0.0.1", 0))  # held while the tool runs: no other program can take it meanwhile
         s.listen()
-        up = tool(root, env, "up", timeout=60)
+        port = s.getsockname()[1]
+        up = tool(root, {**env, "GLM_FLASH_SANDBOX_PORT": str(port)}, "up", timeout=60)
     assert up.returncode != 0
     assert f"127.0.0.1:{port} is already in use" in up.stderr, up.stderr
     assert "python" in up.stderr  # ss names the program holding the port
@@ -115,9 +117,31 @@ def test_port_in_use_is_named(checkout):
 
 
 def test_nspawn_exit_is_reported_with_its_message(checkout):
-    root, port, env = checkout
+    root, env = checkout
     (root / ".sandbox/rootfs").mkdir(parents=True)  # not an OS tree: nspawn refuses to boot it
     up = tool(root, env, "up", timeout=60)
     assert up.returncode != 0
     assert "systemd-nspawn exited with status" in up.stderr
     assert "doesn't look like an OS root directory" in up.stderr, up.stderr
+
+
+def test_a_stranger_sshd_on_our_port_is_named(checkout, sandbox):
+    """Another checkout's sshd (the suite's own sandbox here) answers on the port this checkout recorded:
+    strict host-key checking against this checkout's own known_hosts refuses it, and `up` says so."""
+    root, env = checkout
+    theirs = ports(REPO)["ssh"]
+    (root / ".sandbox").mkdir(parents=True)
+    (root / ".sandbox/ports.json").write_text(json.dumps({"ssh": theirs, "standin": 1, "hub": 2}))
+    # this checkout's machine "runs" (a process of our own stands in for its nspawn), so `up` keeps the port
+    stand_in = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    try:
+        (root / ".sandbox/nspawn.pid").write_text(str(stand_in.pid))
+        up = tool(root, env, "up", timeout=60)
+    finally:
+        (root / ".sandbox/nspawn.pid").unlink(missing_ok=True)  # the teardown's destroy must not signal a reused pid
+        stand_in.kill()
+        stand_in.wait()
+    assert up.returncode != 0
+    assert f"the sshd answering on 127.0.0.1:{theirs} is not this checkout's sandbox" in up.stderr, up.stderr
+    assert "Host key verification failed" in up.stderr and "Traceback" not in up.stderr
+    assert subprocess.run(["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox", "true"]).returncode == 0

@@ -19,10 +19,16 @@ from tests.conftest import REPO
 TOOL = str(REPO / "files" / "glm-flash-peer")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def served_port(line: str) -> int:
+    """The port from the tool's `serving N files on ADDR:PORT` line (it binds --port 0 itself)."""
+    assert "serving" in line, line
+    return int(line.rsplit(":", 1)[1])
+
+
+# The tool takes a port number, not a socket: where a test must name the port before the server
+# starts, it holds it bound (not listening: connections are refused) until just before, and a
+# server that then finds it taken (EADDRINUSE) is a collision, tried again a bounded number of times.
+COLLISION_TRIES = 3
 
 
 def make(root, files: dict[str, bytes], modes: dict[str, str] | None = None) -> str:
@@ -47,13 +53,14 @@ def seed(tmp_path):
     (root / "secret").write_text("not in the manifest")
     manifest = tmp_path / "manifest.txt"
     manifest.write_text(text)
-    port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, TOOL, "serve", str(root), str(manifest), "--bind", "127.0.0.1", "--port", str(port)],
+        [sys.executable, TOOL, "serve", str(root), str(manifest), "--bind", "127.0.0.1", "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert "serving 2 files" in proc.stdout.readline()
+    line = proc.stdout.readline()
+    assert "serving 2 files" in line
+    port = served_port(line)
     yield f"http://127.0.0.1:{port}", manifest, root
     proc.terminate()
     assert proc.wait(10) == 0
@@ -131,17 +138,31 @@ def test_fetch_waits_for_a_server_still_starting(tmp_path):
     root.mkdir()
     manifest = tmp_path / "m.txt"
     manifest.write_text(make(root, {"f.bin": b"z" * 10}))
-    port = free_port()
-    fetch = subprocess.Popen(
-        [sys.executable, TOOL, "fetch", f"http://127.0.0.1:{port}", str(tmp_path / "d"), str(manifest)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    time.sleep(1)
-    serve = subprocess.Popen(
-        [sys.executable, TOOL, "serve", str(root), str(manifest), "--bind", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-    )
+    for _ in range(COLLISION_TRIES):
+        held = socket.socket()
+        held.bind(("127.0.0.1", 0))  # bound, not listening: fetch is refused until the server starts
+        port = held.getsockname()[1]
+        fetch = subprocess.Popen(
+            [sys.executable, TOOL, "fetch", f"http://127.0.0.1:{port}", str(tmp_path / "d"), str(manifest)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(1)  # not synchronisation: fetch is to meet a refused port at least once
+        held.close()
+        serve = subprocess.Popen(
+            [sys.executable, TOOL, "serve", str(root), str(manifest), "--bind", "127.0.0.1", "--port", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if "serving" in serve.stdout.readline():
+            break
+        err = serve.communicate(timeout=10)[1]
+        fetch.kill()
+        fetch.wait(10)
+        assert "Address already in use" in err, err  # any other failure is the tool's
+    else:
+        pytest.fail(f"127.0.0.1:{port}: another program took the port between close and serve {COLLISION_TRIES} times")
     try:
         assert fetch.wait(30) == 0
         assert (tmp_path / "d" / "f.bin").read_bytes() == b"z" * 10
