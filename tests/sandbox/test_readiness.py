@@ -1,6 +1,6 @@
 """Readiness on the deployed unit: asked where the engine listens, and only a real answer counts.
 
-The deploy runs with `listen_host` set to one address (127.0.0.7, as a fleet worker sets its
+The deploy runs with `listen_host` set to one address (one 127.A.B.250 address of this checkout's, as a fleet worker sets its
 private address) and an API key (a non-loopback address needs one). A drop-in under /run then
 swaps only the engine for a stand-in (no GPU here: simulated is the engine, an OpenAI-shaped
 server bound to that one address that checks the key from its credential); the unit's own
@@ -18,11 +18,13 @@ import sys
 
 import pytest
 
+from sandbox import fleet
 from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, sandbox_sh
 from tests.sandbox.test_unit_hardening import put
 
 pytestmark = pytest.mark.sandbox
-ADDRESS = "127.0.0.7"
+# One address of this checkout's own loopback /24 (sandbox/fleet.py), so two checkouts never meet.
+ADDRESS = f"{fleet.subnet()}.250"
 KEY = "sk-ready-test-8c1f"
 UNIT = "glm-flash.service"
 DROPIN = "/run/systemd/system/glm-flash.service.d/test-ready.conf"
