@@ -63,5 +63,14 @@ def bench(bench_venv, tmp_path):
     return run
 
 
-def near(got: float, want: float, tol: float = 0.10) -> bool:
+# How far a measured time or rate may be from what the fake server was set to. The fake server
+# sleeps for real and the bench reads the clock for real, on a machine that may be loaded (2
+# cores, other jobs): a thread woken late adds tens of milliseconds to a 0.25 s TTFT (+12% seen
+# with both cores busy), and the server's catch-up after a late token moves a rate either way.
+# The claim is that the bench reports the rate it was served, not one off by a factor (2x,
+# per stream for total, a unit): a wrong factor of 2 lands 50% away, outside 35%.
+TIMING_TOL = 0.35
+
+
+def near(got: float, want: float, tol: float = TIMING_TOL) -> bool:
     return abs(got - want) <= tol * want

@@ -21,7 +21,8 @@ from tests.conftest import REPO
 
 UNIT = "glm-flash-gateway.service"
 
-# Runs on the gateway host with its python3: status codes of requests with and without the key.
+# Runs on the gateway host with its python3: status codes of requests with and without the key, and
+# the text of one completion with it (the key is read there, from the root-only file).
 PROBE = r"""
 import json, sys, urllib.request, urllib.error
 base = sys.argv[1]
@@ -37,7 +38,19 @@ def code(path, key=None, body=None):
     except urllib.error.HTTPError as e:
         return e.code
 chat = {"model": "glm-5.3-flash", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+def answer(body):  # an authorised completion through the router to a worker: (status, its text)
+    req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode())
+    req.add_header("Content-Type", "application/json")
+    req.add_header("Authorization", "Bearer " + key)
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.load(r)["choices"][0]["message"]["content"]
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+status, content = answer(dict(chat, max_tokens=8, stream=False))
 print(json.dumps({
+    "chat_key": status,
+    "chat_key_content": content,
     "models_key": code("/v1/models", key),
     "chat_nokey": code("/v1/chat/completions", None, chat),
     "chat_badkey": code("/v1/chat/completions", "wrong-" + key, chat),
@@ -98,6 +111,8 @@ def test_gateway_answers_with_the_key_and_refuses_without(host, gateway):
     assert out.rc == 0, out.stderr
     codes = json.loads(out.stdout)
     assert codes["models_key"] == 200
+    # With the key, a completion goes through the router to a worker and comes back with text.
+    assert codes["chat_key"] == 200 and codes["chat_key_content"].strip(), codes
     # The router refuses its API without the key itself (it does not reach a worker).
     assert codes["chat_nokey"] == 401 and codes["chat_badkey"] == 401 and codes["workers_nokey"] == 401
 

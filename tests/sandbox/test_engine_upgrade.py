@@ -16,7 +16,14 @@ import subprocess
 import pytest
 
 from control.engine_lock import fetch, load_lock, pin_of
-from tests.conftest import SANDBOX_INVENTORY, changed_operations, pyinfra, sandbox_sh, targets_sandbox
+from tests.conftest import (
+    SANDBOX_INVENTORY,
+    changed_operations,
+    pyinfra,
+    sandbox_sh,
+    service_last_start,
+    targets_sandbox,
+)
 
 pytestmark = pytest.mark.sandbox
 ROOT = "/opt/glm-flash"  # install_root of inventory/sandbox.py
@@ -166,13 +173,20 @@ def test_upgrade_builds_beside_switches_and_rollback_switches_back(deployed, bas
     # same set again: nothing to do
     assert changed_operations(deploy(f"engine_set={UPGRADE_SET}").stdout) == []
 
-    # one command back; the service cannot start without a GPU, which the command reports
+    # One command back. It restarts the service, which cannot start without a GPU: the command
+    # says so and exits 3 (switched, restart refused). A rollback that skipped the restart would
+    # exit 0 and leave the service's last start as it was.
+    _, invocation = service_last_start()
     r = sh("glm-flash-rollback", check=False)
     s = state()
     assert s["current"] == base_env and s["previous"] == new
-    assert r.returncode in (0, 3), r.stderr
-    if r.returncode == 3:
-        assert "systemctl restart glm-flash.service" in r.stdout
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "glm-flash-engine: switched, but `systemctl restart glm-flash.service` failed: " in r.stdout, r.stdout
+    _, tried = service_last_start()
+    assert tried and tried != invocation, "the rollback did not start the service again"
+    sh("journalctl --sync")
+    log = sh(f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={tried} + INVOCATION_ID={tried}").stdout
+    assert "no NVIDIA driver on this host" in log, log  # refused by its GPU preflight, nothing else
     assert sh(f"cd /tmp && {PY} -c 'import kt_kernel; print(kt_kernel.__version__)'").stdout.strip() == "0.7.0.post1"
     # the profile still says 0.7.0.post1: the deploy agrees with the rolled-back engine; it only
     # records the profile's engine_set again for glm-flash status (the last run had post4)

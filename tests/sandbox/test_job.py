@@ -51,8 +51,12 @@ def clean():
 
 
 def test_job_survives_a_dropped_connection_and_a_second_run_attaches(sandbox, clean):
+    # The job runs until the test lets it end (the go file), not for a time a loaded machine might outlast.
     cmd = job(
-        "test-survive", f"echo started >> {RUNS}/runs; for i in 1 2 3 4 5 6 7 8; do echo tick $i; sleep 1; done; exit 7"
+        "test-survive",
+        f"echo started >> {RUNS}/runs; for i in 1 2 3 4 5 6 7 8; do echo tick $i; done; "
+        # It keeps writing while it waits: a follower whose connection dropped notices on its next write.
+        f"while [ ! -e {RUNS}/go ]; do echo waiting; sleep 0.2; done; exit 7",
     )
     first = own_connection(cmd)
     wait_for(f"test -s {RUNS}/runs")
@@ -62,11 +66,16 @@ def test_job_survives_a_dropped_connection_and_a_second_run_attaches(sandbox, cl
     wait_for("! pgrep -f 'glm-flash-job run test-surviv[e]'")
     assert sh("systemctl is-active glm-flash-job-test-survive.service", check=False).stdout.strip() == "active"
 
-    second = sh(cmd, check=False)
-    assert second.returncode == 7, second.stderr
-    assert "glm-flash-job-test-survive.service is already running: attaching" in second.stderr
-    assert "tick 8" in second.stdout.splitlines()
-    assert "failed with exit status 7" in second.stderr
+    # The second run's stderr to a file there: it says when the run has attached, then the job may end.
+    second = own_connection(f"{cmd} 2> {RUNS}/second.err")
+    wait_for(f"grep -q 'already running: attaching' {RUNS}/second.err")
+    sh(f"touch {RUNS}/go")
+    out, _ = second.communicate(timeout=120)
+    err = sh(f"cat {RUNS}/second.err").stdout
+    assert second.returncode == 7, err
+    assert "glm-flash-job-test-survive.service is already running: attaching" in err
+    assert "tick 8" in out.splitlines()
+    assert "failed with exit status 7" in err
     assert sh(f"cat {RUNS}/runs").stdout == "started\n"  # started once, not twice
     status = json.loads(sh("glm-flash-job status test-survive --json").stdout)
     assert (status["state"], status["exit_status"]) == ("ended", 7)
@@ -78,13 +87,15 @@ def test_job_survives_a_dropped_connection_and_a_second_run_attaches(sandbox, cl
 def test_success_progress_and_a_different_command_under_the_same_name(sandbox, clean):
     cmd = (
         f"glm-flash-job run test-other --watch {RUNS}/data --every 1 -- sh -c "
-        f"'mkdir -p {RUNS}/data; for i in 1 2 3 4; do head -c 1048576 /dev/zero > {RUNS}/data/f$i; sleep 1; done'"
+        f"'mkdir -p {RUNS}/data; for i in 1 2 3 4; do head -c 1048576 /dev/zero > {RUNS}/data/f$i; done; "
+        f"while [ ! -e {RUNS}/go ]; do sleep 0.1; done'"
     )
     running = own_connection(cmd)
     wait_for("systemctl is-active glm-flash-job-test-other.service")
     other = sh(job("test-other", "exit 0"), check=False)
     assert other.returncode == 2
     assert "glm-flash-job-test-other.service is running a different command" in other.stderr
+    sh(f"touch {RUNS}/go")  # refused while it ran; now it may end
     out, err = running.communicate(timeout=60)
     assert running.returncode == 0, err
     assert "[test-other] 4.0 MiB in 4 files under /tmp/glm-flash-job-test/data" in out

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -54,14 +53,29 @@ def mini(tmp_path_factory):
     return {"pins": chosen, "wheelhouse": wheelhouse, "lock2": lock2, "lock3": lock3, "bad": bad}
 
 
-def tool(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+# The tool run with its wall clock moved on by `ahead_s`: time.time_ns() is the only clock it
+# reads (its 2 s quiet window for the owner-check record). os.utime cannot stand in: it sets a
+# file's ctime to now, and the window looks at ctime too.
+AHEAD = """
+import runpy, sys, time
+real, ahead = time.time_ns, int(float(sys.argv.pop(1)) * 1e9)
+time.time_ns = lambda: real() + ahead
+sys.argv.pop(0)
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def tool(root: Path, *args: str, check: bool = True, ahead_s: float = 0.0) -> subprocess.CompletedProcess:
     env = dict(
         os.environ,
         GLM_FLASH_ROOT=str(root),
         GLM_FLASH_STATE_DIR=str(root / "patch-state"),
         GLM_FLASH_CHECK_DIR=str(root / "state" / "engine-checks"),
     )
-    r = subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, env=env, timeout=600)
+    argv = (
+        [sys.executable, "-c", AHEAD, str(ahead_s), str(TOOL), *args] if ahead_s else [sys.executable, str(TOOL), *args]
+    )
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
     if check and r.returncode:
         raise AssertionError(f"glm-flash-engine {' '.join(args)} -> {r.returncode}\n{r.stdout}\n{r.stderr}")
     return r
@@ -207,8 +221,8 @@ def test_status_reports_the_owner_of_a_shared_directory(tmp_path):
     assert EngineEnvs.parse(tool(tmp_path, "status", "--json").stdout.splitlines()).owner_ok(env) is False
 
 
-def owner_ok(root: Path, env: str) -> bool:
-    return EngineEnvs.parse(tool(root, "status", "--json").stdout.splitlines()).owner_ok(env)
+def owner_ok(root: Path, env: str, ahead_s: float = 0.0) -> bool:
+    return EngineEnvs.parse(tool(root, "status", "--json", ahead_s=ahead_s).stdout.splitlines()).owner_ok(env)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="not applicable: only root keeps owner-check records")
@@ -222,21 +236,19 @@ def test_status_answers_the_owner_check_from_roots_record_until_a_file_changes(t
     checks = state / "engine-checks"
     assert owner_ok(tmp_path, env) is True
     assert not checks.exists() or not any(checks.iterdir())  # files changed under 2 s ago: not recorded
-    time.sleep(2.1)
-    assert owner_ok(tmp_path, env) is True
+    assert owner_ok(tmp_path, env, ahead_s=2.1) is True  # 2.1 s later: settled, recorded
     (record,) = checks.iterdir()
     assert checks.stat().st_mode & 0o777 == 0o700 and record.stat().st_mode & 0o777 == 0o600
     # The next status answers from the record: a record that says otherwise is believed...
     saved = json.loads(record.read_text())
     record.write_text(json.dumps({"key": saved["key"], "bad": [str(sp / "transformers/core.py")]}))
-    assert owner_ok(tmp_path, env) is False
+    assert owner_ok(tmp_path, env, ahead_s=2.1) is False
     # ...until a file it covers changes (same size: the times and the inode tell).
     record.write_text(json.dumps(saved))
-    assert owner_ok(tmp_path, env) is True
+    assert owner_ok(tmp_path, env, ahead_s=2.1) is True
     (sp / "transformers/core.py").write_text("up = True\n\n")  # upstream transformers wrote last
     assert owner_ok(tmp_path, env) is False
-    time.sleep(2.1)
-    assert owner_ok(tmp_path, env) is False
+    assert owner_ok(tmp_path, env, ahead_s=2.1) is False
     assert json.loads(record.read_text())["bad"] == [str(sp / "transformers/core.py")]
 
 
@@ -247,8 +259,7 @@ def test_an_owner_record_directory_others_could_change_is_not_used(tmp_path):
     state.mkdir()
     os.chmod(state, 0o777)  # writable by everyone: the service user could plant an answer there
     os.chmod(tmp_path, 0o755)
-    time.sleep(2.1)
-    assert owner_ok(tmp_path, env) is True
+    assert owner_ok(tmp_path, env, ahead_s=2.1) is True  # settled: a record would be written here
     assert not (state / "engine-checks").exists()
     (sp / "transformers/core.py").write_text("up = True\n\n")
     assert owner_ok(tmp_path, env) is False

@@ -75,6 +75,23 @@ def test_a_host_failed_before_this_step_fails_alone(monkeypatch):
     assert host_failures._run_host_op_with_context(st, h, "h1") is False
 
 
-def test_a_step_that_returns_passes_through(monkeypatch):
-    monkeypatch.setattr(host_failures, "_ORIGINAL", lambda st, h, op_hash: True)
-    assert host_failures._run_host_op_with_context(state(), Host(None), "h1") is True
+@pytest.mark.parametrize("failed_before", [False, True])
+def test_a_step_that_returns_passes_through(monkeypatch, failed_before):
+    """What pyinfra's step returns reaches pyinfra unchanged (the very object, not a truthy
+    stand-in), from the step called once with the same state, host and operation; a host
+    already failed whose step returns is not turned into a failure either."""
+    calls, answers = [], []
+
+    def step(st, h, op_hash):
+        calls.append((st, h, op_hash))
+        answers.append(object())  # a new object each call: only the step's own answer is identical
+        return answers[-1]
+
+    monkeypatch.setattr(host_failures, "_ORIGINAL", step)
+    st, h = state(), Host(SSHConnector(None))  # a connector that would count as lost
+    if failed_before:
+        st.failed_hosts.add(h)
+    first = host_failures._run_host_op_with_context(st, h, "h1")
+    second = host_failures._run_host_op_with_context(st, h, "h2")
+    assert calls == [(st, h, "h1"), (st, h, "h2")]
+    assert first is answers[0] and second is answers[1] and first is not second
