@@ -51,7 +51,7 @@ def test_checkpoint_is_read_only_to_the_service(host, profile):
     user = shlex.quote(profile.service_user)
     assert host.run(f"runuser -u {user} -- test -r {q}/config.json").rc == 0
     assert host.run(f"runuser -u {user} -- test -w {q}").rc != 0
-    r = host.run(f"runuser -u {user} -- find {q} -writable -print -quit")
+    r = host.run(f"cd / && runuser -u {user} -- find {q} -writable -print -quit")
     assert r.rc == 0 and r.stdout.strip() == "", f"writable by the service: {r.stdout.strip()}"
 
 

@@ -38,7 +38,7 @@ def test_configuration_files_are_not_world_readable(host, profile):
 # the repo's profile defaults are supposed to reproduce these, so they are not read from the repo.
 # Each: (sglang flag, the argparse dest, the report's value, the inventory knob that may override it).
 L40S_REPORT_FLAGS = [
-    ("--tp-size", "tp_size", 2, "tp_size"),  # Hardware: "2x NVIDIA L40S ... TP=2"; Stack: "Launch: TP2"
+    ("--tp-size", "tensor_parallel_size", 2, "tp_size"),  # Hardware: "2x NVIDIA L40S ... TP=2"; Stack: "Launch: TP2"
     ("--kt-method", "kt_method", "FP8", "kt_method"),  # Stack: "--kt-method FP8"
     ("--kt-cpuinfer", "kt_cpuinfer", 152, "kt_cpuinfer"),  # Stack: "--kt-cpuinfer 152"
     # Stack: "--kt-max-deferred-experts-per-token 4"
