@@ -19,15 +19,21 @@ def _deployed(sandbox_deploys):
 
 
 @pytest.fixture(scope="session")
-def profile(request) -> Profile:
-    """The resolved profile of the checked host, from the inventory."""
+def inventory_data(request) -> tuple[str, dict]:
+    """The checked host's entry in the inventory as written (name, data), before any default."""
     entries = inventory_hosts(request.config.getoption("--inventory"))
     hosts = request.config.getoption("hosts") or ""
     wanted = hosts.split("://")[-1].split("@")[-1].split(":")[0].split("?")[0]
     for name, data in entries:
         if name == wanted or len(entries) == 1:
-            return build(name, data)
+            return name, data
     pytest.fail(f"host {wanted!r} is not in {request.config.getoption('--inventory')}; pass the inventory that has it")
+
+
+@pytest.fixture(scope="session")
+def profile(inventory_data) -> Profile:
+    """The resolved profile of the checked host, from the inventory."""
+    return build(*inventory_data)
 
 
 # Every PCI function whose vendor is NVIDIA (0x10de): the cards of an L40S box, GB10's GPU.

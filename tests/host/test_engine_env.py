@@ -8,7 +8,9 @@ transformers/, Python 3.11, `current` pointing at a complete environment.
 from __future__ import annotations
 
 import json
+import re
 import shlex
+from pathlib import Path
 
 import pytest
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
@@ -115,3 +117,40 @@ def test_rollback_command_is_installed(host, profile):
     for path in (f"{profile.install_root}/bin/glm-flash-rollback", "/usr/local/sbin/glm-flash-rollback"):
         assert host.file(path).linked_to == f"{profile.install_root}/bin/glm-flash-engine"
     assert host.run("glm-flash-rollback --help").rc == 0
+
+
+def _lock_file_pins(engine_set: str) -> dict[str, str]:
+    """locks/engine/<set>.txt read as pip reads a requirements file (`name==version \\`), not
+    through control.engine_lock: the committed file is the independent source here."""
+    text = (Path(__file__).resolve().parents[2] / "locks" / "engine" / f"{engine_set}.txt").read_text()
+    pins = re.findall(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", text, flags=re.M)
+    assert pins, f"no pins read from locks/engine/{engine_set}.txt"
+    return {canonicalize_name(n): v for n, v in pins}
+
+
+# stdlib only, on the host: what the environment's own interpreter finds installed
+_INSTALLED = (
+    "import importlib.metadata as m, json; "
+    "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+)
+
+
+def test_installed_versions_are_the_lock_files_by_the_hosts_own_metadata(host, engine, profile):
+    """Independent of glm-flash-engine verify: importlib.metadata of the env's python against the
+    lock file text, and pip's own `pip check` (README: the cuDNN pin over torch's is its one conflict)."""
+    r = host.run(f"cd /tmp && {engine}/current/bin/python -I -c {shlex.quote(_INSTALLED)}")
+    assert r.rc == 0, r.stderr
+    installed = {canonicalize_name(n): v for n, v in json.loads(r.stdout).items()}
+    locked = _lock_file_pins(profile.engine_set)
+    wrong = {
+        n: (installed.get(n), v)
+        for n, v in locked.items()
+        if installed.get(n) is None or Version(installed[n]) != Version(v)
+    }
+    assert not wrong, f"installed vs locked: {wrong}"
+    assert set(installed) - set(locked) <= {"pip", "setuptools"}, sorted(set(installed) - set(locked))
+    check = host.run(f"cd /tmp && PIP_CONFIG_FILE=/dev/null {engine}/current/bin/python -m pip check")
+    lines = [line for line in check.stdout.splitlines() if line.strip()]
+    assert check.rc == 1 and len(lines) == 1, check.stdout
+    # L40S field report, "Patches needed on sm_89": nvidia-cudnn-cu12==9.16.0.29 over torch 2.9.1's pin
+    assert lines[0].startswith("torch ") and "nvidia-cudnn-cu12" in lines[0] and "9.16.0.29" in lines[0]

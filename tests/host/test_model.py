@@ -17,12 +17,15 @@ from control.model_lock import commit_for
 from roles import model
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def _downloads(profile):
+    """Only for the checks of what the download leaves (commit, seal, its user): the read-only,
+    token and secrets checks hold for a staged checkpoint too."""
     if not profile.model_download:
         pytest.skip("not applicable: model_download is false (the checkpoint is staged by other means)")
 
 
+@pytest.mark.usefixtures("_downloads")
 def test_checkpoint_is_the_locked_commit_and_verified(host, profile):
     tool = layout.tool(profile, model.FETCH)
     commit = commit_for(profile.model_id, profile.model_revision)
@@ -35,15 +38,24 @@ def test_checkpoint_is_the_locked_commit_and_verified(host, profile):
     assert state["commit"] == commit and state["sealed"] is True
 
 
-def test_checkpoint_is_read_only_to_the_service(host, profile):
+@pytest.mark.usefixtures("_downloads")
+def test_downloaded_checkpoint_is_sealed_roots(host, profile):
     q = shlex.quote(profile.model_path)
     writable = host.run(f"find {q} \\( ! -user root -o -perm /022 -o -type l \\) -print -quit").stdout.strip()
     assert writable == ""
+
+
+def test_checkpoint_is_read_only_to_the_service(host, profile):
+    """Downloaded or staged: the service reads the checkpoint and can write nothing in it."""
+    q = shlex.quote(profile.model_path)
     user = shlex.quote(profile.service_user)
-    assert host.run(f"runuser -u {user} -- test -w {q}").rc != 0
     assert host.run(f"runuser -u {user} -- test -r {q}/config.json").rc == 0
+    assert host.run(f"runuser -u {user} -- test -w {q}").rc != 0
+    r = host.run(f"cd / && runuser -u {user} -- find {q} -writable -print -quit")
+    assert r.rc == 0 and r.stdout.strip() == "", f"writable by the service: {r.stdout.strip()}"
 
 
+@pytest.mark.usefixtures("_downloads")
 def test_downloader_runs_as_its_own_user(host, profile):
     fetch = host.user(model.fetch_user(profile))
     assert fetch.exists and fetch.name != profile.service_user

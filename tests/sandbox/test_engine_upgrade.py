@@ -61,6 +61,19 @@ def base_env(deployed) -> str:
     return s["current"]
 
 
+@pytest.fixture(scope="module")
+def no_upgrade_env_yet(base_env) -> None:
+    """The upgrade below must build the new set for real: an environment of it left by an earlier
+    run (tests/sandbox/test_kill_points.py builds one when it runs first) is removed, with the
+    `previous` link to it, by the host's own prune (it keeps only current and previous)."""
+    s = state()
+    if any(k.startswith(UPGRADE_SET + "-") for k in s["envs"]):
+        if s["previous"] and s["previous"].startswith(UPGRADE_SET + "-"):
+            sh(f"rm {ENGINE}/previous")
+        sh(f"{ROOT}/bin/glm-flash-engine prune")
+    assert not any(k.startswith(UPGRADE_SET + "-") for k in state()["envs"]), state()
+
+
 def test_engine_ops_ran_once_and_second_deploy_changed_nothing(deployed):
     if deployed is None:
         pytest.skip("ran with --no-deploy")
@@ -131,7 +144,7 @@ def test_cudnn_drift_is_put_back_by_the_next_deploy(deployed, base_env):
     assert changed_operations(deploy().stdout) == []
 
 
-def test_failed_upgrade_leaves_current_alone(deployed, base_env):
+def test_failed_upgrade_leaves_current_alone(deployed, base_env, no_upgrade_env_yet):
     """A wheel that fails its locked hash (same name and size, other bytes) breaks the build."""
     _, pins = load_lock(UPGRADE_SET)
     kt = next(p for p in fetch(pins) if p.name.startswith(f"kt_kernel-{UPGRADE_SET}-"))
@@ -156,7 +169,7 @@ def test_failed_upgrade_leaves_current_alone(deployed, base_env):
         sh(f"rm -f {ENGINE}/wheelhouse/{kt.name}")
 
 
-def test_upgrade_builds_beside_switches_and_rollback_switches_back(deployed, base_env):
+def test_upgrade_builds_beside_switches_and_rollback_switches_back(deployed, base_env, no_upgrade_env_yet):
     run = deploy(f"engine_set={UPGRADE_SET}")
     assert run.returncode == 0, run.stderr[-6000:]
     changed = changed_operations(run.stdout)

@@ -89,14 +89,34 @@ def test_killed_midway_through_the_checkpoint_download(converged):
     assert sandbox_sh("systemctl is-active glm-flash-model-download.service", check=False).stdout.strip() != "active"
 
 
+OTHER_SET = "0.7.0.post4"
+
+
+def other_set_envs() -> list[str]:
+    return [e for e in sandbox_sh("ls /opt/glm-flash/engine/envs").stdout.split() if e.startswith(f"{OTHER_SET}-")]
+
+
+@pytest.fixture(scope="module")
+def other_set_built(converged):
+    """The other set's environment beside the inventory's: left by tests/sandbox/test_engine_upgrade.py
+    when it ran first, otherwise built here the same way (a deploy with that set, then back to the
+    inventory's set, which keeps it as `previous`). Never a skip: the kill points below always run."""
+    if not other_set_envs():
+        try:
+            assert any(op.startswith(f"Engine environment {OTHER_SET}-") for op in deploy(f"engine_set={OTHER_SET}"))
+        finally:
+            deploy()  # back to the inventory's engine set, also when the above failed
+        assert deploy() == []
+    assert other_set_envs(), f"no {OTHER_SET} environment after deploying it"
+    assert "0.7.0.post1-" in sandbox_sh("readlink /opt/glm-flash/engine/current").stdout
+    return True
+
+
 @pytest.mark.parametrize("delay", [0.0, 20.0])
-def test_killed_at_the_engine_switch_of_another_set(converged, delay):
+def test_killed_at_the_engine_switch_of_another_set(other_set_built, delay):
     """delay 0: killed as the switch begins; 20 s: long after it (the environment was built beside
-    in the killed run or an earlier one, and `current` moved)."""
-    other = "engine_set=0.7.0.post4"
-    envs = sandbox_sh("ls /opt/glm-flash/engine/envs").stdout.split()
-    if not any(e.startswith("0.7.0.post4-") for e in envs):
-        pytest.skip("not applicable: the post4 environment is built by tests/sandbox/test_engine_upgrade.py")
+    in an earlier run, and `current` moved)."""
+    other = f"engine_set={OTHER_SET}"
     try:
         deploy_killed_at("Switch engine current", delay, other)
         deploy(other)
