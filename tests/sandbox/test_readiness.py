@@ -18,13 +18,18 @@ import sys
 
 import pytest
 
-from sandbox import fleet
 from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, sandbox_sh
 from tests.sandbox.test_unit_hardening import put
 
 pytestmark = pytest.mark.sandbox
 # One address of this checkout's own loopback /24 (sandbox/fleet.py), so two checkouts never meet.
-ADDRESS = f"{fleet.subnet()}.250"
+ADDRESS = (
+    subprocess.run(  # fleet.py imports its sibling as `sandbox`, so it is asked in a process of its own
+        [sys.executable, "-c", "import sys; sys.path.insert(0, 'sandbox'); import fleet; print(fleet.subnet())"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    + ".250"
+)  # fmt: skip
 KEY = "sk-ready-test-8c1f"
 UNIT = "glm-flash.service"
 DROPIN = "/run/systemd/system/glm-flash.service.d/test-ready.conf"
