@@ -18,11 +18,7 @@ from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, pyinfra
 
 pytestmark = pytest.mark.sandbox
 HUB_LOG = REPO / ".sandbox" / "hub.log"
-HUB = (
-    json.loads((REPO / ".sandbox" / "hub" / "hub.json").read_text())
-    if (REPO / ".sandbox/hub/hub.json").exists()
-    else {}
-)
+HUB_INFO = REPO / ".sandbox" / "hub" / "hub.json"  # written when the session boots the sandbox: read in the test
 
 
 def revision_asks() -> int:
@@ -58,12 +54,13 @@ def test_dry_run_resolves_nothing_and_writes_nothing(empty_lock):
 
 
 def test_first_real_run_writes_the_lock_then_converges(empty_lock):
+    hub = json.loads(HUB_INFO.read_text())
     asked = revision_asks()
     first = run("--json")
     assert first.returncode == 0, first.stderr[-4000:]
-    assert json.loads(LOCK.read_text()) == {HUB["repo"]: {"main": HUB["commit"]}}
+    assert json.loads(LOCK.read_text()) == {hub["repo"]: {"main": hub["commit"]}}
     assert revision_asks() == asked + 1, "the hub is asked once"
-    assert f"{HUB['repo']}@main is now locked to {HUB['commit']}" in first.stderr
+    assert f"{hub['repo']}@main is now locked to {hub['commit']}" in first.stderr
     assert "Commit locks/model.json" in first.stderr
     second = run("--json")
     assert second.returncode == 0, second.stderr[-4000:]
