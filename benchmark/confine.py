@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -93,7 +94,7 @@ def interpreter() -> str:
     return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
 
 
-def command(timeout_s: float, memory_mb: int) -> list[str]:
+def command(timeout_s: float, memory_mb: int, info_fd: int) -> list[str]:
     t = tools()
     python = interpreter()
     uid = str(sandbox_uid())
@@ -108,6 +109,7 @@ def command(timeout_s: float, memory_mb: int) -> list[str]:
     box = [
         "--unshare-all",
         "--die-with-parent",
+        "--info-fd", str(info_fd),
         "--new-session",
         *_system_dirs(python),
         "--proc", "/proc",
@@ -140,14 +142,53 @@ def _reason(code: int | None, output: str) -> str:
     return last or f"exit status {code} without output"
 
 
+def _state(pid: int) -> tuple[int | None, str]:
+    """(real uid, state letter) of a process, (None, '') once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return int(fields["Uid"].split()[0]), fields["State"].split()[0]
+    except (OSError, KeyError, ValueError, IndexError):
+        return None, ""
+
+
+def _end_namespace(pid: int | None, uid: int, wait_s: float = 10.0) -> None:
+    """Kill the sandbox's PID 1 (bwrap's init inside, which outlives the outer bwrap for a moment)
+    and wait until it is a zombie or gone: the kernel makes a dying PID-namespace init wait for
+    every other process of its namespace, so then none is left."""
+    if pid is None:
+        return
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        owner, state = _state(pid)
+        if owner != uid or state in ("Z", "X"):
+            return
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+
+
 def run(program: str, timeout_s: float = 15.0, memory_mb: int = 1024) -> Outcome:
     """Run `program` confined; it passes when it ends by printing the nonce this adds."""
     nonce = f"glm-flash-eval-passed-{uuid.uuid4().hex}"
     source = f"{program}\n\nprint({nonce!r})\n"
-    cmd = command(timeout_s, memory_mb)
+    info_r, info_w = os.pipe()  # bwrap writes {"child-pid": N} here: the sandbox's PID 1, as we see it
+    cmd = command(timeout_s, memory_mb, info_w)
     with tempfile.TemporaryFile() as out:  # stdout and stderr; its size is capped by FSIZE
-        start = os.times().elapsed
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=(info_w,),
+            )
+        finally:
+            os.close(info_w)
         try:
             try:
                 proc.stdin.write(source.encode())
@@ -160,9 +201,12 @@ def run(program: str, timeout_s: float = 15.0, memory_mb: int = 1024) -> Outcome
             timed_out = True
         finally:
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)  # bwrap's PID namespace ends with it
+                os.killpg(proc.pid, signal.SIGKILL)
                 code = proc.wait()
-        seconds = round(os.times().elapsed - start, 3)
+            with os.fdopen(info_r, "rb") as info:
+                inner = _child_pid(info.read().decode("utf-8", "replace"))
+            _end_namespace(inner, int(sandbox_uid()))
+        seconds = round(time.monotonic() - start, 3)
         out.seek(0)
         text = out.read(FSIZE + 1).decode("utf-8", "replace")
     if "bwrap:" in text and "glm-flash-eval" not in text and code not in (0, None):
@@ -177,6 +221,11 @@ def run(program: str, timeout_s: float = 15.0, memory_mb: int = 1024) -> Outcome
     if code == 0:
         return Outcome(False, "ended before its checks ran (exit status 0 without finishing)", seconds)
     return Outcome(False, _reason(code, text), seconds)
+
+
+def _child_pid(info: str) -> int | None:
+    m = re.search(r'"child-pid"\s*:\s*(\d+)', info)
+    return int(m.group(1)) if m else None
 
 
 def self_check() -> None:

@@ -72,7 +72,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--compare-url", help="a second endpoint asked the same items (e.g. the original's API)")
     ap.add_argument("--compare-model", help="model name for the second endpoint")
     ap.add_argument("--compare-key-env", default="GLM_FLASH_COMPARE_API_KEY", help="variable holding its key")
-    ap.add_argument("--suite", default="full", choices=("full", "floor"), help="full: 164 + loop probe; floor: 21 fixed")
+    ap.add_argument(
+        "--suite", default="full", choices=("full", "floor"), help="full: 164 + loop probe; floor: 21 fixed"
+    )
     ap.add_argument("--tasks", help="only these problems: comma-separated numbers or HumanEval/N ids")
     ap.add_argument("--loops", type=int, help="loop-probe samples (default 16 for full, 0 for floor)")
     ap.add_argument("--loop-max-tokens", type=int, default=8192)
@@ -348,7 +350,10 @@ def write_report(out: Path, results: dict) -> Path:
         lines += ["", results["plus_skipped"]]
     if results.get("floor"):
         f = results["floor"]
-        lines += ["", f"Floor: pass@1 {f['pass_at_1']:.3f} against {f['floor']:.2f}: **{'met' if f['met'] else 'NOT met'}**"]
+        lines += [
+            "",
+            f"Floor: pass@1 {f['pass_at_1']:.3f} against {f['floor']:.2f}: **{'met' if f['met'] else 'NOT met'}**",
+        ]
     for name, c in (results.get("comparison") or {}).items():
         lines += [
             "",
@@ -366,7 +371,10 @@ def write_report(out: Path, results: dict) -> Path:
         degen = [(k, s) for k, s in (r.get("loop") or {}).get("items", {}).items() if s.get("degenerate")]
         if degen:
             lines += ["", f"## Degenerate loop-probe samples on {label}", ""]
-            lines += [f"- {k}: {s['longest_repeat_chars']} characters of {s['repeated_block']!r} in the {s['where']}" for k, s in degen]
+            lines += [
+                f"- {k}: {s['longest_repeat_chars']} characters of {s['repeated_block']!r} in the {s['where']}"
+                for k, s in degen
+            ]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -433,7 +441,9 @@ def main(argv: list[str]) -> int:
         meta_path.write_text(json.dumps(fixed, indent=2) + "\n")
     items = [(tid, humaneval.ask(problems[tid]), a.max_tokens) for tid in task_ids]
     items += [(f"loop/{i}", loops.ask(i), a.loop_max_tokens) for i in range(n_loops)]
-    log(f"{len(task_ids)} HumanEval problems, {n_loops} loop-probe samples, on {', '.join(e.url for _, e in eps.values())}")
+    log(
+        f"{len(task_ids)} HumanEval problems, {n_loops} loop-probe samples, on {', '.join(e.url for _, e in eps.values())}"
+    )
 
     askers = {k: Asker(k, e, out / f"answers-{k}.jsonl", settings, a.request_timeout) for k, (_, e) in eps.items()}
     failures: list[BaseException] = []
@@ -485,20 +495,26 @@ def main(argv: list[str]) -> int:
                 )
     main_score = results["endpoints"]["a"]["humaneval"]
     if floor is not None:
-        results["floor"] = {"floor": floor, "pass_at_1": main_score["pass_at_1"], "met": main_score["pass_at_1"] >= floor}
+        results["floor"] = {
+            "floor": floor,
+            "pass_at_1": main_score["pass_at_1"],
+            "met": main_score["pass_at_1"] >= floor,
+        }
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     report = write_report(out, results)
     unanswered = sum(len(s.errors) for s in askers.values())
     log(
         f"HumanEval pass@1 {pct(main_score)}"
         + (f", HumanEval+ {pct(results['endpoints']['a'].get('humaneval_plus'))}" if plus else "")
-        + (f"; {unanswered} item(s) without an answer (counted as failed; run again with OUT={out})" if unanswered else "")
+        + (
+            f"; {unanswered} item(s) without an answer (counted as failed; run again with OUT={out})"
+            if unanswered
+            else ""
+        )
         + f"; report: {report}"
     )
     if floor is not None and not results["floor"]["met"]:
-        hint = (
-            " After an engine upgrade: `glm-flash-rollback` on the node returns to the previous environment."
-        )
+        hint = " After an engine upgrade: `glm-flash-rollback` on the node returns to the previous environment."
         log(f"below the floor: pass@1 {main_score['pass_at_1']:.3f} < {floor:.2f}.{hint}")
         return 1
     return 0

@@ -22,7 +22,7 @@ import re
 MAX_PERIOD = 400
 MIN_REPEATS = 10
 MIN_SPAN = 800
-_RUN = re.compile(r"(.{1,%d})\1{%d,}" % (MAX_PERIOD, MIN_REPEATS - 1), re.DOTALL)
+_RUN = re.compile(rf"(.{{1,{MAX_PERIOD}}})\1{{{MIN_REPEATS - 1},}}", re.DOTALL)
 
 # Long code asks, one per sample (the probe asks the first N; they differ so no two share a prefix).
 TOPICS = (

@@ -71,8 +71,14 @@ def run_eval(bench_venv, tmp_path):  # noqa: F811
 
     def run(*args: str, out: Path | None = None, env: dict | None = None, timeout: float = 240) -> Run:
         out = out or tmp_path / f"out{next(count)}"
-        done = subprocess.run(eval_cmd(bench_venv, *args, "--out", str(out)), cwd=REPO, env=env or eval_env(),
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            eval_cmd(bench_venv, *args, "--out", str(out)),
+            cwd=REPO,
+            env=env or eval_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         return Run(done.returncode, done.stderr, out)
 
     return run

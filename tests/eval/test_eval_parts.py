@@ -22,7 +22,7 @@ def test_loop_rule_at_its_thresholds():
     block = "    result = compute(value)\n" * 1  # 28 characters
     assert loops.degenerate("x = 1\n" + block * 29) is True  # 29 x 28 = 812 >= 800
     assert loops.degenerate("x = 1\n" + block * 28) is False  # 784 < 800
-    long = "def handler_%d():\n    return process(payload, retries=3, timeout=30)\n" % 7  # 68 characters
+    long = "def handler_7():\n    return process(payload, retries=3, timeout=30)\n"  # 68 characters
     assert len(long) == 68
     assert loops.degenerate(long * 11) is False  # 748 characters
     assert loops.degenerate(long * 12) is True  # 816 characters in 12 repeats
@@ -33,9 +33,15 @@ def test_loop_rule_at_its_thresholds():
 
 def test_loop_rule_passes_ordinary_code():
     code = (
-        "# " + "=" * 78 + "\n"
-        + "".join(f"def test_case_{i}():\n    assert cache.get({i}) is None\n    cache.put({i}, {i * i})\n" for i in range(60))
-        + "    " * 30 + "\n" + "assert cache.size() == 0\n" * 6
+        "# "
+        + "=" * 78
+        + "\n"
+        + "".join(
+            f"def test_case_{i}():\n    assert cache.get({i}) is None\n    cache.put({i}, {i * i})\n" for i in range(60)
+        )
+        + "    " * 30
+        + "\n"
+        + "assert cache.size() == 0\n" * 6
     )
     assert len(code) > 4000 and loops.degenerate(code) is False
     # the same loop seen with a short block inside it (spaces, "aaaa") is still found at its own period
