@@ -39,12 +39,15 @@ class FakeOpenAI:
                  chunk: int = 1, usage: bool = True, api_key: str | None = None, fail_every: int = 0,
                  accept_len: float | None = None, draft_k: int = 7, chars_per_token: float = 3.5,
                  model: str = "glm-5.3-flash", chunked: bool = True, lifetime_s: float = 300.0,
-                 host: str = "127.0.0.1", port: int = 0, answer=None):
+                 host: str = "127.0.0.1", port: int = 0, answer=None, kv_tokens: int | None = None):
         self.tok_s, self.ttft_s, self.prefill_tok_s, self.chunk = tok_s, ttft_s, prefill_tok_s, chunk
         self.usage, self.api_key, self.fail_every, self.model = usage, api_key, fail_every, model
         self.accept_len, self.draft_k, self.chars_per_token = accept_len, draft_k, chars_per_token
         self.chunked = chunked
         self.answer = answer
+        self.kv_tokens = kv_tokens  # /get_server_info's max_total_num_tokens, as SGLang answers it
+        self.active = 0  # streams in flight now, and the most seen at once
+        self.peak = 0
         self.lock = threading.Lock()
         self.generations = 0
         self.failed = 0
@@ -115,6 +118,8 @@ class FakeOpenAI:
                 elif self.path == "/metrics" and fake.accept_len:
                     with fake.lock:
                         self._reply(200, fake.metrics_text().encode(), "text/plain; version=0.0.4")
+                elif self.path == "/get_server_info" and fake.kv_tokens and self._authorized():
+                    self._reply(200, json.dumps({"max_total_num_tokens": fake.kv_tokens}).encode())
                 elif self.path == "/v1/models" and self._authorized():
                     self._reply(200, json.dumps({"data": [{"id": fake.model, "object": "model"}]}).encode())
                 elif self.path != "/v1/models":
@@ -139,7 +144,14 @@ class FakeOpenAI:
                     return self._answer(text, prompt_tokens)
                 if not body.get("stream"):
                     return self._whole(chat, prompt_tokens, out)
-                self._stream(chat, body, prompt_tokens, out, breaks)
+                with fake.lock:
+                    fake.active += 1
+                    fake.peak = max(fake.peak, fake.active)
+                try:
+                    self._stream(chat, body, prompt_tokens, out, breaks)
+                finally:
+                    with fake.lock:
+                        fake.active -= 1
 
             def _whole(self, chat, prompt_tokens, out):
                 time.sleep(fake.ttft_s)
