@@ -5,7 +5,8 @@ instruction to answer with the complete function in one ```python block (`ask`).
 
 The code taken from the answer (`extract`): the first fenced code block that defines the
 problem's function (`def <entry_point>(`); else the first fenced block; else, when the answer
-has no fence, the whole answer. Reasoning (`reasoning_content`) is never searched. An answer
+has no fence, the whole answer. Reasoning is never searched: not `reasoning_content`, and not a
+`<think>...</think>` span left in the content by a server without a reasoning parser. An answer
 cut off inside an unclosed fence keeps what came after the opening fence.
 
 What runs (`program`): the problem's prompt, then the extracted code, then the dataset's
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 
+THINK = re.compile(r"<think>.*?(</think>|\Z)", re.DOTALL)
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 INSTRUCTION = (
@@ -39,9 +41,10 @@ def ask(problem: dict) -> str:
 
 
 def extract(answer: str, entry_point: str) -> str:
-    blocks = [m.group(2) for m in FENCE.finditer(answer or "")]
+    answer = THINK.sub("", answer or "").strip()
+    blocks = [m.group(2) for m in FENCE.finditer(answer)]
     if not blocks:
-        return answer or ""
+        return answer
     defines = re.compile(rf"^\s*(async\s+)?def\s+{re.escape(entry_point)}\s*\(", re.MULTILINE)
     return next((b for b in blocks if defines.search(b)), blocks[0])
 

@@ -16,6 +16,10 @@ def test_extraction_takes_the_block_that_defines_the_function():
     assert humaneval.extract("def f(x):\n    return 2", "f") == "def f(x):\n    return 2"  # no fence: all
     assert humaneval.extract("```python\ndef f(x):\n    return 3", "f") == "def f(x):\n    return 3"  # cut off
     assert humaneval.extract("```python\ndef fx(x): pass\n```\n```py\ndef f(): pass\n```", "f") == "def f(): pass\n"
+    thinking = (
+        "<think>maybe\n```python\ndef f(x):\n    return 0\n```\n</think>\n```python\ndef f(x):\n    return 1\n```"
+    )
+    assert humaneval.extract(thinking, "f") == "def f(x):\n    return 1\n"
 
 
 def test_loop_rule_at_its_thresholds():
