@@ -315,18 +315,13 @@ def test_an_interrupted_run_resumes_without_asking_again(problems, bench_venv, t
 
 
 def test_floor_exit_status_and_missing_bubblewrap(problems, run_eval, tmp_path):
-    with FakeOpenAI(
-        api_key=KEY, answer=answering(problems, lambda t, p: wrong(p) if t == "HumanEval/8" else right(p))
-    ) as f:
+    answer = answering(problems, lambda t, p: wrong(p) if t == "HumanEval/8" else right(p))
+    with FakeOpenAI(api_key=KEY, answer=answer) as f:
         run = run_eval("--url", f.url, "--suite", "floor", "--floor", "1.0")
-        ok = run_eval("--url", f.url, "--suite", "floor")
-    assert (
-        run.returncode == 1
-        and "below the floor: pass@1 0.952 < 1.00" in run.stderr
-        and "glm-flash-rollback" in run.stderr
-    )
-    assert ok.returncode == 0, ok.stderr
-    assert ok.results["meta"]["tasks"] == ids(range(0, 164, 8)) and ok.results["floor"]["met"] is True
+    assert run.returncode == 1 and "below the floor: pass@1 0.952 < 1.00" in run.stderr
+    assert "glm-flash-rollback" in run.stderr  # what to do after an engine upgrade
+    assert run.results["meta"]["tasks"] == ids(range(0, 164, 8)) and run.results["floor"]["met"] is False
+    assert "**NOT met**" in run.report
     bin_dir = tmp_path / "bin"  # setpriv and prlimit, but no bwrap
     bin_dir.mkdir()
     for tool in ("setpriv", "prlimit"):
