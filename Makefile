@@ -5,8 +5,9 @@ BIN     := $(VENV)/bin
 INVENTORY ?= inventory/sandbox.py
 # Debian packages the control machine needs for the sandbox and the tests
 # (g++, libc6-dev: tests/cuda compiles the fixed CUDA header against this host's older glibc;
-# gpg, dpkg-dev: the sandbox's stand-in for NVIDIA's repository is signed and indexed here).
-APT_DEPS := mmdebstrap systemd-container openssh-client iproute2 gpg debian-archive-keyring dpkg-dev g++ libc6-dev binutils
+# gpg, dpkg-dev: the sandbox's stand-in for NVIDIA's repository is signed and indexed here;
+# bubblewrap: make eval runs the model's code only inside it, benchmark/confine.py).
+APT_DEPS := mmdebstrap systemd-container openssh-client iproute2 gpg debian-archive-keyring dpkg-dev g++ libc6-dev binutils bubblewrap
 
 .PHONY: demo test deps venv sandbox-up sandbox-down sandbox-fresh deploy check clean
 
@@ -61,6 +62,18 @@ bench: bench-venv
 	@$(BENCH_VENV)/bin/python -m benchmark $(if $(URL),--url '$(URL)') \
 	  $(if $(filter-out file,$(origin INVENTORY)),--inventory '$(INVENTORY)') \
 	  $(if $(SUITE),--suite '$(SUITE)') $(if $(MODEL),--model '$(MODEL)') $(if $(OUT),--out '$(OUT)')
+
+# make eval URL=http://gpu1.lan:30000 [COMPARE_URL=https://...] [SUITE=full|floor] [TASKS=0,1,2] [PLUS=file|off]
+# [MODEL=] [COMPARE_MODEL=] [OUT=]; or INVENTORY=... instead of URL. Keys from GLM_FLASH_API_KEY and
+# GLM_FLASH_COMPARE_API_KEY only. The same OUT again resumes an interrupted run (docs/eval.md).
+.PHONY: eval
+eval: bench-venv
+	@command -v bwrap >/dev/null || { echo "make eval: needs bubblewrap (make deps, or apt install bubblewrap)" >&2; exit 2; }
+	@$(BENCH_VENV)/bin/python -m benchmark.evaluate $(if $(URL),--url '$(URL)') \
+	  $(if $(filter-out file,$(origin INVENTORY)),--inventory '$(INVENTORY)') \
+	  $(if $(COMPARE_URL),--compare-url '$(COMPARE_URL)') $(if $(COMPARE_MODEL),--compare-model '$(COMPARE_MODEL)') \
+	  $(if $(SUITE),--suite '$(SUITE)') $(if $(TASKS),--tasks '$(TASKS)') $(if $(PLUS),--plus '$(PLUS)') \
+	  $(if $(MODEL),--model '$(MODEL)') $(if $(OUT),--out '$(OUT)')
 
 bench-lock: venv  ## regenerate locks/bench.txt from locks/bench.in (uv pinned in locks/tools.txt)
 	$$($(BIN)/python -c 'from control.engine_lock import tools_bin; print(tools_bin())')/uv pip compile \

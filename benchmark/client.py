@@ -87,7 +87,13 @@ def _lines(r: requests.Response):
 
 
 def stream(
-    ep: Endpoint, prompt: str, max_tokens: int, timeout_s: float, chat: bool = True, ignore_eos: bool = True
+    ep: Endpoint,
+    prompt: str,
+    max_tokens: int,
+    timeout_s: float,
+    chat: bool = True,
+    ignore_eos: bool = True,
+    on_first=None,
 ) -> Sample:
     s = Sample()
     chunks = 0
@@ -128,6 +134,8 @@ def stream(
                         now = time.monotonic()
                         if s.t_first is None:
                             s.t_first = now
+                            if on_first:
+                                on_first()
                         s.t_last = now
                         chunks += 1
             if not done:

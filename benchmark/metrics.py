@@ -59,3 +59,36 @@ def acceptance(before: dict[str, float] | None, after: dict[str, float] | None) 
     if SGLANG_GAUGE in after and after[SGLANG_GAUGE] > 0:
         return after[SGLANG_GAUGE], ""
     return None, ABSENT
+
+
+# KV pool: vLLM publishes its cache config as an info gauge whose labels carry num_gpu_blocks and
+# block_size (tokens = their product); SGLang answers max_total_num_tokens in /get_server_info
+# (docs/sources.md §11).
+CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.MULTILINE)
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def cache_info_tokens(text: str) -> int | None:
+    """num_gpu_blocks x block_size from vLLM's cache_config_info sample, None without one."""
+    m = CACHE_INFO.search(text)
+    labels = dict(LABEL.findall(m.group(1))) if m else {}
+    blocks, size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
+    return int(blocks) * int(size) if blocks.isdigit() and size.isdigit() else None
+
+
+def kv_pool(url: str, headers: dict[str, str]) -> tuple[int | None, str]:
+    """(tokens the engine's KV pool holds, where it was read) or (None, why not)."""
+    base = url.rstrip("/")
+    try:
+        r = requests.get(base + "/metrics", headers=headers, timeout=(10, 30))
+        tokens = cache_info_tokens(r.text) if r.status_code == 200 else None
+        if tokens:
+            return tokens, "vllm:cache_config_info (num_gpu_blocks x block_size)"
+        r = requests.get(base + "/get_server_info", headers=headers, timeout=(10, 30))
+        if r.status_code == 200:
+            tokens = r.json().get("max_total_num_tokens")
+            if isinstance(tokens, int) and tokens > 0:
+                return tokens, "/get_server_info max_total_num_tokens"
+    except (requests.RequestException, ValueError, AttributeError):
+        pass
+    return None, "the server reports no KV pool size (vLLM: cache_config_info at /metrics; SGLang: /get_server_info)"

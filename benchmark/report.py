@@ -93,7 +93,16 @@ def write_markdown(out: Path, meta: dict, results: list[dict], plots: list[str])
     for r in results:
         for row in rows(r):
             lines.append("| " + " | ".join(row) + " |")
+    cal = meta.get("calibration") or {}
+    kv = cal.get("kv_pool_tokens")
     lines += [
+        "",
+        (
+            f"KV pool: {kv:,} tokens ({cal.get('kv_pool_source')})"
+            if kv
+            else f"KV pool: unknown ({cal.get('kv_pool_source', 'not read')})"
+        )
+        + "; L40S report: 2.11M tokens (fp8_e4m3), GB10 report: 6.2-7.5 GiB of KV cache.",
         "",
         "Ratio: ours relative to the field report, above 1 is better "
         "(ours / field; field / ours for time to first token).",

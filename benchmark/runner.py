@@ -71,7 +71,15 @@ class Runner:
         self.text_cal = calibrate(self.ep, chat=False)
         self.ignore_eos = accepts_ignore_eos(self.ep)
         log(f"{self.chat_cal.per_char:.3f} tokens per character; ignore_eos {'on' if self.ignore_eos else 'off'}")
-        return {"chat": asdict(self.chat_cal), "completions": asdict(self.text_cal), "ignore_eos": self.ignore_eos}
+        kv, where = metrics.kv_pool(self.ep.url, self.ep.headers())
+        log(f"KV pool: {kv} tokens ({where})" if kv else f"KV pool: unknown ({where})")
+        return {
+            "chat": asdict(self.chat_cal),
+            "completions": asdict(self.text_cal),
+            "ignore_eos": self.ignore_eos,
+            "kv_pool_tokens": kv,
+            "kv_pool_source": where,
+        }
 
     def _one(self, sc: Scenario, warm: bool = False) -> Sample:
         if sc.kind == "prefill":
@@ -94,6 +102,8 @@ class Runner:
         )
 
     def _run(self, sc: Scenario) -> list[Sample]:
+        if sc.background_decodes:
+            return self._under_load(sc)
         barrier = threading.Barrier(sc.streams)
 
         def go(_):
@@ -102,6 +112,38 @@ class Runner:
 
         with ThreadPoolExecutor(max_workers=sc.streams) as pool:
             return list(pool.map(go, range(sc.streams)))
+
+    def _under_load(self, sc: Scenario) -> list[Sample]:
+        """The scenario's request while `background_decodes` decode streams run: they start first, the
+        measured request once each has its first token (or failed); their samples are not reported."""
+        started = threading.Semaphore(0)
+        n = sc.background_decodes
+
+        def decode(_):
+            prompt = prompts.decode_prompt("prose", 0, self.chat_cal)
+            s = stream(
+                self.ep,
+                prompt,
+                sc.background_tokens,
+                sc.timeout_s,
+                ignore_eos=self.ignore_eos,
+                on_first=started.release,
+            )
+            if s.t_first is None:
+                started.release()
+            return s
+
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            background = [pool.submit(decode, i) for i in range(n)]
+            for _ in range(n):
+                started.acquire(timeout=sc.timeout_s)
+            measured = self._one(sc)
+            late = sum(1 for f in background if f.done())
+            if late:
+                log(f"{sc.name}: {late} of {n} background decodes ended before the measured request did")
+            for f in background:
+                f.result()
+        return [measured]
 
     def scenario(self, sc: Scenario, index: int, count: int) -> dict:
         tag = f"[{index}/{count}] {sc.name}"

@@ -12,6 +12,9 @@ the bench must calibrate to hit a length. With `api_key` set, other keys get 401
 counters when `accept_len` is set (drafts of `draft_k` tokens, `accept_len - 1` accepted).
 `/health` answers 200 like the engines'. The server stops by itself after `lifetime_s`;
 `host` and `port` choose where it listens (a fleet sandbox's loopback address).
+With `answer` set (a function of the user's text), a non-streaming chat request is answered
+with what it returns, as `message.content` (a `(content, reasoning)` pair also fills
+`reasoning_content`, as vLLM's and SGLang's reasoning parsers do): the eval's stand-in.
 """
 
 from __future__ import annotations
@@ -36,11 +39,15 @@ class FakeOpenAI:
                  chunk: int = 1, usage: bool = True, api_key: str | None = None, fail_every: int = 0,
                  accept_len: float | None = None, draft_k: int = 7, chars_per_token: float = 3.5,
                  model: str = "glm-5.3-flash", chunked: bool = True, lifetime_s: float = 300.0,
-                 host: str = "127.0.0.1", port: int = 0):
+                 host: str = "127.0.0.1", port: int = 0, answer=None, kv_tokens: int | None = None):
         self.tok_s, self.ttft_s, self.prefill_tok_s, self.chunk = tok_s, ttft_s, prefill_tok_s, chunk
         self.usage, self.api_key, self.fail_every, self.model = usage, api_key, fail_every, model
         self.accept_len, self.draft_k, self.chars_per_token = accept_len, draft_k, chars_per_token
         self.chunked = chunked
+        self.answer = answer
+        self.kv_tokens = kv_tokens  # /get_server_info's max_total_num_tokens, as SGLang answers it
+        self.active = 0  # streams in flight now, and the most seen at once
+        self.peak = 0
         self.lock = threading.Lock()
         self.generations = 0
         self.failed = 0
@@ -111,6 +118,8 @@ class FakeOpenAI:
                 elif self.path == "/metrics" and fake.accept_len:
                     with fake.lock:
                         self._reply(200, fake.metrics_text().encode(), "text/plain; version=0.0.4")
+                elif self.path == "/get_server_info" and fake.kv_tokens and self._authorized():
+                    self._reply(200, json.dumps({"max_total_num_tokens": fake.kv_tokens}).encode())
                 elif self.path == "/v1/models" and self._authorized():
                     self._reply(200, json.dumps({"data": [{"id": fake.model, "object": "model"}]}).encode())
                 elif self.path != "/v1/models":
@@ -131,9 +140,18 @@ class FakeOpenAI:
                     fake.bodies.append(body)
                     fake.generations += 1
                     breaks = fake.fail_every and fake.generations % fake.fail_every == 0
+                if not body.get("stream") and chat and fake.answer:
+                    return self._answer(text, prompt_tokens)
                 if not body.get("stream"):
                     return self._whole(chat, prompt_tokens, out)
-                self._stream(chat, body, prompt_tokens, out, breaks)
+                with fake.lock:
+                    fake.active += 1
+                    fake.peak = max(fake.peak, fake.active)
+                try:
+                    self._stream(chat, body, prompt_tokens, out, breaks)
+                finally:
+                    with fake.lock:
+                        fake.active -= 1
 
             def _whole(self, chat, prompt_tokens, out):
                 time.sleep(fake.ttft_s)
@@ -141,6 +159,18 @@ class FakeOpenAI:
                 choice.update({"message": {"role": "assistant", "content": "x " * out}} if chat else {"text": "x " * out})
                 usage = {"prompt_tokens": prompt_tokens, "completion_tokens": out, "total_tokens": prompt_tokens + out}
                 self._reply(200, json.dumps({"id": "cmpl-1", "model": fake.model, "choices": [choice], "usage": usage}).encode())
+
+            def _answer(self, text, prompt_tokens):
+                got = fake.answer(text)
+                content, reasoning = got if isinstance(got, tuple) else (got, None)
+                message = {"role": "assistant", "content": content}
+                if reasoning is not None:
+                    message["reasoning_content"] = reasoning
+                choice = {"index": 0, "finish_reason": "stop", "message": message}
+                usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(content or "") // 4,
+                         "total_tokens": prompt_tokens + len(content or "") // 4}
+                self._reply(200, json.dumps({"id": "chatcmpl-1", "model": fake.model, "choices": [choice],
+                                             "usage": usage}).encode())
 
             def _event(self, obj) -> None:
                 data = obj if isinstance(obj, str) else json.dumps(obj)

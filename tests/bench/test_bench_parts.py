@@ -33,7 +33,7 @@ def test_acceptance_from_sglang_gauge_and_reasons_when_absent():
 
 
 def test_calibration_sizes_text_in_server_tokens():
-    cal = prompts.Calibration.fit((500, 150), (5000, 1275))   # 0.25 tokens per char, 25 overhead
+    cal = prompts.Calibration.fit((500, 150), (5000, 1275))  # 0.25 tokens per char, 25 overhead
     assert cal.per_char == pytest.approx(0.25) and cal.overhead == pytest.approx(25)
     assert cal.chars_for(68000) == round((68000 - 25) / 0.25)
     with pytest.raises(ValueError):
@@ -52,6 +52,9 @@ def test_builtin_suites_hold_the_field_numbers():
     l40s = {s.name: s for s in suites.load("l40s", "l40s")}
     assert [l40s[f"decode-{n}"].streams for n in (1, 8, 16, 24)] == [1, 8, 16, 24]
     assert l40s["decode-1"].refs[0].value == 18.3 and l40s["prefill-68k"].prompt_tokens == 68000
+    assert {r.metric: r.value for r in l40s["prefill-68k"].refs} == {"ttft_s": 69.7, "prefill_tok_s": 975.6}
+    loaded = l40s["prefill-68k-under-8-decodes"]
+    assert (loaded.prompt_tokens, loaded.background_decodes, loaded.refs[0].value) == (68000, 8, 80.0)
     gb10 = {s.name: s for s in suites.load("gb10", "gb10")}
     assert gb10["prefill-198k"].prompt_tokens == 198000 and gb10["prefill-70k"].prompt_tokens == 70000
     assert {r.metric: r.value for r in gb10["decode-code"].refs} == {"decode_tok_s_per_stream": 29.0, "accept_len": 5.5}
@@ -64,3 +67,13 @@ def test_suite_files_are_checked(tmp_path):
     bad.write_text(json.dumps({"scenarios": [{"name": "x", "kind": "decode", "stream": 2}]}))
     with pytest.raises(ValueError, match="unknown field"):
         suites.load(str(bad), "l40s")
+
+
+def test_kv_pool_from_vllm_cache_config_info():
+    text = (
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+        'vllm:cache_config_info{block_size="16",cache_dtype="auto",enable_prefix_caching="True",'
+        'gpu_memory_utilization="0.9",num_cpu_blocks="0",num_gpu_blocks="29467"} 1.0\n'
+    )
+    assert metrics.cache_info_tokens(text) == 29467 * 16
+    assert metrics.cache_info_tokens(VLLM_METRICS) is None

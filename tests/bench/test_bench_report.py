@@ -77,6 +77,9 @@ def test_report_has_field_numbers_and_ratios(gb10_run):
     assert "~29 tok/s on code (GB10 report)" in report and "5.5 with DFlash2 k=7" in report
     assert "313 s on 198K (GB10 report)" in report and "docs/sources.md §1" in report
     assert "![decode](decode.png)" in report and "![prefill](prefill.png)" in report
+    # no cache_config_info at its /metrics, no /get_server_info: the KV pool is unknown, and says where it looked
+    assert gb10_run.results["calibration"]["kv_pool_tokens"] is None
+    assert "KV pool: unknown (the server reports no KV pool size" in report
 
 
 def test_plots_are_png_files(gb10_run):
