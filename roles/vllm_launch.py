@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from control.layout import engine_python
+from control.layout import engine_python, engine_root, service_home
 from control.profile import Profile
 from roles.launch import serving_args
 
@@ -69,13 +69,26 @@ def vllm_args(profile: Profile) -> list[str]:
     ]
 
 
+CUBIT_DIR = "cubit-share"  # the fork's kernels, copied into each engine environment (follows `current`)
+STORE_DIR = "moe-w2-store"  # the fork's expert store, in the service's state directory (the engine writes it)
+
+
 def vllm_env(profile: Profile) -> dict[str, str]:
-    return {
-        BUDGET_ENV: str(profile.thinking_token_budget),
+    """The service's environment: the fork's runtime knobs (docs/sources.md §19) and ours."""
+    p = profile
+    env = {
+        BUDGET_ENV: str(p.thinking_token_budget),
+        "VLLM_MOE_W2": "1" if p.moe_w2 else "0",
+        "VLLM_MOE_W2_DELTA_GB": f"{p.moe_w2_delta_gb:g}",
+        "VLLM_MOE_W2_GATE": "1" if p.moe_w2_gate else "0",
+        "VLLM_MOE_W2_CUBIT_DIR": f"{engine_root(p)}/current/{CUBIT_DIR}",
         # the box serves what is on disk; the drafter and model are downloaded by the deploy
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
+    if p.moe_w2_store:
+        env["VLLM_MOE_W2_STORE_DIR"] = f"{service_home(p)}/{STORE_DIR}"
+    return env
 
 
 def launch_spec(profile: Profile) -> dict:

@@ -206,3 +206,17 @@ def test_git_is_what_applies(monkeypatch):
     """The fork's Dockerfile uses `git apply`; this machine must have git for these tests to mean it."""
     assert subprocess.run(["git", "--version"], capture_output=True).returncode == 0
     assert os.access(TOOL, os.X_OK)
+
+
+def test_the_lock_carries_pypis_digest_of_the_release():
+    """locks/vllm/0.24.0-aarch64.txt lists PyPI's own sha256 of the vLLM 0.24.0 files: the x86_64
+    wheel fetched here (verified against PyPI's digest by tests/engine/pypi.py) is one of them."""
+    import hashlib
+
+    from vllm_wheel import pypi
+
+    whl = pypi.wheel("vllm", "0.24.0")
+    digest = hashlib.sha256(whl.read_bytes()).hexdigest()
+    lock = (REPO / "locks" / "vllm" / "0.24.0-aarch64.txt").read_text()
+    block = lock[lock.index("\nvllm==0.24.0 \\") :].split("\n    #", 1)[0]
+    assert f"--hash=sha256:{digest}" in block

@@ -170,11 +170,12 @@ def run_deploy(
     return plan, fake
 
 
-DRAFTER_COMMIT = "d4a1f7e0" * 5  # simulated: the hub is not reachable here, so the drafter's lock is the test's
+DRAFTER_COMMIT = "bf582e4eacc1810f76656d1811693ff6c6737d2a"  # the profile's pin (docs/sources.md §19)
+MODEL_COMMIT = "d4a1f7e0" * 5  # simulated: the hub is not reachable here, so the model's lock is the test's
 
 
 def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
-    """The model role's facts: the staged 2-bit checkpoint, the drafter's downloader and checkpoint."""
+    """The model role's facts: the FP8 checkpoint's and the drafter's downloads, the downloader."""
     import tempfile
 
     from control import model_lock
@@ -185,11 +186,14 @@ def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
     monkeypatch.setattr(model_lock, "LOCK", lock)
     check = model.ModelCheck
     p = build("gx10.example.lan", INVENTORY, api_key_present=False)
-    model_lock.record(p.drafter_model, p.drafter_revision, DRAFTER_COMMIT)
+    assert p.drafter_revision == DRAFTER_COMMIT and p.model_download and p.model_path == "/srv/models/GLM-5.3-Flash"
+    model_lock.record(p.model_id, p.model_revision, MODEL_COMMIT)
     tool = f"{p.install_root}/bin/glm-flash-model-fetch"
     ok = {"exit": 0, "state": "ok", "reason": "", "sealed": True}
     missing = {"exit": 1, "state": "missing", "reason": "not downloaded", "sealed": False}
-    fake.facts[F(check, tool=tool, dest=p.model_path)] = ok if main_ok else missing
+    fake.facts[F(check, tool=tool, dest=p.model_path, repo=p.model_id, revision=MODEL_COMMIT, manifests="")] = (
+        ok if main_ok else missing
+    )
     fake.facts[
         F(check, tool=tool, dest=p.drafter_path, repo=p.drafter_model, revision=DRAFTER_COMMIT, manifests="")
     ] = ok if drafter_ok else missing
@@ -198,6 +202,7 @@ def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
     fetch = AccountInfo("/nonexistent", "/usr/sbin/nologin", f"{p.service_user}-fetch", frozenset())
     fake.facts[F(Account, user=f"{p.service_user}-fetch")] = fetch if drafter_ok else None
     fake.facts[F(File, path=model.token_path(p, "glm-flash-drafter-download"))] = None
+    fake.facts[F(File, path=model.token_path(p, "glm-flash-model-download"))] = None
     fake.facts[UnitActive] = "inactive"
     fake.facts[check] = missing
 
@@ -271,7 +276,7 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
         plan.find("Thinking-budget middleware")[0][2]["dest"]
         == f"/opt/glm-flash/engine/envs/{env}/lib/python3.12/site-packages/glm_flash_defaults.py"
     )
-    drafter = plan.commands(f"Checkpoint incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} (main) in /srv/models/")
+    drafter = plan.commands(f"Checkpoint incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} in /srv/models/")
     download = [c for c in drafter if c.startswith("systemd-run")]
     assert len(download) == 1 and "--repo incoai/GLM-5.3-Flash-DFlash2" in download[0]
     assert plan.commands("Switch engine current") == [
@@ -299,6 +304,18 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     assert "Description=GLM-5.3-Flash inference server (vLLM)" in unit
     env = plan.find("Service environment")[0][2]["src"].getvalue().splitlines()
     assert "GLM_FLASH_DEFAULT_THINKING_TOKEN_BUDGET=1536" in env
+    # the fork's runtime knobs with the report's values (docs/sources.md §19); kernels follow `current`
+    for line in (
+        "VLLM_MOE_W2=1",
+        "VLLM_MOE_W2_DELTA_GB=2",
+        "VLLM_MOE_W2_GATE=0",
+        "VLLM_MOE_W2_CUBIT_DIR=/opt/glm-flash/engine/current/cubit-share",
+        "VLLM_MOE_W2_STORE_DIR=/var/lib/glm-flash/moe-w2-store",
+    ):
+        assert line in env, (line, env)
+    # the FP8 checkpoint, checked by the model role as on the L40S (its facts say it is complete: no download)
+    assert plan.find(f"Checkpoint zai-org/GLM-5.3-Flash@{MODEL_COMMIT} (main) in /srv/models/GLM-5.3-Flash")
+    assert plan.commands(f"Checkpoint zai-org/GLM-5.3-Flash@{MODEL_COMMIT} (main) in /srv/models/GLM-5.3-Flash") == []
     # never started: a blocking start (the GPU is there), decided from the host's state
     assert (
         plan.commands("glm-flash.service started from the files on disk")[-1] == "systemctl restart glm-flash.service"
