@@ -370,19 +370,6 @@ KNOBS: dict[str, Knob] = {
         **REF,
     ),
     "drafter_path": K("/srv/models/GLM-5.3-Flash-DFlash2", "where the drafter is downloaded on the host", **HOST_PATH),
-    "vllm_torch_index_url": K(
-        "https://download.pytorch.org/whl/cu130",
-        "extra pip index with CUDA 13 torch builds for aarch64 (the fork's build pulls torch from it)",
-        **URL,
-    ),
-    "vllm_build_jobs": K(
-        None,
-        "parallel compile jobs for the fork's kernels; None: the host's core count",
-        int,
-        low=1,
-        high=256,
-        optional=True,
-    ),
     "drop_page_cache": K(
         False, "flush the page cache before the engine loads: on unified memory it competes with the model", bool
     ),
