@@ -220,3 +220,12 @@ def test_the_lock_carries_pypis_digest_of_the_release():
     lock = (REPO / "locks" / "vllm" / "0.24.0-aarch64.txt").read_text()
     block = lock[lock.index("\nvllm==0.24.0 \\") :].split("\n    #", 1)[0]
     assert f"--hash=sha256:{digest}" in block
+
+
+def test_the_launch_module_is_the_servers_of_the_release(release):
+    """roles/vllm_launch.py runs `python -m VLLM_MODULE`: it must be a runnable module of vLLM 0.24.0."""
+    from roles.vllm_launch import VLLM_MODULE
+
+    path = release / (VLLM_MODULE.replace(".", "/") + ".py")
+    assert path.is_file(), f"vLLM 0.24.0 has no {VLLM_MODULE}"
+    assert 'if __name__ == "__main__":' in path.read_text()

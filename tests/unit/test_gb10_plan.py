@@ -286,7 +286,7 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     assert order == sorted(order)
     # the service: launch spec with the vLLM flags, the budget in its environment, page cache flushed
     launch = plan.find("Launch flags")[0][2]["src"].getvalue()
-    assert '"module": "vllm.entrypoints.launchers.api_server.entry"' in launch
+    assert '"module": "vllm.entrypoints.openai.api_server"' in launch  # vLLM 0.24.0's server
     assert '"--max-model-len",\n    "204800"' in launch and '"--mamba-cache-mode",\n    "align"' in launch
     unit = plan.find("glm-flash.service unit")[0][2]["src"].getvalue()  # rendered at plan time
     assert "ExecStartPre=+/bin/sh -c 'sync && echo 3 > /proc/sys/vm/drop_caches'" in unit
