@@ -389,6 +389,13 @@ KNOBS: dict[str, Knob] = {
     "preflight_wheelhouse_gib": K(
         6.0, "the host's wheelhouse: 4.8 GiB of wheels per L40S engine set, two sets share most", float, low=0
     ),
+    "preflight_moe_store_gib": K(
+        136.0,
+        "GB10: the fork's FP4 store of all experts on disk, about 146 GB in the field report (moe_w2_store)",
+        float,
+        low=0,
+    ),
+    "preflight_drafter_gib": K(2.5, "GB10: the DFlash2 drafter, about 2.3 GB", float, low=0),
     "preflight_memory_gib": K(
         320.0,
         "the FP8 CPU experts of the 306 GiB checkpoint stay in RAM, plus the OS (the field box: 768 GB)",

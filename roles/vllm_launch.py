@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 
-from control.layout import engine_python, engine_root, service_home
+from control.layout import engine_python, engine_root, moe_store_dir
 from control.profile import Profile
 from roles.launch import serving_args
 
@@ -72,7 +72,6 @@ def vllm_args(profile: Profile) -> list[str]:
 
 
 CUBIT_DIR = "cubit-share"  # the fork's kernels, copied into each engine environment (follows `current`)
-STORE_DIR = "moe-w2-store"  # the fork's expert store, in the service's state directory (the engine writes it)
 
 
 def vllm_env(profile: Profile) -> dict[str, str]:
@@ -89,7 +88,7 @@ def vllm_env(profile: Profile) -> dict[str, str]:
         "DO_NOT_TRACK": "1",
     }
     if p.moe_w2_store:
-        env["VLLM_MOE_W2_STORE_DIR"] = f"{service_home(p)}/{STORE_DIR}"
+        env["VLLM_MOE_W2_STORE_DIR"] = moe_store_dir(p)
     return env
 
 
