@@ -84,8 +84,13 @@ fetch: venv  ## fetch the engine's CPython and wheels into the cache for INVENTO
 	$(BIN)/python scripts/fetch.py $(if $(filter-out file,$(origin INVENTORY)),'$(INVENTORY)',inventory/l40s.py)
 
 .PHONY: vllm-lock
-vllm-lock: venv  ## hash-lock the GB10 build's requirements (locks/vllm/<vllm_ref>.json) for INVENTORY's GB10 hosts
-	$(BIN)/python scripts/vllm_lock.py $(if $(filter-out file,$(origin INVENTORY)),'$(INVENTORY)',inventory/gb10.py)
+# The GB10 engine's wheels, hash-locked for DGX OS's python3.12 on aarch64 (docs/sources.md §20).
+VLLM_LOCK = locks/vllm/0.24.0-aarch64
+vllm-lock: venv  ## regenerate locks/vllm/0.24.0-aarch64.txt (uv pinned in locks/tools.txt; needs PyPI)
+	$$($(BIN)/python -c 'from control.engine_lock import tools_bin; print(tools_bin())')/uv pip compile \
+	  --generate-hashes --no-config --python-version 3.12 --python-platform aarch64-manylinux_2_39 --only-binary :all: \
+	  --index-url https://pypi.org/simple --overrides $(VLLM_LOCK).overrides --excludes $(VLLM_LOCK).excludes \
+	  --no-header --quiet $(VLLM_LOCK).in -o $(VLLM_LOCK).txt
 
 .PHONY: model-lock model-downloader-lock
 # make model-lock [MODEL=zai-org/GLM-5.3-Flash REVISION=main]: ask the hub which commit a revision is and

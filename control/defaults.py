@@ -86,6 +86,10 @@ ALLOC_CONF = dict(
 )
 HEX40 = dict(pattern=r"[0-9A-Fa-f]{40}", shape="a 40-hex-digit OpenPGP fingerprint (no spaces)")
 SHA256 = dict(pattern=r"[0-9a-f]{64}", shape="a sha256 (64 lowercase hex digits)")
+FORK_PATH = dict(
+    pattern=rf"{_SEG}(?:/{_SEG})*",
+    shape="a relative path inside the fork's checkout, of letters, digits and . _ + - (no '..', no leading /)",
+)
 
 
 K = Knob
@@ -307,9 +311,44 @@ KNOBS: dict[str, Knob] = {
     "startup_timeout_s": K(3600, "loading 306 GiB and capturing graphs takes long", int, low=60),
     "restart_limit": K(3, "restarts within restart_window_s before systemd gives up", int, low=1, high=100),
     "restart_window_s": K(3600, "window for restart_limit", int, low=60),
-    # --- GB10 path (docs/sources.md §8, §1) -----------------------------------------
-    "vllm_repo_url": K("https://github.com/lrozewicz/vLLM-Moet-GB10", "the vLLM-Moet fork, pinned by ref", **URL),
-    "vllm_ref": K("", "commit of the fork to build; required on gb10", optional=True, **COMMIT),
+    # --- GB10 path: the vLLM-Moet fork on the official vLLM release (docs/sources.md §20, §8, §1) ---
+    "vllm_repo_url": K(
+        "https://github.com/lrozewicz/vLLM-Moet-GB10",
+        "the vLLM-Moet fork (a patch and kernels on an official vLLM release), fetched at vllm_ref",
+        **URL,
+    ),
+    "vllm_ref": K(
+        "", "commit of the fork whose patch and kernels are served; required on gb10", optional=True, **COMMIT
+    ),
+    "vllm_version": K(
+        "0.24.0",
+        "the official vLLM release the fork's patch is made for; its wheels: locks/vllm/<version>-aarch64.txt",
+        choices=("0.24.0",),
+    ),
+    "fork_patch": K(
+        "patch/vllm-moet-v0.24.0.patch",
+        "the fork's patch to vllm_version, inside the fork at vllm_ref; checked with git apply --check first",
+        **FORK_PATH,
+    ),
+    "fork_kernels": K(
+        "kernels/cubins-sm120",
+        "the fork's prebuilt cubins (GB10 runs the sm_120 ones exactly), served as VLLM_MOE_W2_CUBIT_DIR",
+        **FORK_PATH,
+    ),
+    "moe_w2": K(True, "VLLM_MOE_W2=1: routed experts as 2-bit planes built from the FP8 checkpoint at load", bool),
+    "moe_w2_delta_gb": K(
+        2.0,
+        "VLLM_MOE_W2_DELTA_GB: GPU pool of the hottest experts at FP4; HumanEval 95.7% -> 92.1% without it",
+        float,
+        low=0,
+        high=64,
+    ),
+    "moe_w2_gate": K(False, "VLLM_MOE_W2_GATE: the confidence gate; off in the field report", bool),
+    "moe_w2_store": K(
+        True,
+        "VLLM_MOE_W2_STORE_DIR in the service's state directory: the expert store on NVMe, not in RAM",
+        bool,
+    ),
     "drafter_model": K("incoai/GLM-5.3-Flash-DFlash2", "DFlash2 gave +49% decode on code over MTP", **HF_REPO),
     "accept_drafter_license": K(False, "the drafter is CC-BY-NC-ND-4.0: accept it explicitly", bool),
     "num_speculative_tokens": K(7, "k=7: acceptance length 5.5 on code", int, low=1, high=16),
@@ -325,21 +364,12 @@ KNOBS: dict[str, Knob] = {
     "mamba_cache_mode": K(
         "align", "prefix caching with the KDA checkpoints every 7168 tokens", choices=("align", "all", "none")
     ),
-    "drafter_revision": K("main", "pin a commit of the drafter for reproducible deploys", **REF),
+    "drafter_revision": K(
+        "bf582e4eacc1810f76656d1811693ff6c6737d2a",
+        "the drafter's commit public GB10 recipes pin (docs/sources.md §20)",
+        **REF,
+    ),
     "drafter_path": K("/srv/models/GLM-5.3-Flash-DFlash2", "where the drafter is downloaded on the host", **HOST_PATH),
-    "vllm_torch_index_url": K(
-        "https://download.pytorch.org/whl/cu130",
-        "extra pip index with CUDA 13 torch builds for aarch64 (the fork's build pulls torch from it)",
-        **URL,
-    ),
-    "vllm_build_jobs": K(
-        None,
-        "parallel compile jobs for the fork's kernels; None: the host's core count",
-        int,
-        low=1,
-        high=256,
-        optional=True,
-    ),
     "drop_page_cache": K(
         False, "flush the page cache before the engine loads: on unified memory it competes with the model", bool
     ),
@@ -359,6 +389,13 @@ KNOBS: dict[str, Knob] = {
     "preflight_wheelhouse_gib": K(
         6.0, "the host's wheelhouse: 4.8 GiB of wheels per L40S engine set, two sets share most", float, low=0
     ),
+    "preflight_moe_store_gib": K(
+        136.0,
+        "GB10: the fork's FP4 store of all experts on disk, about 146 GB in the field report (moe_w2_store)",
+        float,
+        low=0,
+    ),
+    "preflight_drafter_gib": K(2.5, "GB10: the DFlash2 drafter, about 2.3 GB", float, low=0),
     "preflight_memory_gib": K(
         320.0,
         "the FP8 CPU experts of the 306 GiB checkpoint stay in RAM, plus the OS (the field box: 768 GB)",
@@ -393,9 +430,7 @@ PLATFORMS: dict[str, dict[str, Any]] = {
         "preflight_cpu_flags": [],
         "preflight_memory_gib": 107.0,
         "preflight_wheelhouse_gib": 0.0,
-        # The fork serves its 2-bit-expert checkpoint (its tools make it from the FP8 one); stage it there.
-        "model_path": "/srv/models/GLM-5.3-Flash-Moet",
-        "model_download": False,
+        # The fork builds its 2-bit expert planes from the FP8 checkpoint at load: the same download as the L40S.
         "base_packages": [
             "ca-certificates",
             "curl",

@@ -51,6 +51,11 @@ def triton_moe_dir(profile) -> str:
     return f"{profile.install_root}/triton-configs/moe"
 
 
+def moe_store_dir(profile) -> str:
+    """GB10: the fork's expert store (VLLM_MOE_W2_STORE_DIR), the engine's to write, in its state directory."""
+    return f"{service_home(profile)}/moe-w2-store"
+
+
 def service_home(profile) -> str:
     """The service user's HOME and working directory: everything here is the engine's to write."""
     return f"/var/lib/{profile.service_user}"

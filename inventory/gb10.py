@@ -26,8 +26,8 @@ hosts = hosts(
             # incoai/GLM-5.3-Flash-DFlash2 is CC-BY-NC-ND-4.0 (non-commercial, no derivatives).
             # Set True yourself, only after reading https://creativecommons.org/licenses/by-nc-nd/4.0/
             "accept_drafter_license": False,
-            # The 2-bit-expert checkpoint the fork's tools make from the FP8 one, staged here:
-            # "model_path": "/srv/models/GLM-5.3-Flash-Moet",
+            # The FP8 checkpoint (306 GiB) is downloaded to /srv/models/GLM-5.3-Flash; the fork builds its
+            # 2-bit expert planes from it at load.
             # "listen_host": "0.0.0.0",   # needs GLM_FLASH_API_KEY exported on this machine
         },
     ),

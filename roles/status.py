@@ -37,6 +37,9 @@ KEYS = (
     "listen_host",
     "port",
     "served_model_name",
+    "python_version",
+    "vllm_ref",
+    "fork_patch",
 )
 
 

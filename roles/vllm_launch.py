@@ -1,6 +1,7 @@
-"""The GB10 engine's command line and environment (vLLM-Moet, vLLM 0.33.0 flags).
+"""The GB10 engine's command line and environment (vLLM 0.24.0 with the vLLM-Moet fork's patch).
 
-Every flag is checked against vLLM 0.33.0's own serve parser in tests/gb10/test_vllm_args.py.
+Every flag is checked against vLLM 0.33.0's own serve parser in tests/gb10/test_vllm_args.py (each
+also exists in 0.24.0's arg_utils.py / cli_args.py; moving that test to 0.24.0's parser is open).
 Values are the GB10 field report's (docs/sources.md §1) and docs/sources.md §8:
 - 204,800-token context, one stream at a time (DFlash2 k=7 leaves room for one);
 - prefix caching with `--mamba-cache-mode align` (the KDA state is checkpointed per block);
@@ -20,13 +21,14 @@ from __future__ import annotations
 
 import json
 
-from control.layout import engine_python
+from control.layout import engine_python, engine_root, moe_store_dir
 from control.profile import Profile
 from roles.launch import serving_args
 
-# `python -m` entry of vLLM 0.33.0's OpenAI server (vllm/entrypoints/launchers/api_server/entry.py;
-# vllm.entrypoints.openai.api_server is deprecated there).
-VLLM_MODULE = "vllm.entrypoints.launchers.api_server.entry"
+# `python -m` entry of the OpenAI server of vLLM 0.24.0, the release the fork patches
+# (vllm/entrypoints/openai/api_server.py, `if __name__ == "__main__"`; 0.24.0 has no
+# vllm/entrypoints/launchers/, docs/sources.md §20).
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 MIDDLEWARE_MODULE = "glm_flash_defaults"
 MIDDLEWARE = f"{MIDDLEWARE_MODULE}.ThinkingBudgetDefault"
 BUDGET_ENV = "GLM_FLASH_DEFAULT_THINKING_TOKEN_BUDGET"
@@ -69,13 +71,25 @@ def vllm_args(profile: Profile) -> list[str]:
     ]
 
 
+CUBIT_DIR = "cubit-share"  # the fork's kernels, copied into each engine environment (follows `current`)
+
+
 def vllm_env(profile: Profile) -> dict[str, str]:
-    return {
-        BUDGET_ENV: str(profile.thinking_token_budget),
+    """The service's environment: the fork's runtime knobs (docs/sources.md §20) and ours."""
+    p = profile
+    env = {
+        BUDGET_ENV: str(p.thinking_token_budget),
+        "VLLM_MOE_W2": "1" if p.moe_w2 else "0",
+        "VLLM_MOE_W2_DELTA_GB": f"{p.moe_w2_delta_gb:g}",
+        "VLLM_MOE_W2_GATE": "1" if p.moe_w2_gate else "0",
+        "VLLM_MOE_W2_CUBIT_DIR": f"{engine_root(p)}/current/{CUBIT_DIR}",
         # the box serves what is on disk; the drafter and model are downloaded by the deploy
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
+    if p.moe_w2_store:
+        env["VLLM_MOE_W2_STORE_DIR"] = moe_store_dir(p)
+    return env
 
 
 def launch_spec(profile: Profile) -> dict:

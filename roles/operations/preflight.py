@@ -40,6 +40,14 @@ def disk_needs(profile: Profile, c: Capacity, paths: tuple) -> list[str]:
     if profile.model_download:
         model = profile.preflight_model_gib * GIB
         parts.append((0, max(0, model - c.used.get(0, 0)), f"the model ({profile.preflight_model_gib:g} GiB)"))
+    if profile.platform == "gb10":
+        if profile.moe_w2_store:
+            store = profile.preflight_moe_store_gib * GIB
+            parts.append(
+                (2, max(0, store - c.used.get(2, 0)), f"the expert store ({profile.preflight_moe_store_gib:g} GiB)")
+            )
+        drafter = profile.preflight_drafter_gib * GIB
+        parts.append((3, max(0, drafter - c.used.get(3, 0)), f"the drafter ({profile.preflight_drafter_gib:g} GiB)"))
     by_mount: dict[str, list] = {}
     for index, need, what in parts:
         disk = c.disks.get(index)
@@ -81,12 +89,22 @@ def shortfalls(profile: Profile, c: Capacity, paths: tuple) -> list[str]:
     return found
 
 
-@operation(is_idempotent=True)
-def check(profile: Profile):
-    """Refuse this host, before any change, when it cannot hold or run what the profile asks."""
+def where(profile: Profile) -> tuple[tuple, tuple]:
+    """(paths whose filesystems take data, directories whose size counts against it), by index."""
     engine = layout.engine_root(profile)
     paths = (profile.model_path, profile.install_root)
     sized = (profile.model_path, f"{engine}/wheelhouse")
+    if profile.platform == "gb10":  # the fork's expert store and the drafter
+        paths += (layout.moe_store_dir(profile), profile.drafter_path)
+        sized += (layout.moe_store_dir(profile), profile.drafter_path)
+    return paths, sized
+
+
+@operation(is_idempotent=True)
+def check(profile: Profile):
+    """Refuse this host, before any change, when it cannot hold or run what the profile asks."""
+    paths, sized = where(profile)
+    engine = layout.engine_root(profile)
     c = memo.fact(host, BoxCapacity, paths=paths, sized=sized, envs=f"{engine}/envs")
     found = shortfalls(profile, c, paths)
     if found:

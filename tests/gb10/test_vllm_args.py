@@ -64,7 +64,7 @@ def parsed(vpy, profile):
 def test_flags_parse_with_vllm_0_33_and_mean_what_the_report_says(parsed):
     assert "ok" in parsed[0], parsed[0]
     a = parsed[0]["ok"]
-    assert a["model"] == "/srv/models/GLM-5.3-Flash-Moet"
+    assert a["model"] == "/srv/models/GLM-5.3-Flash"
     assert a["served_model_name"] == ["glm-5.3-flash"]
     assert (a["host"], a["port"]) == ("127.0.0.1", 8000)
     assert a["tensor_parallel_size"] == 1

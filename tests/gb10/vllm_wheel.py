@@ -61,3 +61,21 @@ def parser_python() -> Path:
     subprocess.run(pip + ["--no-deps", "-r", str(PARSER_LOCK)], check=True)
     marker.write_text(want)
     return py
+
+
+# The release the vLLM-Moet fork's patch is made for (docs/sources.md §20). Its x86_64 wheel
+# carries the same Python files as the aarch64 one the GB10 box installs.
+FORK_BASE_VERSION = "0.24.0"
+
+
+def release_python(dest: Path, version: str = FORK_BASE_VERSION) -> Path:
+    """Every .py file of vllm/ in the real `version` wheel, under dest (a stand-in site-packages).
+
+    The compiled parts (hundreds of MB) are left out: the fork's patch is pure Python."""
+    with zipfile.ZipFile(pypi.wheel("vllm", version)) as z:
+        for m in z.namelist():
+            if m.startswith("vllm/") and m.endswith(".py"):
+                out = dest / m
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(z.read(m))
+    return dest

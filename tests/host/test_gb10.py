@@ -62,20 +62,40 @@ def test_engine_is_the_fork_at_the_pinned_commit(host, profile, env_dir):
     current = host.check_output(f"readlink {layout.engine_root(profile)}/current")
     assert current.rstrip("/").endswith(f"envs/{engine_vllm.env_id(profile)}")
     marker = json.loads(host.file(f"{env_dir}/.glm-flash-complete").content_string)
-    assert (marker["repo"], marker["ref"]) == (profile.vllm_repo_url, profile.vllm_ref)
-    assert host.check_output(f"git -C {env_dir}/src rev-parse HEAD") == profile.vllm_ref
+    assert (marker["fork_repo"], marker["fork_commit"]) == (profile.vllm_repo_url, profile.vllm_ref)
+    assert marker["vllm"] == profile.vllm_version
+    assert host.check_output(f"git -C {env_dir}/fork rev-parse HEAD") == profile.vllm_ref
     version = host.check_output(
         f"{env_dir}/bin/python -c 'import vllm, torch; print(vllm.__version__, torch.version.cuda)'"
     )
     assert version.split()[1] != "None", f"torch without CUDA in {env_dir}: {version}"
 
 
-def test_mamba_block_size_patch_is_in_place(host, profile, env_dir):
-    pset = f"{env_dir}/glm-flash-patches/vllm-0.33.0-gb10.json"
-    out = host.run(f"{profile.install_root}/bin/glm-flash-patch check {pset} --json")
+def test_fork_patch_is_applied_as_recorded(host, profile, env_dir):
+    """The fork's patch is in place (git apply --check --reverse) and no patched file changed since."""
+    site = layout.site_packages(profile, env_dir)
+    patch = f"{env_dir}/fork/{profile.fork_patch}"
+    out = host.run(f"python3 {profile.install_root}/bin/glm-flash-fork-patch check --site {site} --patch {patch}")
     assert out.rc == 0, out.stdout + out.stderr
-    states = {v["state"] for v in json.loads(out.stdout.splitlines()[0]).values()}
-    assert states <= {"applied", "upstream"}, states
+    record = json.loads(host.file(f"{env_dir}/glm-flash-fork-patch.json").content_string)
+    assert record["fork_commit"] == profile.vllm_ref
+    assert record["patch_sha256"] == host.check_output(f"sha256sum {patch}").split()[0]
+    for rel, digest in record["files"].items():
+        assert host.check_output(f"sha256sum {site}/{rel}").split()[0] == digest, f"{rel} changed since it was patched"
+
+
+def test_scheduler_fix_is_in_the_patched_scheduler(host, profile, env_dir):
+    """The Mamba-block fix of the field report ships in the fork's patch: checked, never patched again."""
+    site = layout.site_packages(profile, env_dir)
+    out = host.run(f"python3 {profile.install_root}/bin/glm-flash-fork-patch scheduler-fix --site {site}")
+    assert out.rc == 0, out.stdout + out.stderr
+
+
+def test_fork_kernels_are_where_the_service_looks(host, profile, env_dir):
+    out = host.run(f"python3 {profile.install_root}/bin/glm-flash-fork-patch kernels --dir {env_dir}/cubit-share")
+    assert out.rc == 0, out.stdout + out.stderr
+    env = host.file("/etc/glm-flash/glm-flash.env").content_string.splitlines()
+    assert f"VLLM_MOE_W2_CUBIT_DIR={layout.engine_root(profile)}/current/cubit-share" in env
 
 
 def test_drafter_is_downloaded_and_verified(host, profile):

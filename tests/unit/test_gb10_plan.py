@@ -15,7 +15,6 @@ real system is tested elsewhere (tests/sandbox, tests/gb10 against real vLLM fil
 from __future__ import annotations
 
 import hashlib
-import json
 import runpy
 from pathlib import Path
 
@@ -161,7 +160,6 @@ def run_deploy(
             if callable(obj) and hasattr(obj, "_inner") and getattr(obj, "__module__", "").startswith(OURS):
                 monkeypatch.setattr(module, attr, recorder(obj))
     # the roles call the operations they import by name: the loop above records them where they are called
-    assert engine_vllm.engine_patched.__module__ == __name__, "engine_patched is not recorded"
     fake.facts[EnginePatchCheck] = patch_state or {"exit": None, "files": {}, "lines": []}
     if extra_facts_for:
         extra_facts_for(fake, monkeypatch)
@@ -170,11 +168,12 @@ def run_deploy(
     return plan, fake
 
 
-DRAFTER_COMMIT = "d4a1f7e0" * 5  # simulated: the hub is not reachable here, so the drafter's lock is the test's
+DRAFTER_COMMIT = "bf582e4eacc1810f76656d1811693ff6c6737d2a"  # the profile's pin (docs/sources.md §20)
+MODEL_COMMIT = "d4a1f7e0" * 5  # simulated: the hub is not reachable here, so the model's lock is the test's
 
 
 def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
-    """The model role's facts: the staged 2-bit checkpoint, the drafter's downloader and checkpoint."""
+    """The model role's facts: the FP8 checkpoint's and the drafter's downloads, the downloader."""
     import tempfile
 
     from control import model_lock
@@ -185,11 +184,14 @@ def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
     monkeypatch.setattr(model_lock, "LOCK", lock)
     check = model.ModelCheck
     p = build("gx10.example.lan", INVENTORY, api_key_present=False)
-    model_lock.record(p.drafter_model, p.drafter_revision, DRAFTER_COMMIT)
+    assert p.drafter_revision == DRAFTER_COMMIT and p.model_download and p.model_path == "/srv/models/GLM-5.3-Flash"
+    model_lock.record(p.model_id, p.model_revision, MODEL_COMMIT)
     tool = f"{p.install_root}/bin/glm-flash-model-fetch"
     ok = {"exit": 0, "state": "ok", "reason": "", "sealed": True}
     missing = {"exit": 1, "state": "missing", "reason": "not downloaded", "sealed": False}
-    fake.facts[F(check, tool=tool, dest=p.model_path)] = ok if main_ok else missing
+    fake.facts[F(check, tool=tool, dest=p.model_path, repo=p.model_id, revision=MODEL_COMMIT, manifests="")] = (
+        ok if main_ok else missing
+    )
     fake.facts[
         F(check, tool=tool, dest=p.drafter_path, repo=p.drafter_model, revision=DRAFTER_COMMIT, manifests="")
     ] = ok if drafter_ok else missing
@@ -198,27 +200,18 @@ def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
     fetch = AccountInfo("/nonexistent", "/usr/sbin/nologin", f"{p.service_user}-fetch", frozenset())
     fake.facts[F(Account, user=f"{p.service_user}-fetch")] = fetch if drafter_ok else None
     fake.facts[F(File, path=model.token_path(p, "glm-flash-drafter-download"))] = None
+    fake.facts[F(File, path=model.token_path(p, "glm-flash-model-download"))] = None
     fake.facts[UnitActive] = "inactive"
     fake.facts[check] = missing
 
 
 @pytest.fixture(autouse=True)
 def vllm_locks(tmp_path, monkeypatch):
-    """locks/vllm/<ref>.json for the two refs of these tests, in the format scripts/vllm_lock.py
-    writes (the real ones need the fork's commit, PyPI and the torch index)."""
+    """A copy of locks/vllm/ the tests may change (the real lock: `make vllm-lock`)."""
     d = tmp_path / "vllm-locks"
     d.mkdir()
-    for ref in (REF, NEW_REF):
-        lock = {
-            "repo": "https://github.com/lrozewicz/vLLM-Moet-GB10",
-            "ref": ref,
-            "python": "3.12",
-            "indexes": {
-                "https://pypi.org/simple": ["ninja==1.13.0 --hash=sha256:" + "1" * 64],
-                "https://download.pytorch.org/whl/cu130/": ["torch==2.14.0+cu130 --hash=sha256:" + "2" * 64],
-            },
-        }
-        (d / f"{ref}.json").write_text(json.dumps(lock))
+    for f in (REPO / "locks" / "vllm").iterdir():
+        (d / f.name).write_bytes(f.read_bytes())
     monkeypatch.setattr(engine_vllm, "LOCK_DIR", d)
     return d
 
@@ -255,23 +248,25 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
         "systemctl stop gdm3.service",
         "systemctl disable gdm3.service",
     ]
-    # fresh: build beside, patch, middleware, drafter, then switch
-    # the fork compiles for hours: as the transient unit glm-flash-job-engine-build (roles/operations/job.py)
+    # fresh: build beside (wheels, the fork's patch checked then applied, its kernels), middleware, drafter, switch
+    # several GB of wheels: as the transient unit glm-flash-job-engine-build (roles/operations/job.py)
     assert plan.commands("vLLM-Moet") == ["function _follow"]
+    assert plan.find(f"vLLM 0.24.0 + vLLM-Moet {REF[:12]} built into {env}")
     assert " ".join(engine_vllm.build_argv(profile, env)) == (
-        f"/opt/glm-flash/bin/glm-flash-vllm-build {env} --repo https://github.com/lrozewicz/vLLM-Moet-GB10 "
-        f"--ref {REF} --python /usr/bin/python3.12 --lock /opt/glm-flash/engine/locks/{env}.vllm.json "
-        f"--arch 12.1 --cuda-home /usr/local/cuda-13.0"
+        f"/opt/glm-flash/bin/glm-flash-vllm-build {env} --python /usr/bin/python3.12 "
+        f"--lock /opt/glm-flash/engine/locks/{env}.vllm.txt --vllm-version 0.24.0 "
+        f"--fork-repo https://github.com/lrozewicz/vLLM-Moet-GB10 --fork-commit {REF} "
+        "--fork-patch patch/vllm-moet-v0.24.0.patch --fork-kernels kernels/cubins-sm120"
     )
-    patch = plan.find("vLLM patches in")[0]
-    assert patch[3] == [
-        f"/opt/glm-flash/bin/glm-flash-patch apply /opt/glm-flash/engine/envs/{env}/glm-flash-patches/vllm-0.33.0-gb10.json"
-    ]
+    # no patch set of ours on top of the fork: its patch carries the scheduler fix (checked by the build)
+    assert not plan.find("vLLM patches in") and not plan.find("Patch set")
+    tools = [c[2]["dest"] for c in plan.calls if c[2].get("dest", "").startswith("/opt/glm-flash/bin/")]
+    assert {"/opt/glm-flash/bin/glm-flash-vllm-build", "/opt/glm-flash/bin/glm-flash-fork-patch"} <= set(tools), tools
     assert (
         plan.find("Thinking-budget middleware")[0][2]["dest"]
         == f"/opt/glm-flash/engine/envs/{env}/lib/python3.12/site-packages/glm_flash_defaults.py"
     )
-    drafter = plan.commands(f"Checkpoint incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} (main) in /srv/models/")
+    drafter = plan.commands(f"Checkpoint incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} in /srv/models/")
     download = [c for c in drafter if c.startswith("systemd-run")]
     assert len(download) == 1 and "--repo incoai/GLM-5.3-Flash-DFlash2" in download[0]
     assert plan.commands("Switch engine current") == [
@@ -282,7 +277,6 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
         names.index(plan.find(t)[0][1])
         for t in (
             "built into",
-            "vLLM patches in",
             "Thinking-budget",
             "Checkpoint incoai",
             "Switch engine current",
@@ -292,13 +286,25 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     assert order == sorted(order)
     # the service: launch spec with the vLLM flags, the budget in its environment, page cache flushed
     launch = plan.find("Launch flags")[0][2]["src"].getvalue()
-    assert '"module": "vllm.entrypoints.launchers.api_server.entry"' in launch
+    assert '"module": "vllm.entrypoints.openai.api_server"' in launch  # vLLM 0.24.0's server
     assert '"--max-model-len",\n    "204800"' in launch and '"--mamba-cache-mode",\n    "align"' in launch
     unit = plan.find("glm-flash.service unit")[0][2]["src"].getvalue()  # rendered at plan time
     assert "ExecStartPre=+/bin/sh -c 'sync && echo 3 > /proc/sys/vm/drop_caches'" in unit
     assert "Description=GLM-5.3-Flash inference server (vLLM)" in unit
     env = plan.find("Service environment")[0][2]["src"].getvalue().splitlines()
     assert "GLM_FLASH_DEFAULT_THINKING_TOKEN_BUDGET=1536" in env
+    # the fork's runtime knobs with the report's values (docs/sources.md §20); kernels follow `current`
+    for line in (
+        "VLLM_MOE_W2=1",
+        "VLLM_MOE_W2_DELTA_GB=2",
+        "VLLM_MOE_W2_GATE=0",
+        "VLLM_MOE_W2_CUBIT_DIR=/opt/glm-flash/engine/current/cubit-share",
+        "VLLM_MOE_W2_STORE_DIR=/var/lib/glm-flash/moe-w2-store",
+    ):
+        assert line in env, (line, env)
+    # the FP8 checkpoint, checked by the model role as on the L40S (its facts say it is complete: no download)
+    assert plan.find(f"Checkpoint zai-org/GLM-5.3-Flash@{MODEL_COMMIT} (main) in /srv/models/GLM-5.3-Flash")
+    assert plan.commands(f"Checkpoint zai-org/GLM-5.3-Flash@{MODEL_COMMIT} (main) in /srv/models/GLM-5.3-Flash") == []
     # never started: a blocking start (the GPU is there), decided from the host's state
     assert (
         plan.commands("glm-flash.service started from the files on disk")[-1] == "systemctl restart glm-flash.service"
@@ -317,7 +323,6 @@ def test_fork_already_built_at_the_pinned_ref_builds_nothing(monkeypatch, profil
     )
     assert plan.commands("built into") == []  # checked on the host, nothing to build
     assert plan.commands("Switch engine current") == []
-    assert plan.find("vLLM patches in")[0][3] == []  # checked, nothing pending
     assert plan.commands("Checkpoint incoai") == []  # present and verified: nothing to do
 
 
@@ -337,7 +342,7 @@ def test_ref_changed_builds_beside_and_switches(monkeypatch, profile):
     assert plan.commands("built into") == ["function _follow"]  # a job, as on a fresh box
     assert plan.find(f"built into {new}")
     argv = " ".join(engine_vllm.build_argv(new_profile, new))
-    assert argv.startswith(f"/opt/glm-flash/bin/glm-flash-vllm-build {new} ") and f"--ref {NEW_REF}" in argv
+    assert argv.startswith(f"/opt/glm-flash/bin/glm-flash-vllm-build {new} ") and f"--fork-commit {NEW_REF}" in argv
     assert plan.commands("Switch engine current") == [
         f"/opt/glm-flash/bin/glm-flash-engine switch {new}",
         f"/opt/glm-flash/bin/glm-flash-engine prune --keep {new}",
@@ -392,18 +397,26 @@ def test_licence_is_shown_at_deploy_time(monkeypatch, caplog):
 
 
 def test_build_without_a_hash_lock_fails_this_host(monkeypatch, vllm_locks):
-    (vllm_locks / f"{REF}.json").unlink()
+    (vllm_locks / "0.24.0-aarch64.txt").unlink()
     plan, _ = run_deploy(monkeypatch, gb10_facts(), extra_facts_for=model_facts)
     msg = refusal_of(plan)
-    assert f"vllm_ref: locks/vllm/{REF}.json is missing" in msg and "make vllm-lock" in msg
-    assert not plan.find("Build lock of")
+    assert "vllm_version: locks/vllm/0.24.0-aarch64.txt is missing" in msg and "make vllm-lock" in msg
+    assert not plan.find("Wheel lock of") and not plan.find("built into")
 
 
 def test_the_lock_goes_up_beside_the_build_and_names_the_environment(monkeypatch, vllm_locks, profile):
     plan, _ = run_deploy(monkeypatch, gb10_facts(), extra_facts_for=model_facts)
     env = engine_vllm.env_id(profile)
-    up = plan.find(f"Build lock of {env}")[0][2]
-    assert up["src"] == str(vllm_locks / f"{REF}.json") and up["dest"] == f"/opt/glm-flash/engine/locks/{env}.vllm.json"
-    lock = vllm_locks / f"{REF}.json"
-    lock.write_text(lock.read_text().replace("ninja==1.13.0", "ninja==1.13.1"))
+    up = plan.find(f"Wheel lock of {env}")[0][2]
+    lock = vllm_locks / "0.24.0-aarch64.txt"
+    assert up["src"] == str(lock) and up["dest"] == f"/opt/glm-flash/engine/locks/{env}.vllm.txt"
+    lock.write_text(lock.read_text().replace("torch==2.11.0", "torch==2.11.1"))
     assert engine_vllm.env_id(profile) != env  # another lock: another environment, built beside
+
+
+@pytest.mark.parametrize(
+    "key, value", [("fork_patch", "patch/vllm-moet-v0.24.1.patch"), ("fork_kernels", "kernels/cubins-sm121")]
+)
+def test_another_patch_or_kernel_path_is_another_environment(profile, key, value):
+    other = build("gx10.example.lan", dict(INVENTORY, **{key: value}), api_key_present=False)
+    assert engine_vllm.env_id(other) != engine_vllm.env_id(profile)

@@ -66,6 +66,32 @@ def test_example_inventory_resolves_to_the_field_settings(tmp_path, monkeypatch)
         True,
         "3.12",
     )
+    # the fork as the report ran it (docs/sources.md §20): 2-bit planes from the FP8 checkpoint, 2 GiB FP4 pool
+    assert (p.vllm_version, p.fork_patch, p.fork_kernels) == (
+        "0.24.0",
+        "patch/vllm-moet-v0.24.0.patch",
+        "kernels/cubins-sm120",
+    )
+    assert (p.moe_w2, p.moe_w2_delta_gb, p.moe_w2_gate, p.moe_w2_store) == (True, 2.0, False, True)
+    assert (p.model_id, p.model_download, p.model_path) == ("zai-org/GLM-5.3-Flash", True, "/srv/models/GLM-5.3-Flash")
+    assert p.drafter_revision == "bf582e4eacc1810f76656d1811693ff6c6737d2a"
+
+
+@pytest.mark.parametrize(
+    "key, value, words",
+    [
+        ("fork_patch", "../../etc/shadow", "relative path inside the fork"),
+        ("fork_patch", "/patch/x.patch", "relative path inside the fork"),
+        ("fork_kernels", "kernels/$(id)", "relative path inside the fork"),
+        ("vllm_version", "0.33.0", "0.24.0"),
+        ("moe_w2_delta_gb", 100, "64"),
+    ],
+)
+def test_fork_knobs_are_shaped(key, value, words):
+    inv = {"platform": "gb10", "vllm_ref": "a" * 40, "accept_drafter_license": True, key: value}
+    with pytest.raises(ProfileError) as e:
+        build("gx10.example.lan", inv, api_key_present=False)
+    assert key in str(e.value) and words in str(e.value)
 
 
 def read(name):

@@ -101,6 +101,29 @@ def test_gb10_checks_memory_only_against_its_unified_memory():
     assert msg.startswith("memory: 64.0 GiB installed, 107 GiB needed")
 
 
+def test_gb10_counts_the_fp8_checkpoint_the_expert_store_and_the_drafter():
+    """The fork builds its planes from the 306 GiB FP8 checkpoint and keeps an FP4 store on disk."""
+    from roles.operations.preflight import where
+
+    p = build("gx10", {"platform": "gb10", "vllm_ref": REF, "accept_drafter_license": True})
+    paths, sized = where(p)
+    assert paths[2:] == sized[2:] == ("/var/lib/glm-flash/moe-w2-store", "/srv/models/GLM-5.3-Flash-DFlash2")
+    arm = frozenset("fp asimd".split())
+
+    def box(free_gib):  # one NVMe for everything, as on the GX10
+        disk = Disk("/", int(free_gib * GIB))
+        return Capacity(cpus=20, cores=20, flags=arm, mem_total=int(121.6 * GIB), disks=dict.fromkeys(range(4), disk))
+
+    assert shortfalls(p, box(467), paths) == []  # 306 + 2 x 11 + 136 + 2.5 = 466.5 GiB
+    [msg] = shortfalls(p, box(400), paths)
+    assert msg.startswith("disk: 400.0 GiB free on /, 466.5 GiB needed there")
+    assert "the model (306 GiB)" in msg and "the expert store (136 GiB)" in msg and "the drafter (2.5 GiB)" in msg
+    no_store = build(
+        "gx10", {"platform": "gb10", "vllm_ref": REF, "accept_drafter_license": True, "moe_w2_store": False}
+    )
+    assert shortfalls(no_store, box(331), paths) == []
+
+
 def test_aarch64_cpuinfo_counts_every_cpu_as_a_core():
     lines = ["cpus 20", "cores 0", "Features\t: fp asimd sve2", "MemTotal:       127535444 kB", "envs 0"]
     c = BoxCapacity.parse(lines)

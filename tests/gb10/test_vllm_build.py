@@ -1,0 +1,234 @@
+"""files/glm-flash-vllm-build: the GB10 engine from wheels plus the fork's patch and kernels.
+
+Real: git (the fork is a local repository of ours fetched by commit, as the tool fetches the
+real one), files/glm-flash-fork-patch on the real Python files of PyPI's vLLM 0.24.0 wheel,
+the kernel check, the record, the marker. Simulated (this machine has no aarch64, no GPU and
+no CUDA torch): the venv, pip installing the lock (the release's Python files are copied into
+the environment's site-packages instead) and the last import, which answers torch's CUDA.
+The fork is a stand-in of ours shaped like its upstream (docs/sources.md §20): its patch at
+patch/vllm-moet-v0.24.0.patch, cubins under kernels/cubins-sm120/.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_fork_patch import ENVS, NEW_MODULE, SCHEDULER, standin_patch
+from vllm_wheel import release_python
+
+REPO = Path(__file__).resolve().parents[2]
+LOCK = REPO / "locks" / "vllm" / "0.24.0-aarch64.txt"
+PATCH = "patch/vllm-moet-v0.24.0.patch"
+KERNELS = "kernels/cubins-sm120"
+
+
+def tool():
+    loader = importlib.machinery.SourceFileLoader("glm_flash_vllm_build", str(REPO / "files" / "glm-flash-vllm-build"))
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory) -> Path:
+    return release_python(tmp_path_factory.mktemp("vllm-0.24.0") / "site-packages")
+
+
+def git(*args, cwd):
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def make_fork(tmp_path: Path, release: Path, name="fork-src", **standin) -> tuple[Path, str]:
+    """A git repository shaped like the fork's upstream; returns (path, commit)."""
+    site = tmp_path / f"{name}-site"
+    for rel in (SCHEDULER, ENVS):
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(release / rel, site / rel)
+    patch = standin_patch(site, tmp_path / name, **standin)
+    repo = tmp_path / name / "fork"
+    (repo / KERNELS / "exl3-wave-m8").mkdir(parents=True)
+    (repo / KERNELS / "moe_w2_mm_k6144_a32.cubin").write_bytes(b"\x7fELF stand-in")
+    (repo / KERNELS / "exl3-wave-m8" / "k1_m8.cubin").write_bytes(b"\x7fELF stand-in")
+    assert patch == repo / PATCH
+    git("init", "-q", cwd=repo)
+    git("add", "-A", cwd=repo)
+    git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "stand-in fork", cwd=repo)
+    return repo, git("rev-parse", "HEAD", cwd=repo)
+
+
+@pytest.fixture
+def build(tmp_path, release, monkeypatch):
+    """Run the tool's build() with the simulated venv/pip; return (result or exception, calls, env_dir)."""
+    t = tool()
+    root = tmp_path / "opt"
+    monkeypatch.setenv("GLM_FLASH_ROOT", str(root))
+    real_run = t.run
+    calls: list[list[str]] = []
+
+    def run(cmd, cwd=None, env=None, capture=False):
+        calls.append([str(c) for c in cmd])
+        env_dir = root / "engine" / "envs" / "ENV"
+        site = env_dir / "lib" / "python3.12" / "site-packages"
+        if cmd[0] == "git" or (len(cmd) > 1 and str(cmd[1]).endswith("glm-flash-fork-patch")):
+            return real_run(cmd, cwd=cwd, env=env, capture=capture)
+        if cmd[1:3] == ["-m", "venv"]:
+            (env_dir / "bin").mkdir(parents=True)
+            return ""
+        if cmd[1:4] == ["-m", "pip", "install"]:
+            shutil.copytree(release, site)  # simulated: the wheels of the lock
+            return ""
+        if "sysconfig" in cmd[-1]:
+            return f"{site}\n"
+        if "importlib.metadata" in cmd[-1]:
+            return "0.24.0\n"
+        if "moe_w2_cubit" in cmd[-1]:  # simulated: the import needs the fork's real patch and CUDA torch
+            return json.dumps({"vllm": "0.24.0", "torch": "2.11.0", "torch_cuda": "13.0"}) + "\n"
+        raise AssertionError(f"unexpected command {cmd}")
+
+    monkeypatch.setattr(t, "run", run)
+
+    def go(fork: Path, commit: str, patch=PATCH, kernels=KERNELS):
+        args = type(
+            "Args",
+            (),
+            dict(
+                env="ENV",
+                python="/usr/bin/python3.12",
+                lock=str(LOCK),
+                vllm_version="0.24.0",
+                fork_repo=str(fork),
+                fork_commit=commit,
+                fork_patch=patch,
+                fork_kernels=kernels,
+            ),
+        )
+        try:
+            return t.build(args), calls, root / "engine" / "envs" / "ENV"
+        except t.Fail as e:
+            return e, calls, root / "engine" / "envs" / "ENV"
+
+    return go
+
+
+def test_builds_from_the_lock_applies_the_fork_and_records_it(build, tmp_path, release):
+    fork, commit = make_fork(tmp_path, release)
+    result, calls, env_dir = build(fork, commit)
+    assert result == 0, result
+    pip = next(c for c in calls if c[1:4] == ["-m", "pip", "install"])
+    assert pip[4:] == [
+        "--progress-bar",
+        "off",
+        "--index-url",
+        "https://pypi.org/simple",
+        "--require-hashes",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "-r",
+        str(LOCK),
+    ]
+    # the fork is fetched and its parts checked before anything is installed
+    order = [i for i, c in enumerate(calls) if c[0] == "git"]
+    assert max(order) < calls.index(next(c for c in calls if c[1:3] == ["-m", "venv"]))
+    site = env_dir / "lib" / "python3.12" / "site-packages"
+    assert (site / NEW_MODULE).is_file()
+    record = json.loads((env_dir / "glm-flash-fork-patch.json").read_text())
+    assert record["fork_commit"] == commit and SCHEDULER in record["files"]
+    assert sorted(p.name for p in (env_dir / "cubit-share").rglob("*.cubin")) == [
+        "k1_m8.cubin",
+        "moe_w2_mm_k6144_a32.cubin",
+    ]
+    marker = json.loads((env_dir / ".glm-flash-complete").read_text())
+    assert (marker["fork_commit"], marker["vllm"], marker["fork_patch"]) == (commit, "0.24.0", PATCH)
+    assert git("rev-parse", "HEAD", cwd=env_dir / "fork") == commit
+
+
+def test_fork_commit_without_the_patch_stops_before_installing(build, tmp_path, release):
+    fork, commit = make_fork(tmp_path, release)
+    result, calls, env_dir = build(fork, commit, patch="patch/vllm-moet-v0.25.0.patch")
+    assert "has no patch/vllm-moet-v0.25.0.patch (fork_patch)" in str(result)
+    assert not [c for c in calls if c[1:3] == ["-m", "venv"]] and not (env_dir / ".glm-flash-complete").exists()
+
+
+def test_fork_commit_without_kernels_stops_before_installing(build, tmp_path, release):
+    fork, commit = make_fork(tmp_path, release)
+    result, calls, _ = build(fork, commit, kernels="kernels/cubins-sm121")
+    assert "no kernel directory" in str(result) and "fork_kernels" in str(result)
+    assert not [c for c in calls if c[1:3] == ["-m", "venv"]]
+
+
+def test_patch_that_does_not_apply_is_refused_and_the_environment_stays_incomplete(build, tmp_path, release):
+    fork, commit = make_fork(tmp_path, release, break_envs=True)
+    result, _, env_dir = build(fork, commit)
+    assert "does not apply" in str(result) and ENVS in str(result)
+    site = env_dir / "lib" / "python3.12" / "site-packages"
+    assert (site / SCHEDULER).read_bytes() == (release / SCHEDULER).read_bytes()  # nothing written
+    assert not (site / NEW_MODULE).exists() and not (env_dir / ".glm-flash-complete").exists()
+
+
+def test_fork_without_the_scheduler_fix_is_refused(build, tmp_path, release):
+    fork, commit = make_fork(tmp_path, release, scheduler_fix=False)
+    result, _, env_dir = build(fork, commit)
+    assert "patch 12" in str(result) and not (env_dir / ".glm-flash-complete").exists()
+
+
+def test_a_lock_of_another_release_is_refused(tmp_path):
+    t = tool()
+    other = tmp_path / "lock.txt"
+    other.write_text(LOCK.read_text().replace("vllm==0.24.0", "vllm==0.25.0"))
+    with pytest.raises(t.Fail, match="locks vllm 0.25.0, not 0.24.0"):
+        t.read_lock(str(other), "0.24.0")
+    t.read_lock(str(LOCK), "0.24.0")
+
+
+def status_module():
+    loader = importlib.machinery.SourceFileLoader("glm_flash_status", str(REPO / "files" / "glm-flash"))
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(mod)
+    return mod
+
+
+def test_glm_flash_status_items_for_the_fork(build, tmp_path, release, monkeypatch):
+    """`glm-flash status` on GB10: the fork's patch, the scheduler fix and the kernels of `current`,
+    by the real tool on the built environment; each turns into a problem when its part breaks."""
+    fork, commit = make_fork(tmp_path, release)
+    assert build(fork, commit)[0] == 0
+    root = tmp_path / "opt"
+    (root / "engine" / "current").symlink_to(root / "engine" / "envs" / "ENV")
+    bins = root / "bin"
+    bins.mkdir()
+    (bins / "glm-flash-fork-patch").symlink_to(REPO / "files" / "glm-flash-fork-patch")
+    st = status_module()
+    cfg = {
+        "install_root": str(root),
+        "python_version": "3.12",
+        "fork_patch": PATCH,
+        "vllm_ref": commit,
+        "platform": "gb10",
+    }
+
+    def items():
+        cmds = st.fork_commands(cfg, str(bins))
+        assert all(c[0] == "/usr/bin/python3" for c in cmds)
+        return {n: st.decide_fork(n, *st.run([sys.executable, *c[1:]])) for n, c in zip(st.FORK_ITEMS, cmds)}
+
+    got = items()
+    assert {n: i["state"] for n, i in got.items()} == {"fork patch": "ok", "scheduler fix": "ok", "fork kernels": "ok"}
+    site = root / "engine" / "current" / "lib" / "python3.12" / "site-packages"
+    sched = site / SCHEDULER
+    sched.write_text(sched.read_text().replace("MambaSpec", "AttentionSpec"))  # someone edited the patched file
+    shutil.rmtree(root / "engine" / "current" / "cubit-share")
+    got = items()
+    assert {n: i["state"] for n, i in got.items()} == {
+        "fork patch": "problem",
+        "scheduler fix": "problem",
+        "fork kernels": "problem",
+    }
+    assert "does not apply" in got["fork patch"]["detail"] and got["fork patch"]["fix"].startswith("run the deploy")
