@@ -48,22 +48,22 @@ START, END = "@@glm-flash-fact", "@@glm-flash-rc"
 # The only fact classes a cache file may name: this repo's, and pyinfra's that the deploy reads
 # through fact() (tests/unit/test_fact_memo_trust.py keeps this list equal to those).
 OUR_FACTS = "roles.facts."
-PYINFRA_FACTS = frozenset(
-    {
-        "pyinfra.facts.deb.DebPackages",
-        "pyinfra.facts.files.Directory",
-        "pyinfra.facts.files.File",
-        "pyinfra.facts.files.FileContents",
-        "pyinfra.facts.files.Link",
-        "pyinfra.facts.files.Sha1File",
-        "pyinfra.facts.files.Sha256File",
-        "pyinfra.facts.server.Arch",
-        "pyinfra.facts.server.Groups",
-        "pyinfra.facts.server.KernelModules",
-        "pyinfra.facts.server.Which",
-        "pyinfra.facts.systemd.SystemdEnabled",
-    }
-)
+# Each with the arguments it may be given: those it quotes (SystemdEnabled's `machine` and
+# `user_name` go into its command unquoted, so they are not among them).
+PYINFRA_FACTS = {
+    "pyinfra.facts.deb.DebPackages": (),
+    "pyinfra.facts.files.Directory": ("path",),
+    "pyinfra.facts.files.File": ("path",),
+    "pyinfra.facts.files.FileContents": ("path",),
+    "pyinfra.facts.files.Link": ("path",),
+    "pyinfra.facts.files.Sha1File": ("path",),
+    "pyinfra.facts.files.Sha256File": ("path",),
+    "pyinfra.facts.server.Arch": (),
+    "pyinfra.facts.server.Groups": (),
+    "pyinfra.facts.server.KernelModules": (),
+    "pyinfra.facts.server.Which": ("command",),
+    "pyinfra.facts.systemd.SystemdEnabled": ("services",),
+}
 _SEGMENTS = r"(?:/(?!\.\.?/)[A-Za-z0-9._+-]+)+"
 
 # One memo per pyinfra run (State), so runs in one process (tests, benchmarks) never share values.
@@ -132,9 +132,11 @@ def _cache_file(name: str):
     return cache_root() / "facts" / f"{name.replace('/', '_')}.json"
 
 
-def allowed(name: str) -> bool:
-    """A fact class (module.Class) that may be read from the cache file."""
-    return name.startswith(OUR_FACTS) or name in PYINFRA_FACTS
+def allowed(name: str, args: dict | None = None) -> bool:
+    """A fact class (module.Class) that may be read from the cache file (with these arguments)."""
+    if name.startswith(OUR_FACTS):
+        return True
+    return name in PYINFRA_FACTS and set(args or ()) <= set(PYINFRA_FACTS[name])
 
 
 def _program_ok(host, key: str, value) -> bool:
@@ -192,7 +194,7 @@ def _learn(run: _Run, host) -> None:
             name, args = entry["fact"], entry["args"]
             if not isinstance(name, str) or not isinstance(args, dict):
                 continue
-            if not allowed(name) or not all(_program_ok(host, k, v) for k, v in args.items()):
+            if not allowed(name, args) or not all(_program_ok(host, k, v) for k, v in args.items()):
                 refused.add(name)
                 continue
             module, cls_name = name.rsplit(".", 1)
@@ -218,7 +220,7 @@ def _save(ref) -> None:
         entries = [
             {"fact": f"{cls.__module__}.{cls.__qualname__}", "args": kwargs}
             for cls, kwargs in read.values()
-            if allowed(f"{cls.__module__}.{cls.__qualname__}")
+            if allowed(f"{cls.__module__}.{cls.__qualname__}", kwargs)
         ]
         path = _cache_file(name)
         try:

@@ -78,6 +78,17 @@ def test_a_program_outside_the_install_root_is_not_run(tmp_path, monkeypatch, ca
     assert "roles.facts.engine.EngineEnvs" in caplog.text
 
 
+def test_a_pyinfra_fact_only_with_the_arguments_it_quotes(tmp_path, monkeypatch, caplog):
+    """SystemdEnabled puts `machine` into its command unquoted: only `services` is taken."""
+    name = "pyinfra.facts.systemd.SystemdEnabled"
+    plant(tmp_path, monkeypatch, [{"fact": name, "args": {"services": ["glm-flash.service"]}}])
+    assert learned(host()) == [name]
+    plant(tmp_path, monkeypatch, [{"fact": name, "args": {"machine": "x; touch /canary"}}, GOOD])
+    with caplog.at_level(logging.WARNING, logger="pyinfra"):
+        assert learned(host()) == [GOOD["fact"]]
+    assert name in caplog.text
+
+
 def test_the_checks_own_record_dir_and_interpreter(tmp_path, monkeypatch):
     flag = "roles.facts.engine.LaunchFlagCheck"
     args = {"python": "/srv/g/engine/envs/a/bin/python", "tool": "/srv/g/bin/glm-flash-check-flags", "spec_json": "{}"}
