@@ -260,7 +260,9 @@ def _read_together(host, facts: dict[tuple, tuple[type[FactBase], dict]]) -> dic
         obj = cls()
         try:
             command = _command_of(obj, kwargs)
-        except TypeError:  # arguments the class no longer takes (a cache file of an older deploy)
+        except (TypeError, AttributeError, ValueError):
+            # arguments the class no longer takes (a cache file of an older deploy), or a base
+            # class without a command of its own: read alone if the plan asks for it
             continue
         i = len(objs)
         objs.append((key, obj))

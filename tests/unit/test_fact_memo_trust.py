@@ -179,3 +179,18 @@ def _memoised_pyinfra_facts() -> set[str]:
 
 def test_the_allowlist_is_what_the_deploy_memoises():
     assert _memoised_pyinfra_facts() == set(memo.PYINFRA_FACTS)
+
+
+def test_a_base_class_without_a_command_is_left_out_of_the_batch():
+    """A cache may name a class of ours that has no command (ParsedFact): the batch goes on
+    without it instead of ending the run."""
+    from pyinfra.facts.files import File
+
+    from roles.facts import ParsedFact
+
+    ran = []
+    out = SimpleNamespace(stdout_lines=[])
+    h = SimpleNamespace(name="node1", run_shell_command=lambda command, **kw: ran.append(command) or (True, out))
+    facts = {("node1", ParsedFact, "{}"): (ParsedFact, {}), ("node1", File, "{}"): (File, {"path": "/x"})}
+    assert memo._read_together(h, facts) == {}
+    assert len(ran) == 1 and "/x" in str(ran[0])
