@@ -21,8 +21,19 @@ $(VENV)/.installed: requirements.txt
 	@$(PY) -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || \
 	  { echo "make venv: needs Python 3.11 or newer with its venv module as $(PY) (Debian/Ubuntu: apt install python3-venv; or make venv PY=python3.12)" >&2; exit 1; }
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check --require-hashes -r requirements.txt
 	touch $@
+
+# requirements.txt is generated: the pins of locks/control.in with every dependency, each file hashed.
+.PHONY: venv-lock
+venv-lock: venv  ## regenerate requirements.txt (hashes) from locks/control.in (uv pinned in locks/tools.txt)
+	$$($(BIN)/python -c 'from control.engine_lock import tools_bin; print(tools_bin())')/uv pip compile \
+	  --generate-hashes --no-config --universal --python-version 3.11 --no-header --quiet \
+	  --index-url https://pypi.org/simple locks/control.in -o requirements.txt.new
+	{ printf '# The control machine'"'"'s environment (.venv), installed by `make venv` with --require-hashes.\n'; \
+	  printf '# Generated from locks/control.in by `make venv-lock` (uv pinned in locks/tools.txt): edit that file.\n'; \
+	  cat requirements.txt.new; } > requirements.txt
+	rm -f requirements.txt.new
 
 deps:
 	@missing=$$(for p in $(APT_DEPS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \

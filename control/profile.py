@@ -13,6 +13,7 @@ host inside roles/operations/refusal.host_refusals()) fails that host only; the 
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import sys
@@ -117,11 +118,22 @@ def _check_value(host: str, key: str, knob: Knob, value: Any, platform: str = ""
             f"{safe_repr(value)} is {type(value).__name__}, expected {_type_name(knob.kind)}",
             f"write it like the default {knob.default!r}",
         )
-    for text in value if isinstance(value, list) else [value]:
+    if isinstance(value, float) and not math.isfinite(value):
+        return Problem(
+            host, key, f"{value!r} is not a finite number", f"write a number like the default {knob.default!r}"
+        )
+    for i, text in enumerate(value if isinstance(value, list) else [value]):
         if isinstance(text, str):
             problem = _check_string(host, key, knob, text)
             if problem:
                 return problem
+        elif knob.pattern:  # a list of strings of a shape: an item of another type is not one
+            return Problem(
+                host,
+                key,
+                f"item {i + 1}, {safe_repr(text)}, is {type(text).__name__}, not {knob.shape}",
+                "write every item as a string in quotes",
+            )
     # Bounds and choices: the platform's own where it has them (`On`), saying so.
     on = knob.platforms.get(platform)
 
@@ -313,10 +325,29 @@ def _cross_checks(host: str, v: dict[str, Any]) -> Iterable[Problem]:
             f"{v['listen_host']} exposes the engine without an API key",
             f"export {v['api_key_env']} on the control machine, or keep listen_host: 127.0.0.1",
         )
+    endpoint = v["hf_endpoint"]
+    if endpoint.startswith("http://") and not _loopback_url(endpoint):
+        token = (
+            "hf_token_vault" if v["hf_token_vault"] else v["hf_token_env"] if os.environ.get(v["hf_token_env"]) else ""
+        )
+        if token:
+            yield Problem(
+                host,
+                "hf_endpoint",
+                f"{endpoint} is plain http and a Hugging Face token is set ({token}): it would travel in clear",
+                "use the hub's https:// address, or unset the token for a mirror that needs none",
+            )
     if v["service_user"] == "root":
         yield Problem(
             host, "service_user", "the engine must not run as root", "use an unprivileged name such as glm-flash"
         )
+
+
+def _loopback_url(url: str) -> bool:
+    """A URL whose host is this machine's loopback: nothing sent there crosses a network."""
+    host = re.sub(r"^[a-z]+://", "", url).split("/", 1)[0]
+    host = host[1:].split("]", 1)[0] if host.startswith("[") else host.rsplit(":", 1)[0]
+    return host in ("localhost", "::1") or re.fullmatch(r"127(?:\.[0-9]{1,3}){3}", host) is not None
 
 
 def build(host: str, data: dict[str, Any], api_key_present: bool | None = None) -> Profile:
@@ -430,6 +461,22 @@ def _first_contact(name: str, data: dict[str, Any]) -> Iterable[Problem]:
             yield Problem(name, key, f"{value!r} is not readable by this user", "run as the user who owns it")
 
 
+def _host_key_checking(name: str, data: dict[str, Any]) -> Iterable[Problem]:
+    """pyinfra's default is accept-new: the first connection (the run that ships the API key and
+    the hub token) trusts whatever answers. Loopback is not exempt (a port there may be forwarded
+    elsewhere); the sandbox's inventories set it, with known_hosts files of their own."""
+    if not name.startswith("@") and data.get("ssh_strict_host_key_checking") != "yes":
+        yield Problem(
+            name,
+            "ssh_strict_host_key_checking",
+            f"{'is not set' if data.get('ssh_strict_host_key_checking') is None else 'is ' + safe_repr(data.get('ssh_strict_host_key_checking'))}"
+            ": a host whose key is not known in advance would be trusted on first contact, with the secrets "
+            "the deploy sends",
+            "set ssh_strict_host_key_checking: 'yes' and ssh_known_hosts_file, filled as the README's "
+            '"First real host" says',
+        )
+
+
 def _check_name(name: Any) -> Iterable[Problem]:
     if not isinstance(name, str) or not name:
         yield Problem(safe_repr(name), "(host name)", "is not a host name", 'write it as a string, e.g. "gpu1.lan"')
@@ -528,6 +575,8 @@ def check_inventory() -> None:
         loaded = [(h.name, h.data.dict()) for h in current_inventory]
         unchecked = [(name, data) for name, data in loaded if CHECKED.get(name) != data]
         problems = check_entries(unchecked) if unchecked or not loaded else []
+        # Every host this run connects to, whichever helper checked it.
+        problems += [p for name, data in loaded for p in _host_key_checking(name, data)]
     if problems:
         fail(ProfileError(problems))
 

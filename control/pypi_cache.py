@@ -4,7 +4,7 @@ One place for what control/engine_lock.py (the engine wheelhouse), control/pytho
 helpers tests/engine/pypi.py and tests/cuda/cuda_assets.py (single wheels) share:
 
 - cache_root() / cache_dir(): ${GLM_FLASH_CACHE:-~/.cache/glm-flash} (cache_dir() creates it);
-- sha256_file(path);
+- sha256_file(path); distrust(stat): a cached file someone else could have written;
 - release_wheel(name, version, accept): the one wheel of a release, from PyPI's JSON API
   (${GLM_FLASH_PYPI:-https://pypi.org/pypi}/<name>/json): filename, absolute url, sha256;
 - download(url, path, sha256): into `<path>.part`, renamed to `path` only when the hash matches;
@@ -75,6 +75,17 @@ def cache_dir() -> Path:
     p = cache_root()
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+def distrust(st: os.stat_result) -> str | None:
+    """Why a cached file or directory with this stat may have been written by someone else, or
+    None: it must belong to this user and be writable by nobody else (a shared or group-writable
+    cache could otherwise steer what this machine runs on every host)."""
+    if st.st_uid != os.geteuid():
+        return f"it belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
+    if st.st_mode & 0o022:
+        return f"its group or others may write it (mode {st.st_mode & 0o7777:04o})"
+    return None
 
 
 def sha256_file(path: Path) -> str:

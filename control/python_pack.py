@@ -20,7 +20,7 @@ from pathlib import Path
 
 from control.engine_lock import tools_bin
 from control.profile import Profile
-from control.pypi_cache import cache_root, progress, sha256_file
+from control.pypi_cache import cache_root, distrust, progress, sha256_file
 
 # Not needed by a server interpreter; tkinter would need X11 libraries on the host.
 SKIP_DIRS = {
@@ -190,12 +190,39 @@ def _identify(source: Path, python_version: str) -> tuple[dict, list[str], str, 
     return info, entries, name, out_dir / f"{name}.tar.gz", out_dir / f"{name}.json"
 
 
-def _packed(info: dict, name: str, tarball: Path, meta: Path) -> Artifact | None:
-    if tarball.exists() and meta.exists():
+# sha256 of a tarball by its identity (size, inode, mtime, ctime), hashed once per process.
+_HASHED: dict[tuple[str, str], str] = {}
+
+
+def _packed(info: dict, name: str, tarball: Path, meta: Path, log=progress) -> Artifact | None:
+    """The packed tarball when its bytes are the ones packed (their sha256, recorded beside it at
+    packing), in files and a directory only this user may write; else None: pack it again."""
+    if not (tarball.exists() and meta.exists()):
+        return None
+    why = distrust(os.stat(tarball.parent))
+    if why:
+        raise PythonSourceError(
+            f"the packed CPython's directory {tarball.parent} is not trusted: {why}. "
+            f"Fix: chmod go-w {tarball.parent} (or remove it: it is packed again)"
+        )
+    for path in (tarball, meta):
+        st = os.lstat(path)
+        why = "it is a symbolic link" if os.path.islink(path) else distrust(st)
+        if why:
+            log(f"{path} is not trusted ({why}): packing again")
+            return None
+    try:
         m = json.loads(meta.read_text())
-        if m.get("size") == tarball.stat().st_size:
-            return Artifact(name, tarball, m["sha256"], info["version"], info["prefix"])
-    return None
+    except ValueError:
+        return None
+    st = tarball.stat()
+    key = (str(tarball), f"{st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}")
+    digest = _HASHED.get(key) or sha256_file(tarball)
+    _HASHED[key] = digest
+    if not isinstance(m, dict) or m.get("sha256") != digest:
+        log(f"{tarball}: sha256 {digest} is not the one recorded when it was packed: packing again")
+        return None
+    return Artifact(name, tarball, digest, info["version"], info["prefix"])
 
 
 def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
@@ -203,7 +230,7 @@ def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
     source = Path(source).expanduser()
     info, entries, name, tarball, meta = _identify(source, python_version)
     major_minor = ".".join(info["version"].split(".")[:2])
-    done = _packed(info, name, tarball, meta)
+    done = _packed(info, name, tarball, meta, log)
     if done:
         return done
     out_dir = tarball.parent
@@ -248,7 +275,8 @@ def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
                 raise PythonSourceError(f"packing {source} failed (tar {tar.returncode}, gzip {gz.returncode})")
         digest = sha256_file(part)
         part.replace(tarball)
-    meta.write_text(
+    tmp_meta = meta.with_name(f".{meta.name}.{os.getpid()}")
+    tmp_meta.write_text(
         json.dumps(
             {
                 "sha256": digest,
@@ -261,6 +289,7 @@ def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
         )
         + "\n"
     )
+    tmp_meta.replace(meta)
     return Artifact(name, tarball, digest, info["version"], info["prefix"])
 
 

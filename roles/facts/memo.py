@@ -12,6 +12,13 @@ Known: declared at plan time (`want`), or read by the last real run against that
 control machine (kept in the cache as `facts/<host>.json`: classes and arguments, no values). A
 fact no longer needed costs one part of one command; a new one is read alone, once.
 
+The cache file names commands that run as root on the host, `--dry` included, so it is read only
+when it and its directory belong to this user and nobody else may write them, and only for fact
+classes of this repo (roles.facts) and the few of pyinfra's the deploy reads through `fact()`
+(PYINFRA_FACTS: each quotes its arguments); an argument that names a program to run must name one
+of our host tools under the host's install_root. Anything else is ignored with a warning: a cache
+naming `pyinfra.facts.server.Command` runs nothing.
+
 The one rule for callers: inside an operation, read facts before yielding commands (pyinfra's
 own operations do); a command yielded by the same operation is not yet counted as a change.
 """
@@ -22,21 +29,42 @@ import atexit
 import importlib
 import json
 import os
+import re
+import stat
 import weakref
 from typing import Any
 
 from pyinfra import logger
 from pyinfra.api import FactBase, State, StringCommand
 
-from control.pypi_cache import cache_root
+from control.defaults import KNOBS
+from control.pypi_cache import cache_root, distrust
 from control.run import dry_run
 
 # A fact that printed this instead of running lacks its command (pyinfra's own marker):
 # pyinfra's get_fact says so properly, so such a value is read again through it.
 MISSING = "##PYINFRA_NOCMD##"
 START, END = "@@glm-flash-fact", "@@glm-flash-rc"
-# Only fact classes of these packages are taken from the cache file.
-FACT_PACKAGES = ("pyinfra.facts.", "roles.facts.")
+# The only fact classes a cache file may name: this repo's, and pyinfra's that the deploy reads
+# through fact() (tests/unit/test_fact_memo_trust.py keeps this list equal to those).
+OUR_FACTS = "roles.facts."
+# Each with the arguments it may be given: those it quotes (SystemdEnabled's `machine` and
+# `user_name` go into its command unquoted, so they are not among them).
+PYINFRA_FACTS = {
+    "pyinfra.facts.deb.DebPackages": (),
+    "pyinfra.facts.files.Directory": ("path",),
+    "pyinfra.facts.files.File": ("path",),
+    "pyinfra.facts.files.FileContents": ("path",),
+    "pyinfra.facts.files.Link": ("path",),
+    "pyinfra.facts.files.Sha1File": ("path",),
+    "pyinfra.facts.files.Sha256File": ("path",),
+    "pyinfra.facts.server.Arch": (),
+    "pyinfra.facts.server.Groups": (),
+    "pyinfra.facts.server.KernelModules": (),
+    "pyinfra.facts.server.Which": ("command",),
+    "pyinfra.facts.systemd.SystemdEnabled": ("services",),
+}
+_SEGMENTS = r"(?:/(?!\.\.?/)[A-Za-z0-9._+-]+)+"
 
 # One memo per pyinfra run (State), so runs in one process (tests, benchmarks) never share values.
 _RUNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -104,25 +132,84 @@ def _cache_file(name: str):
     return cache_root() / "facts" / f"{name.replace('/', '_')}.json"
 
 
+def allowed(name: str, args: dict | None = None) -> bool:
+    """A fact class (module.Class) that may be read from the cache file (with these arguments)."""
+    if name.startswith(OUR_FACTS):
+        return True
+    return name in PYINFRA_FACTS and set(args or ()) <= set(PYINFRA_FACTS[name])
+
+
+def _program_ok(host, key: str, value) -> bool:
+    """An argument naming a program the fact runs as root: one of our tools in the host's
+    install_root (root's), or an interpreter there; any other argument is data, quoted by the fact."""
+    if key == "record_dir":  # where a check writes as root: the plan always leaves it at its default
+        return False
+    if key not in ("tool", "python"):
+        return True
+    root = host.data.get("install_root") or KNOBS["install_root"].default
+    if not isinstance(value, str) or not isinstance(root, str):
+        return False
+    name = r"glm-flash-[a-z0-9-]+" if key == "tool" else r"python[0-9.]*"
+    return re.fullmatch(rf"{re.escape(root)}(?:{_SEGMENTS})?/bin/{name}", value) is not None
+
+
+def _cache_text(path) -> str | None:
+    """The cache file's text when this user wrote it and nobody else may have, else None (and a
+    warning when it exists)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        logger.warning("glm-flash: facts cache %s ignored: %s", path, e.strerror)
+        return None
+    with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+        st = os.fstat(f.fileno())
+        why = "it is not a regular file" if not stat.S_ISREG(st.st_mode) else distrust(st)
+        if why is None:
+            why = distrust(os.stat(path.parent))
+            why = why and f"its directory {path.parent}: {why}"
+        if why:
+            logger.warning(
+                "glm-flash: facts cache %s ignored: %s. Fix: remove it (the next run writes it again)", path, why
+            )
+            return None
+        return f.read()
+
+
 def _learn(run: _Run, host) -> None:
     """Want what the last real run against this host read (once per run and host)."""
     if host.name in run.learned:
         return
     run.learned.add(host.name)
+    path = _cache_file(host.name)
+    text = _cache_text(path)
     try:
-        entries = json.loads(_cache_file(host.name).read_text())
-    except (OSError, ValueError):
+        entries = json.loads(text) if text is not None else []
+    except ValueError:
         return
+    refused = set()
     for entry in entries if isinstance(entries, list) else []:
         try:
-            module, name = entry["fact"].rsplit(".", 1)
-            if not module.startswith(FACT_PACKAGES) or not isinstance(entry["args"], dict):
+            name, args = entry["fact"], entry["args"]
+            if not isinstance(name, str) or not isinstance(args, dict):
                 continue
-            cls = getattr(importlib.import_module(module), name)
+            if not allowed(name, args) or not all(_program_ok(host, k, v) for k, v in args.items()):
+                refused.add(name)
+                continue
+            module, cls_name = name.rsplit(".", 1)
+            cls = getattr(importlib.import_module(module), cls_name)
         except (KeyError, ValueError, TypeError, AttributeError, ImportError):
             continue
-        if isinstance(cls, type) and issubclass(cls, FactBase):
-            _want(run, host, cls, entry["args"])
+        if isinstance(cls, type) and issubclass(cls, FactBase) and f"{cls.__module__}.{cls.__qualname__}" == name:
+            _want(run, host, cls, args)
+    if refused:
+        logger.warning(
+            "glm-flash: facts cache %s: ignored %s (not a fact this deploy reads, or a program outside "
+            "its tools). Fix: remove the file if you did not write it",
+            path,
+            ", ".join(sorted(refused)),
+        )
 
 
 def _save(ref) -> None:
@@ -133,13 +220,15 @@ def _save(ref) -> None:
         entries = [
             {"fact": f"{cls.__module__}.{cls.__qualname__}", "args": kwargs}
             for cls, kwargs in read.values()
-            if cls.__module__.startswith(FACT_PACKAGES)
+            if allowed(f"{cls.__module__}.{cls.__qualname__}", kwargs)
         ]
         path = _cache_file(name)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(entries, indent=0, sort_keys=True, default=str))
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(entries, indent=0, sort_keys=True, default=str))
             tmp.replace(path)
         except (OSError, TypeError, ValueError) as e:
             logger.debug("memo: facts of %s not kept: %s", name, e)
@@ -171,7 +260,9 @@ def _read_together(host, facts: dict[tuple, tuple[type[FactBase], dict]]) -> dic
         obj = cls()
         try:
             command = _command_of(obj, kwargs)
-        except TypeError:  # arguments the class no longer takes (a cache file of an older deploy)
+        except (TypeError, AttributeError, ValueError):
+            # arguments the class no longer takes (a cache file of an older deploy), or a base
+            # class without a command of its own: read alone if the plan asks for it
             continue
         i = len(objs)
         objs.append((key, obj))

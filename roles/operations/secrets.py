@@ -1,9 +1,11 @@
-"""Secret files (the API key, the hub token): compared by hash, never shown, never loose.
+"""Secret files (the API key, the hub token): compared on the host, never shown, never loose.
 
 files.put would diff old and new content under `--diff` and upload straight to the
 destination (0644 until its chmod). secret_file instead:
-- compares the sha256 of what is on the host with the secret's (the Sha256File fact), and
-  the owner and mode: nothing of the content reaches pyinfra's output;
+- compares what is on the host with the secret by `cmp` on the host, the secret going in on
+  the command's stdin (which pyinfra never prints, at any -v): only "same" or "differs" comes
+  back. A hash of the file (pyinfra's Sha256File) would be printed at -vvv, and a short key
+  guessed from it offline. Then the owner and mode;
 - uploads into a root-only staging directory (0700, on the same filesystem as the
   destination), sets owner and mode there, then renames it over the destination: the file is
   at its final mode from the first moment anyone else could reach it, and a link planted at
@@ -15,13 +17,13 @@ logged at -vvv).
 
 from __future__ import annotations
 
-import hashlib
+import base64
 import io
 import posixpath
 
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
-from pyinfra.facts.files import Directory, File, Sha256File
+from pyinfra.facts.files import Directory, File
 
 from roles.facts import memo
 
@@ -34,9 +36,6 @@ class Secret:
 
     def reveal(self) -> bytes:
         return self._value.encode()
-
-    def sha256(self) -> str:
-        return hashlib.sha256(self.reveal()).hexdigest()
 
     def __repr__(self) -> str:
         return "Secret(<hidden>)"
@@ -58,6 +57,18 @@ def _safe_dir(path: str, what: str) -> None:
             f"{what} {path} is owned by {info['user']} with mode {info['mode']}: a secret is written "
             "only into a directory that no one but root may write"
         )
+
+
+def holds(dest: str, secret: Secret) -> bool:
+    """dest's bytes are the secret's, compared on the host: the command names no secret and
+    prints nothing; the secret travels on its stdin (base64: one line, as pyinfra writes stdin)."""
+    status, _ = host.run_shell_command(
+        StringCommand("base64", "-d", "|", "cmp", "-s", "--", "-", QuoteString(dest)),
+        _stdin=base64.b64encode(secret.reveal()).decode(),
+        print_output=False,
+        print_input=False,
+    )
+    return bool(status)
 
 
 def secret_commands(secret: Secret, dest: str, stage_dir: str, user: str, group: str, mode: str):
@@ -91,10 +102,10 @@ def secret_file(dest: str, secret: Secret, stage_dir: str, user: str = "root", g
     info = memo.fact(host, File, path=dest)
     same = (
         info
-        and memo.fact(host, Sha256File, path=dest) == secret.sha256()
         and (info["user"], info["group"], _mode(str(info["mode"]))) == (user, group, _mode(mode))
+        and holds(dest, secret)
     )
     if same:
-        host.noop(f"{dest} holds the secret (compared by sha256; content not shown)")
+        host.noop(f"{dest} holds the secret (compared on the host; nothing of it shown)")
         return
     yield from secret_commands(secret, dest, stage_dir, user, group, mode)

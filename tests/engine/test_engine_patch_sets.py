@@ -34,6 +34,7 @@ TOOL = REPO / "files" / "glm-flash-patch"
 VERSIONS = ["0.7.0.post1", "0.7.0.post4", "0.7.2"]
 KPOOL = "sglang/srt/layers/attention/nsa/nsa_indexer_kpool.py"
 SERVER_ARGS = "sglang/srt/server_args.py"
+HTTP_SERVER = "sglang/srt/entrypoints/http_server.py"
 
 
 def sha(p: Path) -> str:
@@ -54,7 +55,7 @@ def host(tmp_path, wheel):
         "test", {"model_path": str(tmp_path / "model"), "install_root": str(tmp_path / "opt"), "engine_set": version}
     )
     site = Path(layout.site_packages(prof, str(env_dir)))
-    pypi.extract(whl, [KPOOL, SERVER_ARGS, f"sglang_kt-{version}.dist-info/METADATA"], site)
+    pypi.extract(whl, [KPOOL, SERVER_ARGS, HTTP_SERVER, f"sglang_kt-{version}.dist-info/METADATA"], site)
     fake_model.write_model(tmp_path / "model")
     env = dict(os.environ, GLM_FLASH_STATE_DIR=str(tmp_path / "state"))
     return type(
@@ -83,7 +84,7 @@ def tool(h, action, sets, *extra):
 
 
 def targets(h):
-    files = [h.site / KPOOL, h.site / SERVER_ARGS]
+    files = [h.site / KPOOL, h.site / SERVER_ARGS, h.site / HTTP_SERVER]
     if h.version == "0.7.0.post1":
         files.append(h.model / "config.json")
     return files

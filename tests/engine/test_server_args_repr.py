@@ -11,11 +11,12 @@ imports the real class in the deployed engine environment.
 from __future__ import annotations
 
 import ast
+import asyncio
 import dataclasses
-from typing import Optional
+from typing import Any, Optional
 
 import pypi
-from test_engine_patch_sets import SERVER_ARGS, host, tool, upload, wheel  # noqa: F401  (fixtures)
+from test_engine_patch_sets import HTTP_SERVER, SERVER_ARGS, host, tool, upload, wheel  # noqa: F401  (fixtures)
 
 CANARY = "sk-canary-3f9a1c"
 KEY_FIELDS = ("api_key", "admin_api_key")
@@ -76,3 +77,47 @@ def test_a_changed_key_field_upstream_refuses_the_run(host):  # noqa: F811
     r = tool(host, "apply", upload(host))
     assert r.returncode == 2 and "api-keys-not-in-repr" in r.stderr and "Nothing was written" in r.stderr, r.stderr
     assert path.read_text() == before
+
+
+def server_info_answer(source: str) -> dict:
+    """What the file's `/server_info` handler answers, run on a ServerArgs holding the canary key
+    (the handler's own source, without its route decorator; the tokenizer manager a stand-in)."""
+    fn = next(n for n in ast.parse(source).body if isinstance(n, ast.AsyncFunctionDef) and n.name == "server_info")
+    fn.decorator_list = []
+
+    @dataclasses.dataclass
+    class ServerArgs:
+        served_model_name: str | None = None
+        api_key: str | None = dataclasses.field(default=None, repr=False)
+        admin_api_key: str | None = dataclasses.field(default=None, repr=False)
+
+    class Manager:
+        server_args = ServerArgs(served_model_name="glm", api_key=CANARY, admin_api_key=CANARY)
+
+        async def get_internal_state(self):
+            return [{}]
+
+    state = type("State", (), {"tokenizer_manager": Manager(), "scheduler_info": {"max_req_input_len": 1}})
+    scope = {
+        "dataclasses": dataclasses,
+        "List": list,
+        "Dict": dict,
+        "Any": Any,
+        "_global_state": state,
+        "__version__": "x",
+    }
+    exec(compile(ast.Module([fn], []), "server_info", "exec"), scope)
+    return asyncio.run(scope["server_info"]())
+
+
+def test_server_info_answers_without_the_keys(host):  # noqa: F811
+    """/get_server_info (and /server_info) answer key holders with dataclasses.asdict(server_args):
+    repr=False does not keep the key out of that."""
+    path = host.site / HTTP_SERVER
+    before = server_info_answer(path.read_text())
+    assert before["api_key"] == CANARY, "unpatched, the key is in the answer (else this test proves nothing)"
+    r = tool(host, "apply", upload(host))
+    assert r.returncode == 0, r.stdout + r.stderr
+    after = server_info_answer(path.read_text())
+    assert CANARY not in repr(after) and not set(KEY_FIELDS) & set(after)
+    assert {k: v for k, v in before.items() if k not in KEY_FIELDS} == after

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -106,12 +107,66 @@ def test_facts_read_together_equal_pyinfra_and_are_read_again_after_a_change(san
     assert len(seen["batched"]) == len(seen["pairs"]) + 1, seen["batched"]
     assert seen["before"] is None
     assert seen["after"] is True and seen["again"] is True
-    # What the run read is kept for the next (classes and arguments, never values).
+    # What the run read is kept for the next (classes and arguments, never values), but not a
+    # class that runs a command it is given (pyinfra's Command: memo.PYINFRA_FACTS).
     kept = json.loads((tmp_path / "cache" / "facts" / "sandbox.json").read_text())
     assert {"fact": "pyinfra.facts.files.Sha1File", "args": {"path": "/etc/hostname"}} in kept
     assert all(set(e) == {"fact", "args"} for e in kept)
-    # A second run that declares nothing still reads them all at its first read.
+    assert not any(e["fact"] == "pyinfra.facts.server.Command" for e in kept)
+    # A second run that declares nothing still reads them all at its first read (Command alone).
     again = run(tmp_path, want=False)
-    assert len(again["batched"]) == len(seen["batched"]), again["batched"]
+    assert len(again["batched"]) == len(seen["batched"]) - 1, again["batched"]
     for name, kw, together, alone in again["pairs"]:
         assert together == alone, (name, kw)
+
+
+PLAN_TIME = """
+from pyinfra import host
+from pyinfra.facts.files import File
+from roles.facts import memo
+
+# Read at plan time, so a --dry run reads it too: two wanted facts, so the first read brings
+# every wanted one (the cache's included) in one command.
+memo.want(host, File, path="/etc/hostname")
+memo.want(host, File, path="/etc")
+memo.fact(host, File, path="/etc/hostname")
+"""
+
+
+def test_a_planted_cache_runs_no_command_in_a_deploy_or_a_dry_run(sandbox, tmp_path):
+    """Someone who can write the facts cache plants pyinfra's Command with a canary: a plan-time
+    read (--dry), and the real deploy.py run --dry and for real, leave no canary on the sandbox,
+    and say they ignored the entry. (Before roles/facts/memo.py's allowlist, the first run made
+    the canary.)
+
+    The runs' cache is the developer's (wheels, the packed CPython: a converged run fetches
+    nothing) seen through links, with a facts directory of its own holding the planted file."""
+    canary = f"/root/glm-flash-canary-{os.getpid()}"
+    planted_entries = json.dumps([{"fact": "pyinfra.facts.server.Command", "args": {"command": f"touch {canary}"}}])
+    real = Path(os.environ.get("GLM_FLASH_CACHE") or Path.home() / ".cache" / "glm-flash")
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    for entry in real.iterdir() if real.is_dir() else []:
+        if entry.name != "facts":
+            (cache / entry.name).symlink_to(entry)
+    (cache / "facts").mkdir(mode=0o700)
+    planted = cache / "facts" / "sandbox.json"
+    plan_time = tmp_path / "plan_time.py"
+    plan_time.write_text(PLAN_TIME)
+    sandbox_sh(f"rm -f {canary}")
+    env = dict(os.environ, GLM_FLASH_CACHE=str(cache), PYTHONPATH=str(REPO))
+    for extra, deploy in ((["--dry"], str(plan_time)), (["--dry"], "deploy.py"), ([], "deploy.py")):
+        planted.write_text(planted_entries)  # a real run writes the file again at its end
+        planted.chmod(0o600)
+        r = subprocess.run(
+            [sys.executable, "-m", "pyinfra", "-y", *extra, SANDBOX_INVENTORY, deploy],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            env=env,
+        )
+        out = r.stdout + r.stderr
+        assert r.returncode == 0, out[-4000:]
+        assert "ignored pyinfra.facts.server.Command" in out, (deploy, extra, out[-4000:])
+        assert sandbox_sh(f"test -e {canary}", check=False).returncode != 0, f"the canary ran ({deploy} {extra})"

@@ -25,6 +25,7 @@ from tests.conftest import REPO
 REF = "0123456789abcdef0123456789abcdef01234567"
 GB10 = {"platform": "gb10", "vllm_ref": REF, "accept_drafter_license": True}
 LISTENER_PORT = "LISTENER"  # replaced by the listener's port in every host's data
+UNSET = "UNSET"  # a key every host sets (strict host key checking) left out
 PATH_KNOBS = [k for k, knob in KNOBS.items() if knob.pattern in (HOST_PATH["pattern"], LOCAL_PATH["pattern"])]
 
 # host name: (data, key, words of the problem, words of the fix)
@@ -67,6 +68,14 @@ CASES = {
     "space-in-env": ({"pytorch_alloc_conf": "a:1 b:2"}, "pytorch_alloc_conf", "no spaces", "write"),
     "port-is-ssh": ({"port": LISTENER_PORT}, "port", "is the port SSH connects to", "another port"),
     "privileged-port": ({"port": 80}, "port", "below the minimum 1024", "from 1024 up"),
+    "mem-fraction-nan": ({"mem_fraction_static": float("nan")}, "mem_fraction_static", "not a finite", "write"),
+    "mem-fraction-inf": ({"mem_fraction_static": float("inf")}, "mem_fraction_static", "not a finite", "write"),
+    "unit-name-not-a-string": (
+        {"display_managers": ["gdm3", 7]},
+        "display_managers",
+        "item 2, 7, is int, not a systemd unit name",
+        "write every item as a string",
+    ),
     **{
         f"relative-{key.replace('_', '-')}": ({key: "relative/dir"}, key, "is not an absolute path", "/")
         for key in PATH_KNOBS
@@ -113,7 +122,8 @@ def pyinfra(inventory: Path, *operations: str) -> subprocess.CompletedProcess:
 def entries(port: int) -> list[tuple[str, dict]]:
     out = []
     for host, (data, *_) in CASES.items():
-        data = {k: (port if v == LISTENER_PORT else v) for k, v in data.items()}
+        data = {"ssh_strict_host_key_checking": "yes", **data}
+        data = {k: (port if v == LISTENER_PORT else v) for k, v in data.items() if v != UNSET}
         out.append((host, {"ssh_hostname": "127.0.0.1", "ssh_port": port, **data}))
     return out
 
@@ -130,10 +140,11 @@ def refused(request, tmp_path_factory):
     try:
         hosts = entries(listener.port)
         path = tmp_path_factory.mktemp("inv") / "bad.py"
+        floats = "from math import inf, nan\n\n"  # repr() of the NaN and infinity cases
         if request.param == "hosts() helper":
-            write(path, f"from control.profile import hosts\n\nhosts = hosts(*{hosts!r})\n")
+            write(path, f"{floats}from control.profile import hosts\n\nhosts = hosts(*{hosts!r})\n")
         else:
-            write(path, f"hosts = {hosts!r}\n")
+            write(path, f"{floats}hosts = {hosts!r}\n")
         run = pyinfra(path)
     finally:
         listener.close()
@@ -181,7 +192,12 @@ def test_the_listener_sees_a_real_connection(tmp_path):
     """The control: a good inventory is contacted, and the listener counts it."""
     listener = Listener()
     try:
-        data = {"ssh_hostname": "127.0.0.1", "ssh_port": listener.port, "ssh_connect_retries": 0}
+        data = {
+            "ssh_hostname": "127.0.0.1",
+            "ssh_port": listener.port,
+            "ssh_connect_retries": 0,
+            "ssh_strict_host_key_checking": "yes",
+        }
         run = pyinfra(write(tmp_path / "good.py", f"hosts = [('good-host', {data!r})]\n"))
     finally:
         listener.close()
@@ -193,9 +209,28 @@ def test_a_host_another_helper_checked_is_left_to_it(tmp_path):
     """An inventory helper with its own knobs (control/fleet.py's gateway) says so with checked();
     without that, the host's data is checked as a node's, and refused. `debug-inventory` loads
     the inventory (group_data/all.py included) and connects to nothing."""
-    gateway = "[('gw.invalid', {'gateway_policy': 'cache_aware'})]"
+    gateway = "[('gw.invalid', {'gateway_policy': 'cache_aware', 'ssh_strict_host_key_checking': 'yes'})]"
     own = write(tmp_path / "own.py", f"from control.profile import checked\n\ngateway = {gateway}\nchecked(gateway)\n")
     run = pyinfra(own, "debug-inventory")
     assert run.returncode == 0 and "gateway_policy" in run.stdout + run.stderr, run.stdout + run.stderr
     run = pyinfra(write(tmp_path / "plain.py", f"gateway = {gateway}\n"), "debug-inventory")
     assert run.returncode == 2 and "gw.invalid: gateway_policy: unknown key" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("helper", [True, False], ids=["hosts() helper", "plain pyinfra list"])
+@pytest.mark.parametrize("value, said", [(UNSET, "is not set"), ("accept-new", "is 'accept-new'"), ("no", "is 'no'")])
+def test_a_host_without_strict_host_key_checking_is_refused(tmp_path, helper, value, said):
+    """pyinfra would trust the key of whatever answers on first contact (accept-new), on the run
+    that ships the API key and the hub token: refused for every SSH host, loopback included."""
+    listener = Listener()
+    try:
+        data = {"ssh_hostname": "127.0.0.1", "ssh_port": listener.port, "ssh_strict_host_key_checking": value}
+        data = {k: v for k, v in data.items() if v != UNSET}
+        host = [("no-host-key", data)]
+        source = f"from control.profile import hosts\n\nhosts = hosts(*{host!r})\n" if helper else f"hosts = {host!r}\n"
+        run = pyinfra(write(tmp_path / "inv.py", source))
+    finally:
+        listener.close()
+    out = assert_refused_before_contact(run, listener.connections)
+    assert f"- no-host-key: ssh_strict_host_key_checking: {said}: a host whose key is not known" in out, out
+    assert "Fix: set ssh_strict_host_key_checking: 'yes'" in out, out

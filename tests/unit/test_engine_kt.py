@@ -208,3 +208,35 @@ def test_pack_real_python_source_is_relocatable(tmp_path):
     assert r.stdout.strip() == str(tmp_path / "py")
     runpath = subprocess.run(["readelf", "-d", str(exe)], capture_output=True, text=True).stdout
     assert "$ORIGIN/../lib" in runpath and source not in runpath
+
+
+def test_a_packed_python_is_trusted_by_its_sha256_not_its_size(tmp_path):
+    """The tarball the hosts get is the one packed: a cached file changed in place (same size),
+    or one that others may have written, is packed again rather than uploaded."""
+    import json as _json
+
+    from control.pypi_cache import sha256_file
+    from control.python_pack import PythonSourceError, _packed
+
+    d = tmp_path / "python"
+    d.mkdir(mode=0o755)
+    tarball, meta = d / "cpython-3.11.7-abc.tar.gz", d / "cpython-3.11.7-abc.json"
+    tarball.write_bytes(b"packed bytes" * 1000)
+    meta.write_text(_json.dumps({"sha256": sha256_file(tarball), "size": tarball.stat().st_size}))
+    for p in (tarball, meta):
+        os.chmod(p, 0o644)
+    info, said = {"version": "3.11.7", "prefix": "/x"}, []
+    art = _packed(info, "cpython-3.11.7-abc", tarball, meta, said.append)
+    assert art is not None and art.sha256 == sha256_file(tarball) and said == []
+    tarball.write_bytes(b"PACKED bytes" * 1000)  # same size, other bytes
+    assert _packed(info, "cpython-3.11.7-abc", tarball, meta, said.append) is None
+    assert "is not the one recorded" in said[-1]
+    tarball.write_bytes(b"packed bytes" * 1000)
+    assert _packed(info, "cpython-3.11.7-abc", tarball, meta, said.append) is not None
+    os.chmod(meta, 0o664)
+    assert _packed(info, "cpython-3.11.7-abc", tarball, meta, said.append) is None
+    assert "group or others may write it" in said[-1]
+    os.chmod(meta, 0o644)
+    os.chmod(d, 0o777)
+    with pytest.raises(PythonSourceError, match="chmod go-w"):
+        _packed(info, "cpython-3.11.7-abc", tarball, meta, said.append)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fakehost import F, commands
 from pyinfra.api import OperationError
-from pyinfra.facts.files import Directory, File, Sha256File
+from pyinfra.facts.files import Directory, File
 
 from control import model_lock
 from roles.facts.accounts import Account, AccountInfo
@@ -34,7 +34,6 @@ def secret_facts(dest="/etc/glm-flash/api-key", content=None, mode=600, user="ro
         F(Directory, path="/etc/glm-flash"): {"user": "root", "group": "glm-flash", "mode": dir_mode},
         F(Directory, path="/etc/glm-flash/secrets"): {"user": "root", "group": "root", "mode": 700},
         F(File, path=dest): have,
-        F(Sha256File, path=dest): hashlib.sha256(content.encode()).hexdigest() if content is not None else None,
     }
 
 
@@ -43,12 +42,25 @@ def put(facts, **kw):
     return commands(secrets.secret_file, facts, **{**args, **kw})
 
 
-def test_secret_file_is_a_noop_when_hash_owner_and_mode_hold():
+def on_host(monkeypatch, content):
+    """The host's comparison (secrets.holds, a cmp there) as a file holding `content` answers it."""
+    monkeypatch.setattr(
+        secrets, "holds", lambda dest, secret: content is not None and secret.reveal() == content.encode()
+    )
+
+
+def test_secret_file_is_a_noop_when_content_owner_and_mode_hold(monkeypatch):
+    on_host(monkeypatch, KEY)
     assert put(secret_facts(content=KEY)) == []
 
 
-def test_secret_file_stages_root_only_then_renames_and_never_shows_the_value():
-    for facts in (secret_facts(), secret_facts(content="old"), secret_facts(content=KEY, mode=644)):
+def test_secret_file_stages_root_only_then_renames_and_never_shows_the_value(monkeypatch):
+    for facts, content in (
+        (secret_facts(), None),
+        (secret_facts(content="old"), "old"),
+        (secret_facts(content=KEY, mode=644), KEY),
+    ):
+        on_host(monkeypatch, content)
         cmds = put(facts)
         assert cmds[0] == "install -d -m 700 -o root -g root /etc/glm-flash/secrets"
         assert cmds[2].startswith("upload /etc/glm-flash/secrets/.api-key.upload")
@@ -60,6 +72,36 @@ def test_secret_file_stages_root_only_then_renames_and_never_shows_the_value():
         # the value only in the upload's content, in no command
         assert [c for c in cmds if KEY in c] == [cmds[2]]
     assert KEY not in repr(secrets.Secret(KEY)) and KEY not in str(secrets.Secret(KEY))
+
+
+@pytest.mark.parametrize("secret", [KEY, "short", KEY + "\n", "two\nlines", "é-ünïcode", " x "])
+def test_the_host_compares_the_secret_it_gets_on_stdin_and_nothing_of_it_is_shown(tmp_path, secret):
+    """secrets.holds' real command in a real shell here: the same bytes compare equal, any other
+    file (a prefix, a trailing newline more or less, none) differs; the command names no secret
+    and nothing derived from it, and pyinfra is asked to print neither the command nor its output."""
+    seen = []
+
+    class Host:
+        def run_shell_command(self, command, **kw):
+            seen.append((command, kw))
+            raw = command.get_raw_value()
+            done = subprocess.run(["sh", "-c", raw], input=kw["_stdin"] + "\n", text=True, capture_output=True)
+            assert done.stdout == "" and done.stderr == ""
+            return done.returncode == 0, None
+
+    dest = tmp_path / "api-key"
+    hashes = {hashlib.new(a, secret.encode()).hexdigest() for a in ("sha256", "sha1", "md5", "sha512")}
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(secrets, "host", Host())
+        for content, same in ((secret, True), (secret + "\n", False), (secret[:-1], False), ("", False)):
+            dest.write_bytes(content.encode())
+            assert secrets.holds(str(dest), secrets.Secret(secret)) is same, repr(content)
+        dest.unlink()
+        assert secrets.holds(str(dest), secrets.Secret(secret)) is False
+    for command, kw in seen:
+        shown = command.get_raw_value()
+        assert secret.strip() not in shown and not any(h in shown for h in hashes), shown
+        assert kw["print_input"] is False and kw["print_output"] is False
 
 
 def test_secret_file_refuses_a_directory_others_can_write_and_loose_modes():
