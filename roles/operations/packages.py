@@ -8,9 +8,11 @@ that has every package (at the pinned version, for `name=version`) is left alone
 pyinfra's own apt.packages updates and installs exactly as always.
 
 Two things a real box does that a fresh sandbox does not (docs/sources.md §13):
-- unattended-upgrades or apt-daily hold dpkg's lock for minutes (right after boot, say after the
-  driver's reboot): apt fails at once on a held lock unless told to wait. Every apt-get of the
-  deploy waits up to LOCK_WAIT_S (`-o DPkg::Lock::Timeout`, apt >= 1.9.11), then fails saying so.
+- unattended-upgrades or apt-daily hold dpkg's lock or apt's lists lock for minutes (right after
+  boot, say after the driver's reboot): apt fails at once on a held lock unless told to wait. Every
+  apt-get install of the deploy waits up to LOCK_WAIT_S (`-o DPkg::Lock::Timeout`, apt >= 1.9.11);
+  `apt-get update` (whose lists lock that option does not cover) and dpkg are retried while locked
+  for as long (`retried_while_locked`); then each fails with apt's or dpkg's own message.
 - a dropped connection or a kill mid-install leaves dpkg interrupted: every later apt-get
   refuses ("dpkg was interrupted, you must manually run 'dpkg --configure -a'"). `dpkg_recovered`
   runs first in the deploy and finishes that work (`dpkg --configure -a`, waiting for the lock
@@ -30,7 +32,23 @@ from roles.facts.apt import DpkgInterrupted
 
 LOCK_WAIT_S = 600  # an unattended-upgrades run of a few packages; a longer one is worth a message
 LOCK_WAIT = f"-o DPkg::Lock::Timeout={LOCK_WAIT_S}"
-UPDATE = f"apt-get {LOCK_WAIT} update"
+LOCKED = '*"Could not get lock"*|*"locked by another process"*'  # apt's words, dpkg's words
+
+
+def retried_while_locked(command: str) -> str:
+    """`command` (a shell command) run again every 5 s while it fails on a lock another process holds,
+    for LOCK_WAIT_S at most; any other failure, or the lock still held then, fails with its own words.
+    For what has no lock timeout of its own: dpkg, and apt-get update (its lists lock: apt's
+    DPkg::Lock::Timeout covers dpkg's locks only)."""
+    return (
+        f"end=$(( $(date +%s) + {LOCK_WAIT_S} )); "
+        f"until out=$({command} 2>&1); do "
+        f'case "$out" in {LOCKED}) if [ "$(date +%s)" -lt "$end" ]; then sleep 5; continue; fi;; esac; '
+        'echo "$out" >&2; exit 1; done; echo "$out"'
+    )
+
+
+UPDATE = retried_while_locked(f"apt-get {LOCK_WAIT} update")
 
 
 def apt_get(args: str) -> str:
@@ -70,13 +88,8 @@ def lists_updated():
     yield UPDATE
 
 
-# dpkg has no lock timeout of its own: retried while another process holds its lock, for as long
-# as apt would wait, then it fails with dpkg's own message.
-CONFIGURE_PENDING = (
-    "end=$(( $(date +%s) + " + str(LOCK_WAIT_S) + " )); "
-    "until out=$(DEBIAN_FRONTEND=noninteractive dpkg --force-confdef --force-confold --configure -a 2>&1); do "
-    'case "$out" in *lock*) if [ "$(date +%s)" -lt "$end" ]; then sleep 5; continue; fi;; esac; '
-    'echo "$out" >&2; exit 1; done; echo "$out"'
+CONFIGURE_PENDING = retried_while_locked(
+    "DEBIAN_FRONTEND=noninteractive dpkg --force-confdef --force-confold --configure -a"
 )
 
 

@@ -78,4 +78,29 @@ def test_every_apt_get_of_an_install_waits_for_the_lock():
         'DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" '
         '-o Dpkg::Options::="--force-confold" install --no-install-recommends -o DPkg::Lock::Timeout=600 sl'
     ]
-    assert commands(packages.lists_updated, {}) == ["apt-get -o DPkg::Lock::Timeout=600 update"]
+    [update] = commands(packages.lists_updated, {})
+    assert update == packages.retried_while_locked("apt-get -o DPkg::Lock::Timeout=600 update")
+
+
+def test_apt_get_update_is_retried_while_the_lists_lock_is_held(tmp_path):
+    """apt's DPkg::Lock::Timeout does not cover the lists lock (apt 2.6 fails at once with the
+    option given, tried on this machine): the update is retried as dpkg is."""
+    count = tmp_path / "n"
+    count.write_text("0")
+    fake = tmp_path / "apt-get"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f"n=$(cat {count}); echo $((n+1)) > {count}\n"
+        'if [ "$n" -lt 1 ]; then echo "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 9 '
+        '(apt-get)"; exit 100; fi\n'
+        'if [ "$n" -eq 1 ] && [ "$MODE" = flaky ]; then echo "E: Failed to fetch http://deb.debian.org/ clock"; '
+        "exit 100; fi\n"
+        "echo Reading package lists...\n"
+    )
+    fake.chmod(0o755)
+    script = packages.lists_updated._inner().__next__().replace("sleep 5", "sleep 0")
+    r = run_sh(script, f"{tmp_path}:/usr/bin:/bin")
+    assert r.returncode == 0 and "Reading package lists" in r.stdout and count.read_text().strip() == "2"
+    count.write_text("0")
+    r = run_sh("MODE=flaky; export MODE; " + script, f"{tmp_path}:/usr/bin:/bin")
+    assert r.returncode == 1 and "Failed to fetch" in r.stderr and count.read_text().strip() == "2"

@@ -35,7 +35,7 @@ from roles.facts.driver import (
     SecureBoot,
     SecureBootState,
 )
-from roles.operations import apt_hold
+from roles.operations import apt_hold, packages
 from roles.operations import driver as driver_ops
 
 RUNNING = "6.12.38+deb13-amd64"
@@ -49,7 +49,7 @@ INSTALL = (
     'DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" '
     '-o Dpkg::Options::="--force-confold" -o DPkg::Lock::Timeout=600 install --no-install-recommends'
 )
-UPDATE = "apt-get -o DPkg::Lock::Timeout=600 update"
+UPDATE = packages.UPDATE  # apt-get update retried while its lock is held (test_apt_safety.py)
 
 
 def whole(path: str, content: str) -> list[str]:
