@@ -63,19 +63,14 @@ def staging_name(dest: str) -> str:
 
 def replaced_whole(src: str | IO, dest: str, user: str | None = None, group: str | None = None, mode=None):
     """Commands that replace `dest` with `src`'s content whole or not at all (no checks: the caller
-    decided that the content differs). Owner and mode are the ones asked, else the old file's."""
+    decided that the content differs). Owner and mode are the ones asked, else those of a new file
+    (the connecting user, its umask), never copied from the old file: a link planted there could
+    lend the new file another user's owner or mode."""
     directory = posixpath.dirname(dest) or "/"
     tmp, q_tmp, q_dest = staging_name(dest), QuoteString(staging_name(dest)), QuoteString(dest)
     yield StringCommand("mkdir", "-p", QuoteString(directory))
     yield StringCommand("rm", "-f", q_tmp)  # a kill's leftover, or a link planted there: never written through
     yield FileUploadCommand(src, tmp)
-    keep = []  # what the caller leaves open comes from the file being replaced
-    if not (user or group):
-        keep.append(StringCommand("chown", QuoteString(f"--reference={dest}"), q_tmp))
-    if not mode:
-        keep.append(StringCommand("chmod", QuoteString(f"--reference={dest}"), q_tmp))
-    if keep:
-        yield StringCommand("if [ -e", q_dest, "]; then", *[StringCommand(k, ";") for k in keep], "fi")
     if user or group:
         yield file_utils.chown(tmp, user, group)
     if mode:
