@@ -124,7 +124,9 @@ def check(profile: Profile):
     """Refuse this host, before any change, when it cannot hold or run what the profile asks."""
     engine = layout.engine_root(profile)
     marker = f"/usr/local/cuda-{profile.cuda_version}/{RUNFILE_MARKER}"
-    toolkit = toolkit_pending(profile, memo.fact(host, DebPackages), memo.fact(host, FileContents, path=marker))
+    toolkit = profile.driver_source == "nvidia-repo" and toolkit_pending(
+        profile, memo.fact(host, DebPackages), memo.fact(host, FileContents, path=marker)
+    )
     paths = (profile.model_path, profile.install_root) + (cuda_paths(profile) if toolkit else ())
     sized = (profile.model_path, f"{engine}/wheelhouse") + ((CUDA_RUNFILE_CACHE,) if toolkit else ())
     c = memo.fact(host, BoxCapacity, paths=paths, sized=sized, envs=f"{engine}/envs")
