@@ -36,7 +36,7 @@ from roles.facts.driver import (
 )
 from roles.operations import apt_hold, paths
 from roles.operations.packages import UPDATE as APT_UPDATE
-from roles.operations.packages import apt_get
+from roles.operations.packages import apt_get, retried_while_locked
 from roles.operations.refusal import refusing
 
 KEYRING = "/etc/apt/keyrings/glm-flash-nvidia-cuda.gpg"
@@ -335,7 +335,9 @@ def driver_held(branch: str, hold_kernel: bool):
         held = set(memo.fact(host, AptHeldPackages))
         stale = sorted(n for n in installed if KERNEL_PACKAGE_RE.match(n) and n in held)
         if stale:
-            yield StringCommand("apt-mark", "unhold", *[QuoteString(n) for n in stale])
+            yield retried_while_locked(
+                StringCommand("apt-mark", "unhold", *[QuoteString(n) for n in stale]).get_raw_value()
+            )
     if not names:
         host.noop("no driver packages installed to hold")
         return

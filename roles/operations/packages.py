@@ -32,14 +32,15 @@ from roles.facts.apt import DpkgInterrupted
 
 LOCK_WAIT_S = 600  # an unattended-upgrades run of a few packages; a longer one is worth a message
 LOCK_WAIT = f"-o DPkg::Lock::Timeout={LOCK_WAIT_S}"
-LOCKED = '*"Could not get lock"*|*"locked by another process"*'  # apt's words, dpkg's words
+# apt's words; dpkg 1.22's ("dpkg frontend lock was locked by /usr/bin/python3 process with pid 7"); older dpkg's
+LOCKED = '*"Could not get lock"*|*"lock was locked by"*|*"locked by another process"*'
 
 
 def retried_while_locked(command: str) -> str:
     """`command` (a shell command) run again every 5 s while it fails on a lock another process holds,
     for LOCK_WAIT_S at most; any other failure, or the lock still held then, fails with its own words.
-    For what has no lock timeout of its own: dpkg, and apt-get update (its lists lock: apt's
-    DPkg::Lock::Timeout covers dpkg's locks only)."""
+    For what has no lock timeout of its own: dpkg, apt-mark (it runs dpkg --set-selections), and
+    apt-get update (its lists lock: apt's DPkg::Lock::Timeout covers dpkg's locks only)."""
     return (
         f"end=$(( $(date +%s) + {LOCK_WAIT_S} )); "
         f"until out=$({command} 2>&1); do "

@@ -37,6 +37,13 @@ from roles.facts.driver import (
 )
 from roles.operations import apt_hold, packages
 from roles.operations import driver as driver_ops
+from roles.operations.packages import retried_while_locked
+
+
+def locked(mark: str) -> str:
+    """apt-mark retried while dpkg's lock is held (roles/operations/packages.py)."""
+    return retried_while_locked(mark)
+
 
 RUNNING = "6.12.38+deb13-amd64"
 NEWER = "6.12.41+deb13-amd64"
@@ -306,7 +313,7 @@ def test_driver_present_but_old(monkeypatch):
         UPDATE,
         FRESH_COMMANDS[6],
         FRESH_COMMANDS[7],
-        f"apt-mark hold {PINNING}",
+        locked(f"apt-mark hold {PINNING}"),
     ]
     after = current_host({NvidiaLoadedModule: LoadedModule("570.172.08", True)})
     with on(FakeHost(after)):
@@ -367,15 +374,15 @@ def test_kernels_stay_patchable_unless_hold_kernel():
     assert commands(driver_ops.driver_held, facts, branch="590", hold_kernel=False) == []
     facts[AptHeldPackages] = ["nvidia-driver-cuda"]
     assert commands(driver_ops.driver_held, facts, branch="590", hold_kernel=False) == [
-        "apt-mark hold libcuda1 nvidia-kernel-open-dkms nvidia-persistenced"
+        locked("apt-mark hold libcuda1 nvidia-kernel-open-dkms nvidia-persistenced")
     ]
     # kernel holds from an earlier profile (or by hand, as the forum posts advised) are released
     facts[AptHeldPackages] = driver_only + ["linux-image-amd64"]
     assert commands(driver_ops.driver_held, facts, branch="590", hold_kernel=False) == [
-        "apt-mark unhold linux-image-amd64"
+        locked("apt-mark unhold linux-image-amd64")
     ]
     assert commands(driver_ops.driver_held, facts, branch="590", hold_kernel=True) == [
-        f"apt-mark hold linux-image-{RUNNING}"
+        locked(f"apt-mark hold linux-image-{RUNNING}")
     ]
 
 
