@@ -7,7 +7,7 @@ when every package is there, so a converged host would report a change once a da
 that has every package (at the pinned version, for `name=version`) is left alone; otherwise
 pyinfra's own apt.packages updates and installs exactly as always.
 
-Two things a real box does that a fresh sandbox does not (docs/sources.md §13):
+Two things a real box does that a fresh sandbox does not (docs/sources.md §7b):
 - unattended-upgrades or apt-daily hold dpkg's lock or apt's lists lock for minutes (right after
   boot, say after the driver's reboot): apt fails at once on a held lock unless told to wait. Every
   apt-get install of the deploy waits up to LOCK_WAIT_S (`-o DPkg::Lock::Timeout`, apt >= 1.9.11);
@@ -94,8 +94,13 @@ CONFIGURE_PENDING = retried_while_locked(
 )
 
 
+def dpkg_recovered(name: str):
+    memo.want(host, DpkgInterrupted)  # read with the run's first facts, in the same command
+    return _dpkg_recovered(name=name)
+
+
 @operation()
-def dpkg_recovered():
+def _dpkg_recovered():
     """dpkg is not left interrupted: what a killed install left half-done (pending journal entries,
     packages unpacked or half-configured) is finished with `dpkg --configure -a` before any apt
     command, and the run says so."""

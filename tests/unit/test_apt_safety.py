@@ -32,12 +32,12 @@ def test_the_fact_finds_pending_journal_entries_and_audited_packages():
 def test_clean_dpkg_runs_nothing():
     fake = FakeHost({DpkgInterrupted: []})
     with on(fake):
-        assert list(packages.dpkg_recovered._inner()) == []
+        assert list(packages._dpkg_recovered._inner()) == []
     assert fake.noops == ["dpkg: nothing left interrupted"]
 
 
 def test_interrupted_dpkg_is_configured_waiting_for_the_lock():
-    cmds = commands(packages.dpkg_recovered, {DpkgInterrupted: ["2 pending journal file(s) in /var/lib/dpkg/updates"]})
+    cmds = commands(packages._dpkg_recovered, {DpkgInterrupted: ["2 pending journal file(s) in /var/lib/dpkg/updates"]})
     assert cmds == [packages.CONFIGURE_PENDING]
     assert "dpkg --force-confdef --force-confold --configure -a" in cmds[0]
 
