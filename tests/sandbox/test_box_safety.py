@@ -126,32 +126,46 @@ def test_a_kill_during_an_apt_install_then_a_run_recovers_dpkg_and_finishes(conv
     assert deploy()[0] == []
 
 
+# What unattended-upgrades holds (dpkg's frontend lock) and what apt-daily holds (apt's lists lock),
+# taken with fcntl(2) as apt and dpkg take them.
 HOLD = (
-    "systemd-run --unit=glm-flash-test-dpkg-lock --collect python3 -c "
-    "'import fcntl, time; fs = [open(p, \"w\") for p in (\"/var/lib/dpkg/lock-frontend\", \"/var/lib/apt/lists/lock\")]; "
-    "[fcntl.lockf(f, fcntl.LOCK_EX) for f in fs]; open(\"/run/glm-flash-test-locked\", \"w\").close(); time.sleep({s})'"
+    "systemd-run --unit=glm-flash-test-apt-lock --collect python3 -c "
+    "'import fcntl, time; f = open(\"{path}\", \"w\"); fcntl.lockf(f, fcntl.LOCK_EX); "
+    "open(\"/run/glm-flash-test-locked\", \"w\").close(); time.sleep({s})'"
 )
+FRONTEND, LISTS = "/var/lib/dpkg/lock-frontend", "/var/lib/apt/lists/lock"
+STAMP = "/var/lib/apt/periodic/update-success-stamp"  # pyinfra's "lists older than a day" reads its mtime
 
 
-def hold_lock(seconds: int):
-    sandbox_sh("rm -f /run/glm-flash-test-locked; systemctl stop glm-flash-test-dpkg-lock 2>/dev/null; true")
-    sandbox_sh(HOLD.format(s=seconds))
+def hold_lock(path: str, seconds: int):
+    sandbox_sh("rm -f /run/glm-flash-test-locked; systemctl stop glm-flash-test-apt-lock 2>/dev/null; true")
+    sandbox_sh(HOLD.format(path=path, s=seconds))
     sandbox_sh("for i in $(seq 50); do [ -e /run/glm-flash-test-locked ] && exit 0; sleep 0.1; done; exit 1")
 
 
-def test_a_deploy_waits_for_dpkgs_lock_held_by_another_process(converged):
-    remove_package()
-    hold_lock(8)
-    # the holder really blocks apt: without the wait, apt-get fails at once
-    r = sandbox_sh(f"DEBIAN_FRONTEND=noninteractive apt-get -y install {PACKAGE}", check=False)
-    assert r.returncode != 0 and "lock" in (r.stdout + r.stderr)
-    assert not installed()
-    # apt's lists a day old, so the deploy's apt-get update runs too (it waits on the lists lock)
-    sandbox_sh("touch -d '2 days ago' /var/lib/apt/periodic/update-success-stamp")
-    hold_lock(30)
+def timed_deploy() -> tuple[list[str], float]:
     t0 = time.monotonic()
     changed, _ = deploy()
-    waited = time.monotonic() - t0
+    return changed, time.monotonic() - t0
+
+
+def test_a_deploy_waits_for_dpkgs_lock_then_for_apts_lists_lock(converged):
+    remove_package()
+    hold_lock(FRONTEND, 8)
+    # the holder really blocks apt: without the wait, apt-get fails at once
+    r = sandbox_sh(f"DEBIAN_FRONTEND=noninteractive apt-get -y install {PACKAGE}", check=False)
+    assert r.returncode != 0 and "lock" in (r.stdout + r.stderr) and not installed()
+    # dpkg's lock held 30 s, apt's lists fresh (no update): the install waits
+    sandbox_sh(f"touch {STAMP}")
+    hold_lock(FRONTEND, 30)
+    changed, waited = timed_deploy()
     assert "Base packages" in changed and installed()
-    assert waited >= 20, f"the deploy finished in {waited:.0f} s: it did not wait for the lock"
+    assert waited >= 20, f"the deploy finished in {waited:.0f} s: the install did not wait for dpkg's lock"
+    # apt's lists lock held 20 s and the lists a day old: the update is retried until it is free
+    remove_package()
+    sandbox_sh(f"touch -d '2 days ago' {STAMP}")
+    hold_lock(LISTS, 20)
+    changed, waited = timed_deploy()
+    assert "Base packages" in changed and installed()
+    assert waited >= 12, f"the deploy finished in {waited:.0f} s: the update did not wait for the lists lock"
     assert deploy()[0] == []
