@@ -396,6 +396,25 @@ KNOBS: dict[str, Knob] = {
         low=0,
     ),
     "preflight_drafter_gib": K(2.5, "GB10: the DFlash2 drafter, about 2.3 GB", float, low=0),
+    "preflight_cuda_runfile_gib": K(
+        5.1,
+        "NVIDIA's CUDA 12.8.1 runfile, 5,382,238,770 bytes, kept under /var/cache/glm-flash/cuda until the "
+        "toolkit is in (docs/sources.md §7); counted only while the toolkit is not installed",
+        float,
+        low=0,
+    ),
+    "preflight_cuda_extract_gib": K(
+        7.5,
+        "the runfile unpacked under /var/tmp while it installs (every component it carries); counted with the runfile",
+        float,
+        low=0,
+    ),
+    "preflight_cuda_toolkit_gib": K(
+        7.0,
+        "the installed toolkit under /usr/local/cuda-X.Y; counted only while it is not installed",
+        float,
+        low=0,
+    ),
     "preflight_memory_gib": K(
         320.0,
         "the FP8 CPU experts of the 306 GiB checkpoint stay in RAM, plus the OS (the field box: 768 GB)",

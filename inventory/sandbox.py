@@ -76,6 +76,10 @@ hosts = hosts(
             # An environment is about 11 GiB (the default); the sandbox's disk is the control
             # machine's, shared with its own caches and checkouts: a smaller floor keeps it deployable.
             "preflight_engine_env_gib": 6,
+            # The stand-in CUDA runfile and its toolkit are a few files (sandbox/nvidia_standin.py), not 20 GiB.
+            "preflight_cuda_runfile_gib": 0.1,
+            "preflight_cuda_extract_gib": 0.1,
+            "preflight_cuda_toolkit_gib": 0.1,
             # The engine's CPython 3.11 comes from the control machine (pyenv on these machines).
             "python_source": os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7"),
         },

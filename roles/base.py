@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.operations import apt, server
+from pyinfra.operations import server
 from pyinfra.operations.util import any_changed
 
 from control.profile import Profile
@@ -14,6 +14,8 @@ from roles.operations.uploads import template
 
 
 def apply(profile: Profile) -> None:
+    # Before any apt command: a killed earlier run may have left dpkg half-way (roles/operations/packages.py).
+    packages.dpkg_recovered(name="dpkg: nothing left interrupted (dpkg --configure -a if it was)")
     if profile.platform == "gb10":
         # DGX OS (Ubuntu 24.04) keeps its own apt sources (Ubuntu's and NVIDIA's): only the packages are ours.
         packages.installed(profile.base_packages, name="Base packages", update=True, no_recommends=True)
@@ -36,5 +38,5 @@ def apply(profile: Profile) -> None:
                 commands=[f"mv -n {LEGACY_SOURCES} {LEGACY_SOURCES}.glm-flash-orig"],
             )
         )
-    apt.update(name="Refresh apt lists after the sources changed", _if=any_changed(*ops))
+    packages.lists_updated(name="Refresh apt lists after the sources changed", _if=any_changed(*ops))
     packages.installed(profile.base_packages, name="Base packages", update=True, no_recommends=True)

@@ -54,3 +54,36 @@ class LegacyAptSources(ParsedFact):
     @staticmethod
     def parse(lines) -> list[str]:
         return [line for line in lines if line.strip()]
+
+
+class DpkgInterrupted(ParsedFact):
+    """What an interrupted dpkg left: pending journal entries in /var/lib/dpkg/updates (apt then
+    refuses every command: "dpkg was interrupted, you must manually run 'dpkg --configure -a'")
+    and the packages `dpkg --audit` reports (unpacked or half-configured). Empty when dpkg is clean
+    (or not there: DGX OS has it, a non-Debian host would not reach this)."""
+
+    def command(self):
+        return (
+            "if command -v dpkg >/dev/null; then "
+            "echo updates $(ls -A /var/lib/dpkg/updates 2>/dev/null | wc -l); "
+            "dpkg --audit 2>&1 | sed 's/^/audit /'; fi; true"
+        )
+
+    @staticmethod
+    def default():
+        return []
+
+    @staticmethod
+    def parse(lines) -> list[str]:
+        """The reasons, one per line; none when dpkg is clean."""
+        reasons = []
+        audit = []
+        for line in lines:
+            key, _, rest = line.partition(" ")
+            if key == "updates" and rest.strip().isdigit() and int(rest) > 0:
+                reasons.append(f"{int(rest)} pending journal file(s) in /var/lib/dpkg/updates")
+            elif key == "audit" and rest.strip():
+                audit.append(rest.strip())
+        if audit:
+            reasons.append("dpkg --audit: " + " | ".join(audit)[:400])
+        return reasons

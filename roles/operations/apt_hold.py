@@ -15,6 +15,7 @@ from pyinfra.api import OperationValueError, QuoteString, StringCommand, operati
 
 from roles.facts import memo
 from roles.facts.apt import PACKAGE_NAME, AptHeldPackages
+from roles.operations.packages import retried_while_locked
 
 
 def _is_held(package: str, held: set[str]) -> bool:
@@ -78,4 +79,6 @@ def held(packages: str | list[str], present: bool = True):
     if not todo:
         host.noop(f"{', '.join(names)} already {'held' if present else 'not held'}")
         return
-    yield StringCommand("apt-mark", verb, *[QuoteString(p) for p in todo])
+    # apt-mark changes dpkg's selections: it fails at once while another process holds dpkg's lock.
+    mark = StringCommand("apt-mark", verb, *[QuoteString(p) for p in todo]).get_raw_value()
+    yield retried_while_locked(mark)

@@ -12,8 +12,7 @@ import re
 from io import StringIO
 
 from pyinfra import host, logger
-from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
-from pyinfra.facts.apt import noninteractive_apt
+from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import FileContents, Sha256File
 from pyinfra.facts.server import KernelModules, Which
@@ -35,7 +34,9 @@ from roles.facts.driver import (
     upstream_version,
     version_at_least,
 )
-from roles.operations import apt_hold
+from roles.operations import apt_hold, paths
+from roles.operations.packages import UPDATE as APT_UPDATE
+from roles.operations.packages import apt_get, retried_while_locked
 from roles.operations.refusal import refusing
 
 KEYRING = "/etc/apt/keyrings/glm-flash-nvidia-cuda.gpg"
@@ -78,11 +79,11 @@ def _installed(packages: dict, name: str) -> list[str]:
 
 
 def _ensure_file(path: str, content: str, mode: str = "644"):
-    """Yield an upload + chmod when the file's content differs; return True if it did."""
+    """Yield the commands that write the file whole (roles/operations/paths.py) when its content
+    differs; return True if it did."""
     if memo.fact(host, Sha256File, path=path) == _sha256(content):
         return False
-    yield FileUploadCommand(StringIO(content), path)
-    yield StringCommand("chmod", mode, QuoteString(path))
+    yield from paths.replaced_whole(StringIO(content), path, user="root", group="root", mode=mode)
     return True
 
 
@@ -102,7 +103,7 @@ def openpgp_tool():
     if _installed(memo.fact(host, DebPackages), "gpg"):
         host.noop("gpg is installed")
         return
-    yield "apt-get update"
+    yield APT_UPDATE
     yield _apt_install(["gpg"])
 
 
@@ -160,7 +161,7 @@ def driver_branch_pinned(branch: str):
 
 def _apt_install(packages, extra: str = ""):
     args = "install --no-install-recommends" + (f" {extra}" if extra else "")
-    return StringCommand(noninteractive_apt(args), *[QuoteString(p) for p in packages])
+    return StringCommand(apt_get(args), *[QuoteString(p) for p in packages])
 
 
 @operation()
@@ -186,7 +187,7 @@ def driver_installed(packages: list[str], branch: str):
     if not missing_support and not todo:
         host.noop(f"driver {branch} packages, DKMS and kernel headers are installed")
         return
-    yield "apt-get update"
+    yield APT_UPDATE
     if missing_support:
         # Headers first, so DKMS builds the module for the kernels when the driver installs.
         yield _apt_install(missing_support)
@@ -238,7 +239,7 @@ def secure_boot_ready():
         host.noop(f"Secure Boot is on and DKMS's key {DKMS_MOK} is enrolled")
         return
     if not _installed(memo.fact(host, DebPackages), "dkms") or not _installed(memo.fact(host, DebPackages), "mokutil"):
-        yield "apt-get update"
+        yield APT_UPDATE
         yield _apt_install(["dkms", "mokutil"])
     if not state.key_exists:
         yield StringCommand("dkms", "generate_mok")
@@ -334,7 +335,9 @@ def driver_held(branch: str, hold_kernel: bool):
         held = set(memo.fact(host, AptHeldPackages))
         stale = sorted(n for n in installed if KERNEL_PACKAGE_RE.match(n) and n in held)
         if stale:
-            yield StringCommand("apt-mark", "unhold", *[QuoteString(n) for n in stale])
+            yield retried_while_locked(
+                StringCommand("apt-mark", "unhold", *[QuoteString(n) for n in stale]).get_raw_value()
+            )
     if not names:
         host.noop("no driver packages installed to hold")
         return

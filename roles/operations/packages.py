@@ -1,20 +1,60 @@
-"""Debian packages present, checked from one read of dpkg's list per run (roles/facts/memo.py).
+"""Debian packages present, checked from one read of dpkg's list per run (roles/facts/memo.py), and
+apt run the way a box that is also maintaining itself needs.
 
 pyinfra's apt.packages reads the package list each time it is called (about 9 reads in a
 deploy) and, with update=True, refreshes apt's lists once they are older than cache_time even
 when every package is there, so a converged host would report a change once a day. Here a host
 that has every package (at the pinned version, for `name=version`) is left alone; otherwise
 pyinfra's own apt.packages updates and installs exactly as always.
+
+Two things a real box does that a fresh sandbox does not (docs/sources.md §7b):
+- unattended-upgrades or apt-daily hold dpkg's lock or apt's lists lock for minutes (right after
+  boot, say after the driver's reboot): apt fails at once on a held lock unless told to wait. Every
+  apt-get install of the deploy waits up to LOCK_WAIT_S (`-o DPkg::Lock::Timeout`, apt >= 1.9.11);
+  `apt-get update` (whose lists lock that option does not cover) and dpkg are retried while locked
+  for as long (`retried_while_locked`); then each fails with apt's or dpkg's own message.
+- a dropped connection or a kill mid-install leaves dpkg interrupted: every later apt-get
+  refuses ("dpkg was interrupted, you must manually run 'dpkg --configure -a'"). `dpkg_recovered`
+  runs first in the deploy and finishes that work (`dpkg --configure -a`, waiting for the lock
+  too), with a warning saying what it found.
 """
 
 from __future__ import annotations
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import operation
+from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt
 
 from roles.facts import memo
+from roles.facts.apt import DpkgInterrupted
+
+LOCK_WAIT_S = 600  # an unattended-upgrades run of a few packages; a longer one is worth a message
+LOCK_WAIT = f"-o DPkg::Lock::Timeout={LOCK_WAIT_S}"
+# apt's words; dpkg 1.22's ("dpkg frontend lock was locked by /usr/bin/python3 process with pid 7"); older dpkg's
+LOCKED = '*"Could not get lock"*|*"lock was locked by"*|*"locked by another process"*'
+
+
+def retried_while_locked(command: str) -> str:
+    """`command` (a shell command) run again every 5 s while it fails on a lock another process holds,
+    for LOCK_WAIT_S at most; any other failure, or the lock still held then, fails with its own words.
+    For what has no lock timeout of its own: dpkg, apt-mark (it runs dpkg --set-selections), and
+    apt-get update (its lists lock: apt's DPkg::Lock::Timeout covers dpkg's locks only)."""
+    return (
+        f"end=$(( $(date +%s) + {LOCK_WAIT_S} )); "
+        f"until out=$({command} 2>&1); do "
+        f'case "$out" in {LOCKED}) if [ "$(date +%s)" -lt "$end" ]; then sleep 5; continue; fi;; esac; '
+        'echo "$out" >&2; exit 1; done; echo "$out"'
+    )
+
+
+UPDATE = retried_while_locked(f"apt-get {LOCK_WAIT} update")
+
+
+def apt_get(args: str) -> str:
+    """`apt-get -y <args>` without questions, waiting for dpkg's lock (pyinfra's noninteractive_apt plus the wait)."""
+    return noninteractive_apt(f"{LOCK_WAIT} {args}")
 
 
 def missing(installed: dict[str, list[str]], packages: list[str]) -> list[str]:
@@ -38,6 +78,37 @@ def _installed(packages: list[str], update: bool, no_recommends: bool):
     if not lacking:
         host.noop(f"packages installed: {', '.join(packages)}")
         return
-    yield from apt.packages._inner(
-        packages=packages, update=update, cache_time=86400 if update else None, no_recommends=no_recommends
+    if update:  # pyinfra's own update (lists older than a day), waiting for the lock
+        yield from (UPDATE if c == "apt-get update" else c for c in apt.update._inner(cache_time=86400))
+    yield from apt.packages._inner(packages=packages, no_recommends=no_recommends, extra_install_args=LOCK_WAIT)
+
+
+@operation()
+def lists_updated():
+    """apt's lists refreshed (run with `_if`: after the sources changed), waiting for the lock."""
+    yield UPDATE
+
+
+CONFIGURE_PENDING = retried_while_locked(
+    "DEBIAN_FRONTEND=noninteractive dpkg --force-confdef --force-confold --configure -a"
+)
+
+
+def dpkg_recovered(name: str):
+    memo.want(host, DpkgInterrupted)  # read with the run's first facts, in the same command
+    return _dpkg_recovered(name=name)
+
+
+@operation()
+def _dpkg_recovered():
+    """dpkg is not left interrupted: what a killed install left half-done (pending journal entries,
+    packages unpacked or half-configured) is finished with `dpkg --configure -a` before any apt
+    command, and the run says so."""
+    reasons = memo.fact(host, DpkgInterrupted)
+    if not reasons:
+        host.noop("dpkg: nothing left interrupted")
+        return
+    logger.warning(
+        f"{host.name}: dpkg was left interrupted ({'; '.join(reasons)}): finishing it with dpkg --configure -a"
     )
+    yield CONFIGURE_PENDING

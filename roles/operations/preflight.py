@@ -5,15 +5,36 @@ from __future__ import annotations
 
 from pyinfra import host
 from pyinfra.api import operation
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import FileContents
 
 from control import layout
 from control.profile import Profile
 from roles.facts import memo
 from roles.facts.capacity import BoxCapacity, Capacity
 from roles.operations.refusal import refusal
+from roles.operations.toolkit import RUNFILE_MARKER
 
 GIB = 1 << 30
 ENVS_KEPT = 2  # an upgrade builds the new environment beside the serving one
+# Where the CUDA runfile path writes (files/glm-flash-nvidia-repo: RUNFILE_CACHE, mkdtemp under
+# /var/tmp for --tmpdir, --toolkitpath), in the order of the capacity fact's paths after the two above.
+CUDA_RUNFILE_CACHE = "/var/cache/glm-flash/cuda"
+CUDA_EXTRACT_DIR = "/var/tmp"
+
+
+def cuda_paths(profile: Profile) -> tuple[str, str, str]:
+    return (CUDA_RUNFILE_CACHE, CUDA_EXTRACT_DIR, f"/usr/local/cuda-{profile.cuda_version}")
+
+
+def toolkit_pending(profile: Profile, installed: dict, marker: list | None) -> bool:
+    """The deploy will install the CUDA toolkit: NVIDIA's repository path (the others ship it), and
+    neither its package nor a finished runfile install (the marker holding this runfile's sha256)."""
+    if profile.driver_source != "nvidia-repo":
+        return False
+    package = "cuda-toolkit-" + profile.cuda_version.replace(".", "-")
+    done = bool(installed.get(package)) or bool(marker and marker[0].strip() == profile.cuda_runfile_sha256)
+    return not done
 
 
 def gib(n: float) -> str:
@@ -25,8 +46,10 @@ def has_flag(flags, flag: str) -> bool:
     return flag in flags or flag.replace("_", "") in flags
 
 
-def disk_needs(profile: Profile, c: Capacity, paths: tuple) -> list[str]:
-    """Bytes still to be written per filesystem against what is free there."""
+def disk_needs(profile: Profile, c: Capacity, paths: tuple, toolkit: bool = False) -> list[str]:
+    """Bytes still to be written per filesystem against what is free there. With `toolkit` (not yet
+    installed), paths[2:5] are cuda_paths(profile): the runfile (less what of it is already
+    downloaded), its extraction and the toolkit, all there at once at the end of the install."""
     wheelhouse = profile.preflight_wheelhouse_gib * GIB
     parts = [
         # (index in paths, bytes still needed, what)
@@ -40,14 +63,32 @@ def disk_needs(profile: Profile, c: Capacity, paths: tuple) -> list[str]:
     if profile.model_download:
         model = profile.preflight_model_gib * GIB
         parts.append((0, max(0, model - c.used.get(0, 0)), f"the model ({profile.preflight_model_gib:g} GiB)"))
-    if profile.platform == "gb10":
+    if toolkit:
+        runfile = profile.preflight_cuda_runfile_gib * GIB
+        parts += [
+            (2, max(0, runfile - c.used.get(2, 0)), f"the CUDA runfile ({profile.preflight_cuda_runfile_gib:g} GiB)"),
+            (
+                3,
+                profile.preflight_cuda_extract_gib * GIB,
+                f"its extraction ({profile.preflight_cuda_extract_gib:g} GiB)",
+            ),
+            (
+                4,
+                profile.preflight_cuda_toolkit_gib * GIB,
+                f"the CUDA toolkit ({profile.preflight_cuda_toolkit_gib:g} GiB)",
+            ),
+        ]
+    if profile.platform == "gb10":  # after the toolkit's, in paths and in sized (where() below)
+        at, sz = (5, 3) if toolkit else (2, 2)
         if profile.moe_w2_store:
             store = profile.preflight_moe_store_gib * GIB
             parts.append(
-                (2, max(0, store - c.used.get(2, 0)), f"the expert store ({profile.preflight_moe_store_gib:g} GiB)")
+                (at, max(0, store - c.used.get(sz, 0)), f"the expert store ({profile.preflight_moe_store_gib:g} GiB)")
             )
         drafter = profile.preflight_drafter_gib * GIB
-        parts.append((3, max(0, drafter - c.used.get(3, 0)), f"the drafter ({profile.preflight_drafter_gib:g} GiB)"))
+        parts.append(
+            (at + 1, max(0, drafter - c.used.get(sz + 1, 0)), f"the drafter ({profile.preflight_drafter_gib:g} GiB)")
+        )
     by_mount: dict[str, list] = {}
     for index, need, what in parts:
         disk = c.disks.get(index)
@@ -67,8 +108,8 @@ def disk_needs(profile: Profile, c: Capacity, paths: tuple) -> list[str]:
     ]
 
 
-def shortfalls(profile: Profile, c: Capacity, paths: tuple) -> list[str]:
-    found = disk_needs(profile, c, paths)
+def shortfalls(profile: Profile, c: Capacity, paths: tuple, toolkit: bool = False) -> list[str]:
+    found = disk_needs(profile, c, paths, toolkit)
     if profile.platform == "l40s" and profile.kt_cpuinfer > c.cores:
         found.append(
             f"kt_cpuinfer: {profile.kt_cpuinfer} CPU-expert threads, the box has {c.cores} physical cores "
@@ -89,11 +130,12 @@ def shortfalls(profile: Profile, c: Capacity, paths: tuple) -> list[str]:
     return found
 
 
-def where(profile: Profile) -> tuple[tuple, tuple]:
-    """(paths whose filesystems take data, directories whose size counts against it), by index."""
+def where(profile: Profile, toolkit: bool = False) -> tuple[tuple, tuple]:
+    """(paths whose filesystems take data, directories whose size counts against it), by index; with
+    `toolkit` (still to be installed) the CUDA runfile's paths come third."""
     engine = layout.engine_root(profile)
-    paths = (profile.model_path, profile.install_root)
-    sized = (profile.model_path, f"{engine}/wheelhouse")
+    paths = (profile.model_path, profile.install_root) + (cuda_paths(profile) if toolkit else ())
+    sized = (profile.model_path, f"{engine}/wheelhouse") + ((CUDA_RUNFILE_CACHE,) if toolkit else ())
     if profile.platform == "gb10":  # the fork's expert store and the drafter
         paths += (layout.moe_store_dir(profile), profile.drafter_path)
         sized += (layout.moe_store_dir(profile), profile.drafter_path)
@@ -103,10 +145,14 @@ def where(profile: Profile) -> tuple[tuple, tuple]:
 @operation(is_idempotent=True)
 def check(profile: Profile):
     """Refuse this host, before any change, when it cannot hold or run what the profile asks."""
-    paths, sized = where(profile)
     engine = layout.engine_root(profile)
+    marker = f"/usr/local/cuda-{profile.cuda_version}/{RUNFILE_MARKER}"
+    toolkit = profile.driver_source == "nvidia-repo" and toolkit_pending(
+        profile, memo.fact(host, DebPackages), memo.fact(host, FileContents, path=marker)
+    )
+    paths, sized = where(profile, toolkit)
     c = memo.fact(host, BoxCapacity, paths=paths, sized=sized, envs=f"{engine}/envs")
-    found = shortfalls(profile, c, paths)
+    found = shortfalls(profile, c, paths, toolkit)
     if found:
         yield refusal(
             f"{host.name}: preflight: this host cannot take the deploy; nothing was changed on it.\n  - "

@@ -80,6 +80,8 @@ def secret_commands(secret: Secret, dest: str, stage_dir: str, user: str, group:
     yield FileUploadCommand(io.BytesIO(secret.reveal()), staged)
     yield StringCommand("chown", QuoteString(f"{user}:{group}"), QuoteString(staged))
     yield StringCommand("chmod", QuoteString(mode), QuoteString(staged))
+    # On disk before the rename, so a power cut leaves the old secret or the new one, never an empty file.
+    yield StringCommand("sync", QuoteString(staged))
     yield StringCommand("mv", "-f", "-T", QuoteString(staged), QuoteString(dest))
 
 

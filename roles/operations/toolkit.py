@@ -7,7 +7,6 @@ import re
 
 from pyinfra import host
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
-from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import FileContents
 
@@ -15,6 +14,8 @@ from roles.facts import memo
 from roles.facts.driver import AptVersions
 from roles.facts.system import CudaToolkits
 from roles.operations.driver import DRIVER_PACKAGE_RE
+from roles.operations.packages import UPDATE as APT_UPDATE
+from roles.operations.packages import apt_get
 from roles.operations.refusal import refusing
 
 
@@ -52,7 +53,7 @@ def toolkit_installed(cuda_version: str, tool: str, runfile_url: str, runfile_sh
             QuoteString(path),
         )
         return
-    yield "apt-get update"
+    yield APT_UPDATE
     # The driver pattern is the one the driver role pins and holds.
     yield StringCommand(
         "plan=$(apt-get -s install --no-install-recommends",
@@ -65,7 +66,7 @@ def toolkit_installed(cuda_version: str, tool: str, runfile_url: str, runfile_sh
         package,
         "would change driver packages:\" $bad >&2; exit 1; fi",
     )
-    yield StringCommand(noninteractive_apt("install --no-install-recommends"), QuoteString(package))
+    yield StringCommand(apt_get("install --no-install-recommends"), QuoteString(package))
     nvcc = f"{path}/bin/nvcc"
     yield StringCommand("test -x", nvcc, "|| { echo \"glm-flash:", package, "installed no", nvcc, "\" >&2; exit 1; }")
 

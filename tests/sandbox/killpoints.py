@@ -26,8 +26,9 @@ class NotReached(AssertionError):
     pass
 
 
-def deploy_killed_at(op: str, delay: float = 0.0, *data: str, timeout: int = 3600) -> list[str]:
-    """Run the sandbox deploy and kill it `delay` s after operation `op` starts.
+def deploy_killed_at(op: str, delay: float = 0.0, *data: str, timeout: int = 3600, until=None) -> list[str]:
+    """Run the sandbox deploy and kill it `delay` s after operation `op` starts (with `until`, a
+    callable: once it returns, e.g. when a process of the operation runs on the host).
 
     Returns the operations started before the kill; raises NotReached if the deploy ended
     without starting `op` (a scenario that no longer reaches its kill point proves nothing).
@@ -53,6 +54,8 @@ def deploy_killed_at(op: str, delay: float = 0.0, *data: str, timeout: int = 360
             if m:
                 started.append(m.group("name"))
                 if op in m.group("name"):
+                    if until is not None:
+                        until()
                     time.sleep(delay)
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()

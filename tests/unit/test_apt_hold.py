@@ -9,6 +9,13 @@ from pyinfra.api.exceptions import FactProcessError
 
 from roles.facts.apt import AptHeldPackages
 from roles.operations.apt_hold import held, validate_packages
+from roles.operations.packages import retried_while_locked
+
+
+def locked(mark: str) -> str:
+    """apt-mark retried while dpkg's lock is held (roles/operations/packages.py)."""
+    return retried_while_locked(mark)
+
 
 # Output of `apt-mark showhold` in a trixie rootfs after `apt-mark hold sed hostname libc6:amd64`.
 SHOWHOLD = ["hostname", "libc6", "sed"]
@@ -39,7 +46,7 @@ def test_fact_command():
 
 def test_hold_only_packages_not_held():
     assert commands(held, {AptHeldPackages: ["sed"]}, packages=["sed", "hostname", "libcuda1"]) == [
-        "apt-mark hold hostname libcuda1"
+        locked("apt-mark hold hostname libcuda1")
     ]
 
 
@@ -53,7 +60,7 @@ def test_all_held_yields_nothing():
 def test_unhold_only_held_packages():
     assert commands(
         held, {AptHeldPackages: ["sed", "libc6"]}, packages=["sed", "hostname", "libc6:amd64"], present=False
-    ) == ["apt-mark unhold sed libc6:amd64"]
+    ) == [locked("apt-mark unhold sed libc6:amd64")]
 
 
 def test_unhold_nothing_held_yields_nothing():
@@ -63,12 +70,12 @@ def test_unhold_nothing_held_yields_nothing():
 def test_native_arch_qualified_name_counts_as_held():
     # apt-mark prints native packages bare, even when held as name:arch
     assert commands(held, {AptHeldPackages: ["libc6"]}, packages=["libc6:amd64"]) == []
-    assert commands(held, {AptHeldPackages: ["libc6:i386"]}, packages=["libc6"]) == ["apt-mark hold libc6"]
+    assert commands(held, {AptHeldPackages: ["libc6:i386"]}, packages=["libc6"]) == [locked("apt-mark hold libc6")]
 
 
 def test_single_name_and_duplicates():
-    assert commands(held, {AptHeldPackages: []}, packages="sed") == ["apt-mark hold sed"]
-    assert commands(held, {AptHeldPackages: []}, packages=["sed", "sed"]) == ["apt-mark hold sed"]
+    assert commands(held, {AptHeldPackages: []}, packages="sed") == [locked("apt-mark hold sed")]
+    assert commands(held, {AptHeldPackages: []}, packages=["sed", "sed"]) == [locked("apt-mark hold sed")]
 
 
 def test_empty_list_reads_no_fact():

@@ -35,8 +35,15 @@ from roles.facts.driver import (
     SecureBoot,
     SecureBootState,
 )
-from roles.operations import apt_hold
+from roles.operations import apt_hold, packages
 from roles.operations import driver as driver_ops
+from roles.operations.packages import retried_while_locked
+
+
+def locked(mark: str) -> str:
+    """apt-mark retried while dpkg's lock is held (roles/operations/packages.py)."""
+    return retried_while_locked(mark)
+
 
 RUNNING = "6.12.38+deb13-amd64"
 NEWER = "6.12.41+deb13-amd64"
@@ -47,8 +54,24 @@ MIRROR = "http://mirror.lan/nvidia/debian13/x86_64/"
 TOOL = "/opt/glm-flash/bin/glm-flash-nvidia-repo"
 INSTALL = (
     'DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" '
-    '-o Dpkg::Options::="--force-confold" install --no-install-recommends'
+    '-o Dpkg::Options::="--force-confold" -o DPkg::Lock::Timeout=600 install --no-install-recommends'
 )
+UPDATE = packages.UPDATE  # apt-get update retried while its lock is held (test_apt_safety.py)
+
+
+def whole(path: str, content: str) -> list[str]:
+    """The commands that write one of the driver's files whole (roles/operations/paths.py)."""
+    d, tmp = path.rsplit("/", 1)[0], f"{path.rsplit('/', 1)[0]}/.{path.rsplit('/', 1)[1]}.glm-flash-new"
+    return [
+        f"mkdir -p {d}",
+        f"rm -f {tmp}",
+        f"upload {tmp}\n{content}",
+        f"chown root:root {tmp}",
+        f"chmod 644 {tmp}",
+        f"sync {tmp} && mv -f -T {tmp} {path} && sync {d}",
+    ]
+
+
 OPEN = ["nvidia-driver-cuda", "nvidia-kernel-open-dkms", "nvidia-persistenced"]
 L40S = [PciDevice("0000:01:00.0", "0x26b9", "0x030200"), PciDevice("0000:41:00.0", "0x26b9", "0x030200")]
 SETUP = (
@@ -165,24 +188,22 @@ def simulate(monkeypatch, facts, prof):
 
 
 FRESH_COMMANDS = [
-    "apt-get update",
+    UPDATE,
     f"{INSTALL} gpg",
     SETUP,
     f"{INSTALL} {PINNING}",
-    "apt-get update",
+    UPDATE,
     f"{INSTALL} linux-headers-amd64 dkms linux-headers-{RUNNING}",
     f"{INSTALL} --allow-downgrades --allow-change-held-packages nvidia-driver-cuda nvidia-kernel-open-dkms nvidia-persistenced",
     "for p in nvidia-driver-cuda nvidia-kernel-open-dkms nvidia-persistenced ; do dpkg-query -W -f='${Version}' \"$p\" "
     "| grep -Eq '^([0-9]+:)?590\\.' || { echo \"glm-flash: $p is not from driver branch 590 after install; "
     "does nvidia_repo_url carry it?\" >&2; exit 1; }; done",
     f"dkms autoinstall -k {RUNNING}",
-    f"upload {driver_ops.BLACKLIST_FILE}\n{driver_ops.BLACKLIST_CONTENT}",
-    f"chmod 644 {driver_ops.BLACKLIST_FILE}",
+    *whole(driver_ops.BLACKLIST_FILE, driver_ops.BLACKLIST_CONTENT),
     "update-initramfs -u -k all",
     "install -d -m 0755 -o root -g root /var/lib/glm-flash-deploy",
     f"echo {sha(driver_ops.BLACKLIST_CONTENT)} > {driver_ops.INITRAMFS_MARKER}",
-    f"upload {driver_ops.PERSISTENCED_DROPIN}\n{driver_ops.PERSISTENCED_CONTENT}",
-    f"chmod 644 {driver_ops.PERSISTENCED_DROPIN}",
+    *whole(driver_ops.PERSISTENCED_DROPIN, driver_ops.PERSISTENCED_CONTENT),
     "systemctl daemon-reload",
     "systemctl start nvidia-persistenced.service",
     "systemctl enable nvidia-persistenced.service",
@@ -238,10 +259,9 @@ def test_wrong_key_on_host_is_checked_again():
 
 def test_pin_file_where_the_repository_has_no_pinning_package():
     facts = fresh_host({F(AptVersions, package=PINNING): []})
-    assert commands(driver_ops.driver_branch_pinned, facts, branch="590") == [
-        f"upload {driver_ops.PIN_FILE}\n{driver_ops.pin_content('590')}",
-        f"chmod 644 {driver_ops.PIN_FILE}",
-    ]
+    assert commands(driver_ops.driver_branch_pinned, facts, branch="590") == whole(
+        driver_ops.PIN_FILE, driver_ops.pin_content("590")
+    )
     # the pinning package replaces our pin file once the repository carries it
     facts = current_host({F(Sha256File, path=driver_ops.PIN_FILE): sha(driver_ops.pin_content("590"))})
     assert commands(driver_ops.driver_branch_pinned, facts, branch="590") == [f"rm -f {driver_ops.PIN_FILE}"]
@@ -290,10 +310,10 @@ def test_driver_present_but_old(monkeypatch):
     # the 570 packages are not of the branch: not held; the pinning package is
     assert rec.all_commands == [
         SETUP,
-        "apt-get update",
+        UPDATE,
         FRESH_COMMANDS[6],
         FRESH_COMMANDS[7],
-        f"apt-mark hold {PINNING}",
+        locked(f"apt-mark hold {PINNING}"),
     ]
     after = current_host({NvidiaLoadedModule: LoadedModule("570.172.08", True)})
     with on(FakeHost(after)):
@@ -354,15 +374,15 @@ def test_kernels_stay_patchable_unless_hold_kernel():
     assert commands(driver_ops.driver_held, facts, branch="590", hold_kernel=False) == []
     facts[AptHeldPackages] = ["nvidia-driver-cuda"]
     assert commands(driver_ops.driver_held, facts, branch="590", hold_kernel=False) == [
-        "apt-mark hold libcuda1 nvidia-kernel-open-dkms nvidia-persistenced"
+        locked("apt-mark hold libcuda1 nvidia-kernel-open-dkms nvidia-persistenced")
     ]
     # kernel holds from an earlier profile (or by hand, as the forum posts advised) are released
     facts[AptHeldPackages] = driver_only + ["linux-image-amd64"]
     assert commands(driver_ops.driver_held, facts, branch="590", hold_kernel=False) == [
-        "apt-mark unhold linux-image-amd64"
+        locked("apt-mark unhold linux-image-amd64")
     ]
     assert commands(driver_ops.driver_held, facts, branch="590", hold_kernel=True) == [
-        f"apt-mark hold linux-image-{RUNNING}"
+        locked(f"apt-mark hold linux-image-{RUNNING}")
     ]
 
 
@@ -372,7 +392,7 @@ def test_secure_boot_without_enrolled_key_stops_with_the_steps():
     enrolled = fresh_host({SecureBoot: SecureBootState(True, True, True)})
     assert commands(driver_ops.secure_boot_ready, enrolled) == []
     cmds = commands(driver_ops.secure_boot_ready, fresh_host({SecureBoot: SecureBootState(True, False, False)}))
-    assert cmds[:3] == ["apt-get update", f"{INSTALL} dkms mokutil", "dkms generate_mok"]
+    assert cmds[:3] == [UPDATE, f"{INSTALL} dkms mokutil", "dkms generate_mok"]
     assert cmds[3].startswith("mokutil --test-key /var/lib/dkms/mok.pub 2>&1 | grep -q 'is already enrolled' || {")
     assert "mokutil --import /var/lib/dkms/mok.pub" in cmds[3] and cmds[3].endswith("exit 1; }")
     # a container sees its host's firmware, not its own: nothing to decide there
@@ -470,7 +490,7 @@ def test_initramfs_rebuilt_only_when_blacklist_changed():
     assert commands(driver_ops.nouveau_blacklisted, done) == []
     # blacklist in place but the last rebuild did not finish: rebuild without rewriting the file
     half = current_host({F(FileContents, path=driver_ops.INITRAMFS_MARKER): None})
-    assert commands(driver_ops.nouveau_blacklisted, half) == FRESH_COMMANDS[11:14]
+    assert commands(driver_ops.nouveau_blacklisted, half) == FRESH_COMMANDS[15:18]
 
 
 def test_no_update_initramfs_is_reported_not_pretended(caplog):

@@ -67,6 +67,7 @@ def test_secret_file_stages_root_only_then_renames_and_never_shows_the_value(mon
         assert cmds[3:] == [
             "chown root:root /etc/glm-flash/secrets/.api-key.upload",
             "chmod 600 /etc/glm-flash/secrets/.api-key.upload",
+            "sync /etc/glm-flash/secrets/.api-key.upload",
             "mv -f -T /etc/glm-flash/secrets/.api-key.upload /etc/glm-flash/api-key",
         ]
         # the value only in the upload's content, in no command

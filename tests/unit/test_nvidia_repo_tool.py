@@ -116,3 +116,24 @@ def test_the_runfile_standin_refuses_the_driver(tmp_path):
         ["sh", str(run), "--silent", "--driver", f"--toolkitpath={tmp_path}/x"], capture_output=True, text=True
     )
     assert r.returncode != 0 and not (tmp_path / "x").exists()
+
+
+def test_apt_update_waits_while_apts_lists_lock_is_held_then_gives_apts_words(monkeypatch):
+    """apt-daily holding the lists lock: tried again; anything else, or the wait over: apt's own answer."""
+    answers = []
+
+    def fake_run(cmd, **kw):
+        assert cmd == ["apt-get", "-q", "update"]
+        return answers.pop(0)
+
+    def done(rc, err=""):
+        return subprocess.CompletedProcess([], rc, "", err)
+
+    locked = "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 9 (apt-get)"
+    monkeypatch.setattr(tool, "run", fake_run)
+    answers[:] = [done(100, locked), done(100, locked), done(0)]
+    assert tool.apt_update(wait_s=60, every_s=0).returncode == 0 and answers == []
+    answers[:] = [done(100, "E: Failed to fetch"), done(0)]
+    assert "Failed to fetch" in tool.apt_update(wait_s=60, every_s=0).stderr and len(answers) == 1
+    answers[:] = [done(100, locked), done(0)]
+    assert tool.apt_update(wait_s=0, every_s=0).returncode == 100 and len(answers) == 1

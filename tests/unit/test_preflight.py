@@ -12,7 +12,7 @@ import subprocess
 
 from control.profile import build
 from roles.facts.capacity import BoxCapacity, Capacity, Disk
-from roles.operations.preflight import GIB, shortfalls
+from roles.operations.preflight import GIB, shortfalls, toolkit_pending
 
 # EPYC 9845 (Zen 5): the kernel spells avx512_vbmi without its underscore.
 EPYC_FLAGS = frozenset("fpu sse avx2 avx512f avx512dq avx512bw avx512vl avx512_vnni avx512vbmi avx512_bf16".split())
@@ -128,3 +128,96 @@ def test_aarch64_cpuinfo_counts_every_cpu_as_a_core():
     lines = ["cpus 20", "cores 0", "Features\t: fp asimd sve2", "MemTotal:       127535444 kB", "envs 0"]
     c = BoxCapacity.parse(lines)
     assert (c.cpus, c.cores, c.mem_total) == (20, 20, 127535444 * 1024) and "sve2" in c.flags
+
+
+CUDA = ("/var/cache/glm-flash/cuda", "/var/tmp", "/usr/local/cuda-12.8")
+
+
+def five_paths(free_gib: float, **kw) -> Capacity:
+    c = field_box(free_gib=free_gib, **kw)
+    for i in (2, 3, 4):
+        c.disks[i] = c.disks[0]
+    return c
+
+
+def test_the_cuda_toolkit_counts_where_it_is_not_installed_yet():
+    """Runfile 5.1 + extraction 7.5 + toolkit 7 GiB on top of model, envs and wheels, all on /:
+    306 + 22 + 6 + 19.6 = 353.6 GiB; a converged box (toolkit in) does not count them."""
+    p = build("gpu1", {})
+    assert shortfalls(p, five_paths(360), PATHS + CUDA, toolkit=True) == []
+    [msg] = shortfalls(p, five_paths(350), PATHS + CUDA, toolkit=True)
+    assert msg.startswith("disk: 350.0 GiB free on /, 353.6 GiB needed there")
+    for part in (
+        "the CUDA runfile (5.1 GiB): 5.1 GiB still to write",
+        "its extraction (7.5 GiB): 7.5 GiB still to write",
+        "the CUDA toolkit (7 GiB): 7.0 GiB still to write",
+    ):
+        assert part in msg
+    assert "/usr/local/cuda-12.8, /var/cache/glm-flash/cuda, /var/tmp" in msg
+    assert shortfalls(p, five_paths(350), PATHS + CUDA, toolkit=False) == []
+
+
+def test_a_small_root_filesystem_is_refused_for_the_toolkit_alone():
+    """The model and the engine on their own big filesystems, / with 15 GiB: the toolkit's 19.6 GiB
+    do not fit there (what used to fail midway through the runfile)."""
+    p = build("gpu1", {})
+    c = five_paths(15)
+    c.disks[0] = c.disks[1] = Disk("/srv", 1000 * GIB)
+    [msg] = shortfalls(p, c, PATHS + CUDA, toolkit=True)
+    assert msg.startswith("disk: 15.0 GiB free on /, 19.6 GiB needed there") and "Fix: free space on /" in msg
+    # half the runfile already downloaded by an earlier run: only the rest counts
+    c.used[2] = int(2.6 * GIB)
+    [msg] = shortfalls(p, c, PATHS + CUDA, toolkit=True)
+    assert msg.startswith("disk: 15.0 GiB free on /, 17.0 GiB needed there (the CUDA runfile (5.1 GiB): 2.5 GiB still")
+
+
+def test_toolkit_pending_reads_the_package_and_the_runfile_marker():
+    p = build("gpu1", {})
+    sha = p.cuda_runfile_sha256
+    assert toolkit_pending(p, {}, None)
+    assert toolkit_pending(p, {}, ["0" * 64])  # another runfile's install: this one runs again
+    assert not toolkit_pending(p, {}, [sha])
+    assert not toolkit_pending(p, {"cuda-toolkit-12-8": ["12.8.1-1"]}, None)
+    gb10 = build("gx10", {"platform": "gb10", "vllm_ref": REF, "accept_drafter_license": True})
+    assert not toolkit_pending(gb10, {}, None)  # DGX OS ships it
+
+
+def test_the_refusal_names_the_toolkit_before_any_change():
+    """The operation on a fresh box with a small /: it reads the package list and the marker, asks the
+    capacity fact for the toolkit's paths too, and refuses with the toolkit's figures."""
+    from pyinfra.facts.deb import DebPackages
+    from pyinfra.facts.files import FileContents
+
+    from roles.operations import preflight as ops
+    from tests.unit.fakehost import F, FakeHost, on
+
+    p = build("gpu1", {})
+    c = five_paths(15)
+    c.disks[0] = c.disks[1] = Disk("/srv", 1000 * GIB)
+    fake = FakeHost(
+        {
+            DebPackages: {},
+            F(FileContents, path="/usr/local/cuda-12.8/.glm-flash-runfile"): None,
+            F(
+                BoxCapacity,
+                paths=(p.model_path, p.install_root, *CUDA),
+                sized=(p.model_path, f"{p.install_root}/engine/wheelhouse", CUDA[0]),
+                envs=f"{p.install_root}/engine/envs",
+            ): c,
+        }
+    )
+    with on(fake):
+        [cmd] = list(ops.check._inner(profile=p))
+    reasons = cmd.args[0]
+    assert "preflight: this host cannot take the deploy; nothing was changed on it" in reasons
+    assert "15.0 GiB free on /, 19.6 GiB needed there" in reasons and "the CUDA toolkit (7 GiB)" in reasons
+
+
+def test_the_runfile_cache_is_where_the_host_tool_puts_it():
+    from pathlib import Path
+
+    from roles.operations.preflight import CUDA_RUNFILE_CACHE
+
+    tool = (Path(__file__).resolve().parents[2] / "files/glm-flash-nvidia-repo").read_text()
+    assert f'RUNFILE_CACHE = "{CUDA_RUNFILE_CACHE}"' in tool
+    assert 'mkdtemp(prefix="glm-flash-cuda-", dir="/var/tmp")' in tool

@@ -17,7 +17,7 @@ from control.profile import build
 from roles import driver, toolkit
 from roles.facts.driver import AptVersions, NvidiaPciDevices, PciDevice
 from roles.facts.system import CudaToolkits
-from roles.operations import apt_hold
+from roles.operations import apt_hold, packages
 from roles.operations import driver as driver_ops
 from roles.operations import toolkit as toolkit_ops
 
@@ -63,12 +63,12 @@ def test_toolkit_from_the_repository_when_it_carries_it(monkeypatch):
     rec = simulate(monkeypatch, facts, profile())
     assert rec.calls[0][0] == "toolkit_installed"
     assert rec.calls[0][1] == [
-        "apt-get update",
+        packages.UPDATE,
         "plan=$(apt-get -s install --no-install-recommends cuda-toolkit-12-8 | awk '/^(Inst|Remv) /{print $2}') && "
         "bad=$(printf '%s\\n' \"$plan\" | grep -E '" + driver_ops.DRIVER_PACKAGE_RE.pattern + "' || true) && "
         "if [ -n \"$bad\" ]; then echo \"glm-flash: cuda-toolkit-12-8 would change driver packages:\" $bad >&2; exit 1; fi",
         'DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" '
-        '-o Dpkg::Options::="--force-confold" install --no-install-recommends cuda-toolkit-12-8',
+        '-o Dpkg::Options::="--force-confold" -o DPkg::Lock::Timeout=600 install --no-install-recommends cuda-toolkit-12-8',
         'test -x /usr/local/cuda-12.8/bin/nvcc || { echo "glm-flash: cuda-toolkit-12-8 installed no '
         '/usr/local/cuda-12.8/bin/nvcc " >&2; exit 1; }',
     ]
