@@ -36,7 +36,7 @@ from control.run import dry_run
 from roles import engine, engine_patches, flag_check, launch, python, triton_configs
 from roles.facts import memo
 from roles.facts.system import NumaNodes
-from roles.operations import paths
+from roles.operations import paths, sandboxing
 from roles.operations.engine import environment_built, pin_asserted
 
 NAME = "KTransformers + SGLang-kt"
@@ -112,6 +112,8 @@ def apply(profile: Profile) -> engine.EngineResult:
         wheels=[str(w) for w in wheels],
         wheelhouse=wheelhouse,
         job_tool=layout.tool(profile, "glm-flash-job"),
+        # offline (--no-index from the wheelhouse): no network; writes the engine tree only
+        sandbox=sandboxing.root_job([root]),
     )
     cudnn = pin_of(pins, "nvidia-cudnn-cu12")
     pin_asserted(

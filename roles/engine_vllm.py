@@ -42,7 +42,7 @@ from roles import engine, model, vllm_launch
 from roles.facts import memo
 from roles.facts.gb10 import Gb10View, MemTotalKiB, OsRelease
 from roles.facts.system import Gpus
-from roles.operations import paths
+from roles.operations import paths, sandboxing
 from roles.operations.engine import environment_built
 from roles.operations.uploads import host_tool
 
@@ -177,6 +177,8 @@ def apply(profile: Profile) -> engine.EngineResult:
         build=build_argv(profile, env),
         wheelhouse=f"{layout.engine_root(profile)}/wheelhouse",
         job_tool=layout.tool(profile, "glm-flash-job"),
+        # fetches the fork and the lock's indexes; writes the engine tree only
+        sandbox=sandboxing.root_job([layout.engine_root(profile)], network=True),
     )
 
     # Server-side default thinking budget, loaded by vLLM's --middleware.

@@ -7,6 +7,12 @@ control machine fetched once (checked against the lock's hashes, installed with
 ones; failed requests are retried on another worker by the router. The API key guards the
 router's API and is sent to the workers; it reaches the router as a systemd credential
 (files/glm-flash-gateway-launch), never on a command line.
+
+The venv the unit runs (`<gateway_dir>/venv`) is a symlink to `venvs/<lock sha>-<random>`. A new
+lock is built beside the running environment, marked complete (durably, after a sync), and
+only then `venv` is pointed at it in one rename (the first time, when `venv` is still a real
+directory, exchanged with the link in one renameat2(RENAME_EXCHANGE)). A kill at any point
+leaves `venv` a whole environment, the old one or the new; leftovers are pruned by the next build.
 """
 
 from __future__ import annotations
@@ -37,6 +43,28 @@ PYTHON = "3.13"  # Debian 13's python3, which the lock is compiled for
 CONF_DIR = "/etc/glm-flash-gateway"
 UNIT = "/etc/systemd/system/glm-flash-gateway.service"
 MARKER = ".glm-flash-lock"  # in the venv: the sha256 of the lock it was built from
+# Points `venv` (argv[1]) at argv[2] in one rename, durably. The first time `venv` is the real
+# directory of an older deploy: renameat2(RENAME_EXCHANGE) swaps it with the new link at once.
+SWAP = """
+import ctypes, os, shutil, sys
+link, target = sys.argv[1], sys.argv[2]
+tmp = link + ".link"
+if os.path.isdir(tmp) and not os.path.islink(tmp):
+    shutil.rmtree(tmp)  # the old directory, left by a swap killed before it was removed
+elif os.path.lexists(tmp):
+    os.unlink(tmp)
+os.symlink(os.path.relpath(target, os.path.dirname(link)), tmp)
+if os.path.isdir(link) and not os.path.islink(link):
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.renameat2(-100, tmp.encode(), -100, link.encode(), 2) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), link)
+    shutil.rmtree(tmp)
+else:
+    os.replace(tmp, link)
+fd = os.open(os.path.dirname(link), os.O_RDONLY | os.O_DIRECTORY)
+os.fsync(fd)
+"""
 
 
 def router_args(p: Profile) -> list[str]:
@@ -83,6 +111,24 @@ def wheels(p: Profile) -> list[Path]:
         raise  # unreachable: fail() exits
 
 
+def venv_commands(d: str, wheelhouse: str, lock_dest: str, lock_sha: str) -> list[str]:
+    """Build the router's venv from the lock beside the running one, then swap `d/venv` to it."""
+    q = shlex.quote
+    venv, venvs = f"{d}/venv", f"{d}/venvs"
+    return [
+        f"mkdir -p {q(venvs)} && rm -rf {q(venv + '.new')} && "  # .new: an older deploy's leftover
+        f"new=$(mktemp -d {q(venvs + '/' + lock_sha[:16])}-XXXXXX) && chmod 755 \"$new\" && "
+        f'python3 -m venv "$new" && '
+        f'"$new"/bin/python -m pip install --quiet --disable-pip-version-check --no-index '
+        f"--find-links {q(wheelhouse)} --require-hashes -r {q(lock_dest)} && "
+        f'find "$new" -type f -exec sync {{}} + && find "$new" -type d -exec sync {{}} + && '
+        f'printf "%s\\n" {lock_sha} > "$new"/{MARKER} && sync "$new"/{MARKER} "$new" && '
+        f'old=$(readlink -f {q(venv)} || true) && '
+        f'python3 -c {q(SWAP)} {q(venv)} "$new" && '
+        f'for v in {q(venvs)}/*; do [ "$v" = "$new" ] || [ "$v" = "$old" ] || rm -rf "$v"; done',
+    ]
+
+
 def apply(p: Profile) -> None:
     api_key = os.environ.get(p.api_key_env, "")
     d = p.gateway_dir
@@ -98,15 +144,9 @@ def apply(p: Profile) -> None:
         for w in wheels(p):
             if have.get(w.name) != w.stat().st_size:
                 paths.put(name=f"Gateway wheel {w.name}", src=str(w), dest=f"{wheelhouse}/{w.name}", mode="644")
-        new, q = f"{venv}.new", shlex.quote
         server.shell(
             name="Build the gateway environment offline (hashes checked)",
-            commands=[
-                f"rm -rf {q(new)} && python3 -m venv {q(new)}",
-                f"{q(new)}/bin/python -m pip install --quiet --disable-pip-version-check --no-index "
-                f"--find-links {q(wheelhouse)} --require-hashes -r {q(lock_dest)}",
-                f"echo {lock_sha} > {q(new + '/' + MARKER)} && rm -rf {q(venv)} && mv {q(new)} {q(venv)}",
-            ],
+            commands=venv_commands(d, wheelhouse, lock_dest, lock_sha),
         )
     host_tool("glm-flash-gateway-launch", bin_dir)
     paths.directory(name=f"Directory {CONF_DIR}", path=CONF_DIR, user="root", group="root", mode="755")

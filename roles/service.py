@@ -29,6 +29,9 @@ GPU_UNIT = "/etc/systemd/system/glm-flash-gpu.service"
 KEY_LOG_PATTERN = r"""(?i)(api[_-]?key["']?\s*[:=]\s*(?!None\b|["']\*+["'])\S|\bBearer\s+\S)"""
 LOG_FILTER_SYSTEMD = 253  # LogFilterPatterns= (systemd.exec(5), "Added in version 253")
 CONF_DIR = "/etc/glm-flash"
+# In each engine environment: the launch spec and environment file written for it, the ones its
+# own parser accepted; glm-flash-rollback puts them back with the environment (files/glm-flash-engine).
+SERVICE_RECORD = ".glm-flash-service"
 
 
 def state_directory(profile: Profile) -> str:
@@ -82,20 +85,27 @@ def apply(profile: Profile, engine: EngineResult) -> None:
     api_key = os.environ.get(profile.api_key_env, "")
     readable = dict(user="root", group=profile.service_user, mode="640")
     paths.directory(CONF_DIR, user="root", group=profile.service_user, mode="750", name="Configuration directory")
-    template(
-        "glm-flash.env.j2",
-        f"{CONF_DIR}/glm-flash.env",
-        name="Service environment",
-        state_dir=state_dir(profile),
-        extra_env=engine.service_env,
-        **readable,
-    )
-    paths.put(
-        StringIO(json.dumps(engine.launch_spec, indent=2) + "\n"),
-        f"{CONF_DIR}/launch.json",
-        name="Launch flags",
-        **readable,
-    )
+    record = f"{engine.env_dir}/{SERVICE_RECORD}"
+    paths.directory(record, user="root", group="root", mode="700", name=f"Launch record of {engine.env}")
+    # The record first: a run killed between the two leaves the environment's own spec recorded.
+    for where, owner, what in (
+        (record, dict(user="root", group="root", mode="600"), " (rollback record)"),
+        (CONF_DIR, readable, ""),
+    ):
+        template(
+            "glm-flash.env.j2",
+            f"{where}/glm-flash.env",
+            name=f"Service environment{what}",
+            state_dir=state_dir(profile),
+            extra_env=engine.service_env,
+            **owner,
+        )
+        paths.put(
+            StringIO(json.dumps(engine.launch_spec, indent=2) + "\n"),
+            f"{where}/launch.json",
+            name=f"Launch flags{what}",
+            **owner,
+        )
     if api_key:
         # Read by systemd as a credential; only root can read the file itself.
         secret_file(

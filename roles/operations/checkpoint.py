@@ -43,6 +43,7 @@ from control.report import skipped
 from roles.facts import memo
 from roles.facts.accounts import Account
 from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive
+from roles.operations import sandboxing
 from roles.operations.secrets import Secret, secret_commands
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -89,9 +90,20 @@ def downloader_installed(venv: str, requirements: str, wheels: list[str], user: 
     )
     yield StringCommand(q(f"{venv}/bin/python"), "-c", q("import huggingface_hub"))
     yield StringCommand("rm", "-rf", q(wheelhouse))
-    # The marker last: it vouches for everything above.
+    # The marker last: it vouches for everything above, which is flushed to disk first (sync);
+    # the marker and its directory then fsynced, so a power cut leaves no marker over empty files.
     yield StringCommand(
-        "printf '%s\\n'", q(digest), ">", q(marker + ".tmp"), "&&", "mv -f", q(marker + ".tmp"), q(marker)
+        "sync && printf '%s\\n'",
+        q(digest),
+        ">",
+        q(marker + ".tmp"),
+        "&& sync",
+        q(marker + ".tmp"),
+        "&& mv -f",
+        q(marker + ".tmp"),
+        q(marker),
+        "&& sync",
+        q(venv),
     )
 
 
@@ -105,7 +117,8 @@ def download_unit_command(
     endpoint: str,
     token_path: str | None,
 ):
-    """systemd-run for the download: its own user, the token as a credential, journal output."""
+    """systemd-run for the download: its own user, sandboxed (roles/operations/sandboxing.py), the token
+    as a credential, journal output."""
     q = QuoteString
     props = [
         f"User={user}",
@@ -114,12 +127,7 @@ def download_unit_command(
         "Environment=HF_HOME=/var/cache/glm-flash-fetch",
         "Environment=HF_HUB_DISABLE_TELEMETRY=1",
         f"Environment=HF_ENDPOINT={endpoint}",
-        "NoNewPrivileges=yes",
-        "ProtectSystem=strict",
-        f"ReadWritePaths={dest}",
-        "ProtectHome=yes",
-        "PrivateTmp=yes",
-        "UMask=0022",
+        *sandboxing.fetch_unit([dest]),
     ]
     if token_path:
         props += [
@@ -191,7 +199,7 @@ def checkpoint_present(
             unit, fetch_user, hub_python, tool, args, path, endpoint, token_path if token is not None else None
         )
     yield StringCommand("rm -f", q(token_path))
-    yield StringCommand("python3", q(tool), "seal --dest", q(path))
+    yield StringCommand("python3", q(tool), "seal --dest", q(path), "--owner", q(fetch_user))
 
 
 @operation()
@@ -303,4 +311,4 @@ def checkpoint_received(
     args = ["receive", "--dest", path, "--repo", repo_id, "--revision", commit, "--marker", marker]
     args += ["--source", source, "--peer-tool", peer_tool]
     yield download_unit_command(unit, fetch_user, "/usr/bin/python3", tool, args, path, "", None)
-    yield StringCommand("python3", q(tool), "seal --dest", q(path))
+    yield StringCommand("python3", q(tool), "seal --dest", q(path), "--owner", q(fetch_user))

@@ -17,7 +17,13 @@ from roles.operations.job import followed, job_command
 
 @operation()
 def environment_built(
-    tool: str, env: str, build: list[str], wheels: list[str] | None = None, wheelhouse: str = "", job_tool: str = ""
+    tool: str,
+    env: str,
+    build: list[str],
+    wheels: list[str] | None = None,
+    wheelhouse: str = "",
+    job_tool: str = "",
+    sandbox: list[str] | None = None,
 ):
     """
     Build the engine environment `env` beside the others unless it is complete; with `job_tool`
@@ -30,6 +36,7 @@ def environment_built(
     + wheels: control-machine files the build installs from; the ones the host's wheelhouse
       lacks (or holds with another size) are uploaded first
     + wheelhouse: the host's wheelhouse directory
+    + sandbox: the job unit's properties (roles/operations/sandboxing.py root_job)
     """
     if env in memo.fact(host, EngineEnvs, tool=tool).complete:
         host.noop(f"engine environment {env} is built")
@@ -40,7 +47,8 @@ def environment_built(
             if have.get(w.name) != w.stat().st_size:
                 yield FileUploadCommand(str(w), f"{wheelhouse}/{w.name}")
     if job_tool:
-        yield followed("engine-build", job_command(job_tool, "engine-build", build, watch=wheelhouse.rsplit("/", 1)[0]))
+        watch = wheelhouse.rsplit("/", 1)[0]
+        yield followed("engine-build", job_command(job_tool, "engine-build", build, watch=watch, properties=sandbox))
         return
     yield StringCommand(*[QuoteString(word) for word in build])
 

@@ -19,6 +19,7 @@ from control.layout import tool
 JOB_TOOL = "glm-flash-job"
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+PROP_RE = re.compile(r"[A-Z][A-Za-z]*=[^\n]*")
 
 
 def unit(name: str) -> str:
@@ -35,6 +36,7 @@ def job_command(
     watch: str = "",
     every: int = 30,
     workdir: str = "",
+    properties: list[str] | None = None,
 ) -> StringCommand:
     """`glm-flash-job run NAME [options] -- COMMAND...`, every value quoted for the shell."""
     if not NAME_RE.fullmatch(name):
@@ -50,6 +52,10 @@ def job_command(
             argv += [flag, value]
     for key, value in sorted((setenv or {}).items()):
         argv += ["--setenv", f"{key}={value}"]
+    for prop in properties or []:
+        if not PROP_RE.fullmatch(prop):
+            raise OperationError(f"job {name}: {prop!r} is not a unit property (Name=value on one line)")
+        argv += ["--property", prop]
     argv += ["--", *command]
     return StringCommand(*(QuoteString(a) for a in argv))
 
@@ -64,7 +70,7 @@ def job(job_name: str, command: list[str], profile, **options):
     + options: job_command's: user (systemd-run --uid; empty: root), env_file (an EnvironmentFile
       systemd reads: secrets go here, never in command or setenv), setenv (non-secret variables),
       watch (a directory whose size and file count are reported), every (seconds between those
-      progress lines), workdir
+      progress lines), workdir, properties (the unit's sandboxing: roles/operations/sandboxing.py)
     """
     cmd = job_command(tool(profile, JOB_TOOL), job_name, command, **options)
     yield followed(job_name, cmd)

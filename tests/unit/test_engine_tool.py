@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -71,6 +74,7 @@ def tool(root: Path, *args: str, check: bool = True, ahead_s: float = 0.0) -> su
         GLM_FLASH_ROOT=str(root),
         GLM_FLASH_STATE_DIR=str(root / "patch-state"),
         GLM_FLASH_CHECK_DIR=str(root / "state" / "engine-checks"),
+        GLM_FLASH_CONF_DIR=str(root / "conf"),
     )
     argv = (
         [sys.executable, "-c", AHEAD, str(ahead_s), str(TOOL), *args] if ahead_s else [sys.executable, str(TOOL), *args]
@@ -124,14 +128,95 @@ def test_build_switch_rollback_prune(tmp_path, mini):
     out = subprocess.run([str(root / "engine/current/bin/python"), "-c", "import sniffio, idna, annotated_types"])
     assert out.returncode == 0
 
+    # the deploy's records (roles/service.py): each environment's launch spec, checked against it
+    for env, module in ((a, "idna"), (b, "annotated_types")):
+        record(root, env, module)
+    conf = root / "conf"
+    conf.mkdir()
+    for name in ("launch.json", "glm-flash.env"):
+        (conf / name).write_bytes((root / "engine/envs" / b / ".glm-flash-service" / name).read_bytes())
+        os.chmod(conf / name, 0o640)
     r = tool(root, "rollback", "--no-restart")
     assert (status(root)["current"], status(root)["previous"]) == (a, b) and "rolled back" in r.stdout
+    assert runs_its_spec(root) == "idna"  # a's spec, which a's python runs (b's names a module a lacks)
+    assert oct(os.stat(conf / "launch.json").st_mode & 0o777) == "0o640"
     tool(root, "rollback", "--no-restart")
     assert (status(root)["current"], status(root)["previous"]) == (b, a)
+    assert runs_its_spec(root) == "annotated_types"
+
+    # an environment with no recorded spec (an older deploy's) is not rolled back to
+    shutil.rmtree(root / "engine/envs" / a / ".glm-flash-service")
+    r = tool(root, "rollback", "--no-restart", check=False)
+    assert r.returncode == 2 and "no launch.json recorded" in r.stderr, r.stderr
+    assert (status(root)["current"], status(root)["previous"]) == (b, a)
+    assert runs_its_spec(root) == "annotated_types"
+    record(root, a, "idna")
 
     (root / "engine/envs" / c).mkdir()  # a failed upgrade's leftovers
     tool(root, "prune")
     assert sorted(status(root)["envs"]) == sorted([a, b])
+
+
+def record(root: Path, env: str, module: str) -> None:
+    """What roles/service.py writes with an environment: the launch spec its parser accepted."""
+    d = root / "engine/envs" / env / ".glm-flash-service"
+    d.mkdir(mode=0o700, exist_ok=True)
+    spec = {"python": str(root / "engine/current/bin/python"), "module": module, "args": ["--port", "30000"]}
+    (d / "launch.json").write_text(json.dumps(spec, indent=2) + "\n")
+    (d / "glm-flash.env").write_text(f"HOME=/var/lib/glm-flash\nENGINE_MODULE={module}\n")
+
+
+def runs_its_spec(root: Path) -> str:
+    """Start what the service would: the spec in the configuration directory, with its python."""
+    spec = json.loads((root / "conf/launch.json").read_text())
+    env = (root / "conf/glm-flash.env").read_text()
+    assert f"ENGINE_MODULE={spec['module']}" in env, "the environment file goes with the spec"
+    r = subprocess.run([spec["python"], "-c", f"import {spec['module']}"], capture_output=True, text=True)
+    assert r.returncode == 0, f"{spec['python']} cannot run {spec['module']}: {r.stderr}"
+    return spec["module"]
+
+
+def archive(tmp_path: Path, member: tarfile.TarInfo) -> Path:
+    path = tmp_path / "python.tar.gz"
+    with tarfile.open(path, "w:gz") as t:
+        data = b"print('hi')\n"
+        ok = tarfile.TarInfo("bin/ok.py")
+        ok.size = len(data)
+        t.addfile(ok, io.BytesIO(data))
+        if member.isreg():
+            member.size = len(data)
+            t.addfile(member, io.BytesIO(data))
+        else:
+            t.addfile(member)
+    return path
+
+
+def member(name: str, kind: bytes = tarfile.REGTYPE, mode: int = 0o644, link: str = "") -> tarfile.TarInfo:
+    m = tarfile.TarInfo(name)
+    m.type, m.mode, m.linkname = kind, mode, link
+    return m
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        member("bin/shadow", tarfile.SYMTYPE, link="/etc/shadow"),
+        member("bin/up", tarfile.SYMTYPE, link="../../../etc"),
+        member("bin/passwd", tarfile.LNKTYPE, link="/etc/passwd"),
+        member("bin/su", mode=0o4755),
+        member("bin/sg", mode=0o2755),
+        member("dev/mem", tarfile.CHRTYPE),
+        member("bin/pipe", tarfile.FIFOTYPE),
+    ],
+    ids=["absolute-link", "link-outside", "hardlink-outside", "setuid", "setgid", "device", "fifo"],
+)
+def test_an_interpreter_archive_with_a_link_out_a_device_or_setid_member_is_refused(tmp_path, bad):
+    path = archive(tmp_path, bad)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    dest = tmp_path / "python" / "cpython"
+    r = tool(tmp_path, "python-install", "--archive", str(path), "--dest", str(dest), "--sha256", digest, check=False)
+    assert r.returncode == 2 and f"member {bad.name!r} is" in r.stderr and "Nothing was unpacked" in r.stderr, r.stderr
+    assert not dest.exists() and not any((dest.parent / "cpython.partial").iterdir())
 
 
 def test_verify_and_assert_pin(tmp_path, mini):

@@ -130,7 +130,8 @@ def test_downloader_installed_rebuilds_only_when_the_requirements_change():
     pip = [c for c in cmds if "/bin/pip" in c][0]
     assert "--require-hashes" in pip and "--no-index" in pip and f"--find-links {venv}.wheels" in pip
     assert "--no-deps" in pip and "PIP_CONFIG_FILE=/dev/null" in pip
-    assert cmds[-1].startswith("printf") and "mv -f" in cmds[-1]  # the marker after the work
+    # the marker after the work, which is flushed first; the marker and its directory fsynced
+    assert cmds[-1].startswith("sync && printf") and "mv -f" in cmds[-1] and cmds[-1].endswith(f"&& sync {venv}")
 
 
 def present(facts, **kw):
@@ -163,7 +164,8 @@ def test_checkpoint_present_seals_and_clears_without_downloading():
     cmds = present(check_facts(sealed=False, token_left={"mode": 600}))
     assert cmds == [
         "rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download",
-        "python3 /opt/glm-flash/bin/glm-flash-model-fetch seal --dest '/srv/models/GLM 5'",
+        # the downloader's units are stopped first (the tool's --owner)
+        "python3 /opt/glm-flash/bin/glm-flash-model-fetch seal --dest '/srv/models/GLM 5' --owner glm-flash-fetch",
     ]
 
 
@@ -177,7 +179,7 @@ def test_checkpoint_present_downloads_in_a_unit_with_the_token_as_a_credential()
     assert len(run) == 1 and f"--revision {COMMIT}" in run[0] and "--requested main" in run[0]
     assert "LoadCredential=hf-token:/etc/glm-flash/secrets/hf-token-glm-flash-model-download" in run[0]
     assert cmds.index(unseal) < cmds.index(run[0]) < cmds.index(cmds[-1])
-    assert cmds[-1].endswith("seal --dest '/srv/models/GLM 5'")
+    assert cmds[-1].endswith("seal --dest '/srv/models/GLM 5' --owner glm-flash-fetch")
     assert [c for c in cmds if KEY in c] == [c for c in cmds if c.startswith("upload ")]
     # a running download (an earlier run's SSH dropped) is waited for, not started twice
     cmds = present(check_facts(exit_code=1, sealed=False, active="active"))

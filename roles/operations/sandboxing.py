@@ -1,0 +1,89 @@
+"""The sandboxing of the transient units we start with systemd-run (their `-p` property lists).
+
+Every unit the deploy starts runs what it cannot fully trust: the engine build runs setup.py of
+sdists and, on the GB10 box, the fork's cmake; the download and the fleet's receive parse the
+hub's and a peer's HTTP. Each gets what it can take, rated by `systemd-analyze security` on
+Debian 13's systemd 257 (tests/sandbox/test_transient_hardening.py holds the figures):
+
+- root_job(): a root build (glm-flash-job). No capabilities at all (root writes only files it
+  owns, in the one tree it may write), the rest of the system read-only, private /tmp and
+  devices, no kernel or cgroup tuning, the system-service syscalls only; no network unless
+  the build fetches (the GB10 fork's checkout and its indexes).
+- fetch_unit(): the download and receive units, which run as the downloader's own user: the
+  same, plus no user namespace, no W+X memory, no /proc of other processes.
+
+The failure mode is a build or download that needs more than it gets: it fails with EPERM,
+EROFS or "Bad system call" in its journal (`journalctl -u UNIT`), the deploy stops for that
+host, and nothing half-done becomes `current` or sealed.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from pyinfra.api import OperationError
+
+# What every transient unit of ours can take, root or not.
+COMMON = [
+    "NoNewPrivileges=yes",
+    "ProtectSystem=strict",
+    "PrivateTmp=yes",
+    "PrivateDevices=yes",
+    "ProtectKernelTunables=yes",
+    "ProtectKernelModules=yes",
+    "ProtectKernelLogs=yes",
+    "ProtectControlGroups=yes",
+    "ProtectClock=yes",
+    "ProtectHostname=yes",
+    "RestrictNamespaces=yes",
+    "RestrictRealtime=yes",
+    "RestrictSUIDSGID=yes",
+    "LockPersonality=yes",
+    "SystemCallArchitectures=native",
+    "SystemCallFilter=@system-service",
+    "SystemCallFilter=~@privileged @resources",
+    "CapabilityBoundingSet=",
+    "AmbientCapabilities=",
+]
+NETWORK = "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX"
+
+
+def _writable(paths: list[str]) -> list[str]:
+    """ReadWritePaths= of each path; one with a blank in double quotes (systemd unquotes them)."""
+    out = []
+    for p in paths:
+        if not posixpath.isabs(p) or posixpath.normpath(p) in ("/", "//") or any(c in "\"\\\n" for c in p):
+            raise OperationError(f"sandboxing: {p!r} cannot be a unit's writable path (absolute, below /, no quotes)")
+        out.append(f'ReadWritePaths="{p}"' if any(c.isspace() for c in p) else f"ReadWritePaths={p}")
+    return out
+
+
+def root_job(writable: list[str], network: bool = False) -> list[str]:
+    """A build as root: writes only `writable`; `network` for one that fetches."""
+    props = [
+        *COMMON,
+        # An empty read-only /root and /home: tools that look for a config there (git, pip) see none.
+        "ProtectHome=tmpfs",
+        "ProtectProc=invisible",
+        *_writable(writable),
+        "UMask=0022",
+    ]
+    if network:
+        return [*props, NETWORK]
+    return [*props, "PrivateNetwork=yes", "RestrictAddressFamilies=AF_UNIX", "IPAddressDeny=any"]
+
+
+def fetch_unit(writable: list[str]) -> list[str]:
+    """A download or receive as the downloader's user: the network, and `writable` only."""
+    return [
+        *COMMON,
+        "ProtectHome=yes",
+        "ProtectProc=invisible",
+        "ProcSubset=pid",
+        "PrivateUsers=yes",
+        "MemoryDenyWriteExecute=yes",
+        "RemoveIPC=yes",
+        NETWORK,
+        *_writable(writable),
+        "UMask=0022",
+    ]
