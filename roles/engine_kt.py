@@ -33,7 +33,7 @@ from control.profile import Profile, refuse
 from control.pypi_cache import FetchError
 from control.report import skipped
 from control.run import dry_run
-from roles import engine, engine_patches, flag_check, launch, python, triton_configs
+from roles import engine, engine_patches, flag_check, launch, model, python, triton_configs
 from roles.facts import memo
 from roles.facts.system import NumaNodes
 from roles.operations import paths
@@ -131,6 +131,7 @@ def apply(profile: Profile) -> engine.EngineResult:
             version=kt.version,
             owns="transformers",
         )
+    model.ready(profile)  # the checkpoint (downloading since early in the run): the patches edit its config.json
     try:
         engine_patches.apply(profile, env_dir, pin_of(pins, "sglang-kt").version)
         triton = pin_of(pins, "triton")

@@ -206,6 +206,7 @@ def apply(profile: Profile) -> engine.EngineResult:
     )
 
     logger.warning(f"[{host.name}] licence: {license_notice(profile)}")
+    model.ready(profile)  # the model (downloading since early in the run), then the drafter
     model.checkpoint(
         profile, profile.drafter_model, profile.drafter_revision, profile.drafter_path, "glm-flash-drafter-download"
     )

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -45,11 +46,16 @@ from roles import fleet_artifacts
 from roles.facts import memo
 from roles.facts.model import ModelCheck
 from roles.operations import packages
-from roles.operations.checkpoint import checkpoint_present, checkpoint_staged, downloader_installed
+from roles.operations.checkpoint import (
+    checkpoint_download_started,
+    checkpoint_present,
+    checkpoint_staged,
+    downloader_installed,
+)
 from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
 
-__all__ = ["ModelCheck", "apply", "read_token"]
+__all__ = ["ModelCheck", "apply", "read_token", "ready"]
 
 REPO = Path(__file__).resolve().parent.parent
 FETCH = "glm-flash-model-fetch"
@@ -58,6 +64,22 @@ REQUIREMENTS = REPO / "files" / "hf-hub-requirements.txt"
 
 class ModelError(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A download started early in the run, for the wait where the checkpoint is needed."""
+
+    repo_id: str
+    commit: str
+    locked_from: str  # " (main)" when the commit was locked from a moving revision, else ""
+    path: str
+    unit: str  # the transient unit the download runs in
+    seed: object  # in a fleet: the worker that downloads (a pyinfra Host), else None
+    lacking: list  # in a fleet: names of the workers that receive it from the seed
+
+
+PLANS: dict[str, Plan | None] = {}  # host name -> its model download, set by apply() for ready()
 
 
 def fetch_user(profile: Profile) -> str:
@@ -153,13 +175,24 @@ def hub_version(requirements: str) -> str | None:
 
 
 def apply(profile: Profile, unit: str = "glm-flash-model-download") -> None:
-    tool = layout.tool(profile, FETCH)
+    """Early in the run: the downloader installed and the download started in the background
+    (deploy.py calls ready() where the checkpoint is needed, so the driver, toolkit and engine
+    work goes on while it runs)."""
     host_tool(FETCH, layout.bin_dir(profile))
+    if profile.model_download:
+        PLANS[host.name] = started(profile, profile.model_id, profile.model_revision, profile.model_path, unit)
+
+
+def ready(profile: Profile) -> None:
+    """Where the checkpoint is needed (before the engine patch edits config.json): the download
+    started by apply() waited for, with its progress; or the staged checkpoint checked."""
     if not profile.model_download:
+        tool = layout.tool(profile, FETCH)
         checkpoint_staged(name=f"Staged checkpoint in {profile.model_path}", tool=tool, path=profile.model_path)
         return
-
-    checkpoint(profile, profile.model_id, profile.model_revision, profile.model_path, unit)
+    plan = PLANS.get(host.name)
+    if plan is not None:
+        waited(profile, plan)
 
 
 def first_lock(profile: Profile, repo_id: str, revision: str, token: str | None) -> str | None:
@@ -192,19 +225,27 @@ def first_lock(profile: Profile, repo_id: str, revision: str, token: str | None)
 
 def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: str) -> None:
     """`repo_id` at `revision` (resolved through locks/model.json) downloaded into `path` and
-    sealed root's: the model, or the GB10 drafter (roles/engine_vllm.py)."""
+    sealed root's, waited for at once: the GB10 drafter (roles/engine_vllm.py)."""
+    plan = started(profile, repo_id, revision, path, unit)
+    if plan is not None:
+        waited(profile, plan)
+
+
+def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str) -> Plan | None:
+    """The download of `repo_id` at `revision` (resolved through locks/model.json) into `path`
+    started in the background when needed; what waited() needs, None when the host was refused."""
     tool = layout.tool(profile, FETCH)
     try:
         token = read_token(profile)
     except ModelError as e:
         refuse("hf_token_vault", str(e), "fix the vault file or its password, as the message says")
-        return
+        return None
     try:
         commit = commit_for(repo_id, revision)
     except ModelLockError:
         commit = first_lock(profile, repo_id, revision, token)
         if commit is None:
-            return
+            return None
     requirements = REQUIREMENTS.read_text()
     if hub_version(requirements) != profile.huggingface_hub_version:
         refuse(
@@ -212,7 +253,7 @@ def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: s
             f"{profile.huggingface_hub_version} differs from the downloader lock's {hub_version(requirements)}",
             "edit locks/model-downloader.in and run `make model-downloader-lock`, or use the lock's version",
         )
-        return
+        return None
     locked_from = f" ({revision})" if revision != commit else ""
     try:
         wheels = downloader_wheels(requirements)
@@ -222,7 +263,7 @@ def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: s
             str(e),
             "check this machine's network access to PyPI (GLM_FLASH_PYPI_SIMPLE names a mirror), then deploy again",
         )
-        return
+        return None
     venv = layout.hub_venv(profile)
     packages.installed(["python3-venv"], name="python3-venv (the model downloader's environment)")
     downloader_installed(
@@ -238,9 +279,10 @@ def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: s
             memo.fact(h, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit, manifests="")["exit"] == 0
         )
     )
+    plan = Plan(repo_id, commit, locked_from, path, unit, seed, lacking)
     if host.name not in lacking:
-        checkpoint_present(
-            name=f"Checkpoint {repo_id}@{commit}{locked_from} in {path}",
+        checkpoint_download_started(
+            name=f"Download of {repo_id}@{commit}{locked_from} into {path} started (in the background)",
             repo_id=repo_id,
             commit=commit,
             requested=revision,
@@ -253,5 +295,23 @@ def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: s
             endpoint=profile.hf_endpoint,
             unit=unit,
         )
-    if lacking:
-        fleet_artifacts.checkpoint_copied(profile, seed, lacking, path, repo_id, commit, unit, fetch_user(profile))
+    return plan
+
+
+def waited(profile: Profile, plan: Plan) -> None:
+    """The download `plan` started waited for (its progress printed), verified and sealed; in a
+    fleet, the workers that lacked it receive it from the seed."""
+    if host.name not in plan.lacking:
+        checkpoint_present(
+            name=f"Checkpoint {plan.repo_id}@{plan.commit}{plan.locked_from} in {plan.path}",
+            repo_id=plan.repo_id,
+            commit=plan.commit,
+            path=plan.path,
+            tool=layout.tool(profile, FETCH),
+            secrets_dir=layout.SECRETS_DIR,
+            unit=plan.unit,
+        )
+    if plan.lacking:
+        fleet_artifacts.checkpoint_copied(
+            profile, plan.seed, plan.lacking, plan.path, plan.repo_id, plan.commit, plan.unit, fetch_user(profile)
+        )
