@@ -294,6 +294,7 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
             token=Secret(token) if token else None,
             endpoint=profile.hf_endpoint,
             unit=unit,
+            every=profile.download_progress_s,
         )
     return plan
 
