@@ -70,13 +70,10 @@ class ModelError(Exception):
 class Plan:
     """A download started early in the run, for the wait where the checkpoint is needed."""
 
-    repo_id: str
-    commit: str
     locked_from: str  # " (main)" when the commit was locked from a moving revision, else ""
-    path: str
-    unit: str  # the transient unit the download runs in
     seed: object  # in a fleet: the worker that downloads (a pyinfra Host), else None
     lacking: list  # in a fleet: names of the workers that receive it from the seed
+    download: dict  # checkpoint_download_started's arguments (checkpoint_present takes the same)
 
 
 PLANS: dict[str, Plan | None] = {}  # host name -> its model download, set by apply() for ready()
@@ -279,40 +276,34 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
             memo.fact(h, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit, manifests="")["exit"] == 0
         )
     )
-    plan = Plan(repo_id, commit, locked_from, path, unit, seed, lacking)
+    download = dict(
+        repo_id=repo_id,
+        commit=commit,
+        requested=revision,
+        path=path,
+        tool=tool,
+        hub_python=f"{venv}/bin/python",
+        fetch_user=fetch_user(profile),
+        secrets_dir=layout.SECRETS_DIR,
+        token=Secret(token) if token else None,
+        endpoint=profile.hf_endpoint,
+        unit=unit,
+        every=profile.download_progress_s,
+    )
     if host.name not in lacking:
         checkpoint_download_started(
-            name=f"Download of {repo_id}@{commit}{locked_from} into {path} started (in the background)",
-            repo_id=repo_id,
-            commit=commit,
-            requested=revision,
-            path=path,
-            tool=tool,
-            hub_python=f"{venv}/bin/python",
-            fetch_user=fetch_user(profile),
-            secrets_dir=layout.SECRETS_DIR,
-            token=Secret(token) if token else None,
-            endpoint=profile.hf_endpoint,
-            unit=unit,
-            every=profile.download_progress_s,
+            name=f"Download of {repo_id}@{commit}{locked_from} into {path} started (in the background)", **download
         )
-    return plan
+    return Plan(locked_from, seed, lacking, download)
 
 
 def waited(profile: Profile, plan: Plan) -> None:
     """The download `plan` started waited for (its progress printed), verified and sealed; in a
     fleet, the workers that lacked it receive it from the seed."""
+    d = plan.download
     if host.name not in plan.lacking:
-        checkpoint_present(
-            name=f"Checkpoint {plan.repo_id}@{plan.commit}{plan.locked_from} in {plan.path}",
-            repo_id=plan.repo_id,
-            commit=plan.commit,
-            path=plan.path,
-            tool=layout.tool(profile, FETCH),
-            secrets_dir=layout.SECRETS_DIR,
-            unit=plan.unit,
-        )
+        checkpoint_present(name=f"Checkpoint {d['repo_id']}@{d['commit']}{plan.locked_from} in {d['path']}", **d)
     if plan.lacking:
         fleet_artifacts.checkpoint_copied(
-            profile, plan.seed, plan.lacking, plan.path, plan.repo_id, plan.commit, plan.unit, fetch_user(profile)
+            profile, plan.seed, plan.lacking, d["path"], d["repo_id"], d["commit"], d["unit"], fetch_user(profile)
         )

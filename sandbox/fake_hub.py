@@ -93,7 +93,8 @@ class FakeHub:
                         sent = 0 if head else len(body) if cut is None else min(cut, len(body))
                         f.write(json.dumps({**entry, "bytes": sent}) + "\n")
                 if not head and body:
-                    chunk = 4096
+                    # with a low rate, small writes: a slow file is then half-sent for a while
+                    chunk = max(1, min(4096, int(hub.rate // 4))) if hub.rate else 4096
                     for i in range(0, len(body), chunk):
                         part = body[i : i + chunk] if cut is None else body[i : min(i + chunk, cut)]
                         if not part:

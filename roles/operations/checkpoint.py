@@ -163,6 +163,34 @@ def _running(unit: str) -> bool:
     return memo.fact(host, UnitActive, unit=unit) in ("active", "activating", "deactivating")
 
 
+STARTED_DIR = "/run/glm-flash"  # tmpfs: a reboot empties it
+
+
+def started_marker(unit: str) -> str:
+    """Root's note that the download unit was started in this boot (a reboot, such as the driver
+    role's, kills the unit and removes the note: the wait then starts it again)."""
+    return f"{STARTED_DIR}/{unit}.started"
+
+
+def start_commands(
+    repo_id, commit, path, tool, hub_python, fetch_user, secrets_dir, manifests, requested, token, endpoint, unit, every
+) -> list[StringCommand]:
+    """The download unit started in the background (the token, if any, uploaded just before by
+    the caller): the tree handed to the downloader's user, a note in /run, systemd-run."""
+    q = QuoteString
+    args = ["download", "--dest", path, "--repo", repo_id, "--revision", commit, "--every", str(int(every))]
+    if manifests:
+        args += ["--manifests", manifests]
+    if requested:
+        args += ["--requested", requested]
+    token_path = f"{secrets_dir}/hf-token-{unit}" if token is not None else None
+    return [
+        *prepared_for(fetch_user, path, tool, unit),
+        StringCommand("install -d -m 700", q(STARTED_DIR), "&& touch", q(started_marker(unit))),
+        download_unit_command(unit, fetch_user, hub_python, tool, args, path, endpoint, token_path, wait=False),
+    ]
+
+
 @operation()
 def checkpoint_download_started(
     repo_id: str,
@@ -193,17 +221,23 @@ def checkpoint_download_started(
     if _running(unit):
         host.noop(f"the download of {repo_id}@{commit} runs already ({unit}): the deploy waits for it later")
         return
-    token_path = f"{secrets_dir}/hf-token-{unit}"
-    yield from prepared_for(fetch_user, path, tool, unit)
     if token is not None:
-        yield from secret_commands(token, token_path, secrets_dir, "root", "root", "600")
-    args = ["download", "--dest", path, "--repo", repo_id, "--revision", commit, "--every", str(int(every))]
-    if manifests:
-        args += ["--manifests", manifests]
-    if requested:
-        args += ["--requested", requested]
-    token_arg = token_path if token is not None else None
-    yield download_unit_command(unit, fetch_user, hub_python, tool, args, path, endpoint, token_arg, wait=False)
+        yield from secret_commands(token, f"{secrets_dir}/hf-token-{unit}", secrets_dir, "root", "root", "600")
+    yield from start_commands(
+        repo_id,
+        commit,
+        path,
+        tool,
+        hub_python,
+        fetch_user,
+        secrets_dir,
+        manifests,
+        requested,
+        token,
+        endpoint,
+        unit,
+        every,
+    )
 
 
 @operation()
@@ -212,16 +246,24 @@ def checkpoint_present(
     commit: str,
     path: str,
     tool: str,
+    hub_python: str,
+    fetch_user: str,
     secrets_dir: str,
     manifests: str = "",
+    requested: str = "",
+    token: Secret | None = None,
+    endpoint: str = "https://huggingface.co",
     unit: str = "glm-flash-model-download",
+    every: int = 30,
 ):
     """path holds repo_id at commit, verified, root's and read-only to others; no token left.
 
-    The download itself was started by checkpoint_download_started (earlier in the run, or in
-    an earlier run that was stopped): this waits for its unit, printing its journal lines
+    The download was started by checkpoint_download_started (earlier in the run, or in an
+    earlier run that was stopped): this waits for its unit, printing its journal lines
     (progress, retries) as they come, and fails with its log when it ended without a complete
-    checkpoint.
+    checkpoint. When the unit is gone and its note in /run too (the host rebooted since it
+    started, as after a driver install), the download is started again first: the files that
+    finished are kept. The arguments are checkpoint_download_started's.
     manifests: glm-flash-patch's manifest directory when not the tool's default (a file root
     patched after the download, such as config.json, counts as verified through it).
     """
@@ -235,11 +277,47 @@ def checkpoint_present(
         return
     q = QuoteString
     if state["exit"] != 0 or running:
+        if token is not None:  # for a restart after a reboot; removed below either way
+            yield from secret_commands(token, token_path, secrets_dir, "root", "root", "600")
+        check = ["check", "--dest", path, "--repo", repo_id, "--revision", commit]
+        check += ["--manifests", manifests] if manifests else []
+        restart = start_commands(
+            repo_id,
+            commit,
+            path,
+            tool,
+            hub_python,
+            fetch_user,
+            secrets_dir,
+            manifests,
+            requested,
+            token,
+            endpoint,
+            unit,
+            every,
+        )
+        joined = []
+        for c in restart:
+            joined += [c, "&&"]
+        yield StringCommand(
+            "if ! systemctl is-active --quiet",
+            q(unit),
+            "&& [ ! -e",
+            q(started_marker(unit)),
+            "] && ! python3",
+            q(tool),
+            *[q(a) for a in check],
+            ">/dev/null; then echo",
+            q(f"glm-flash: {unit} is not running since the host rebooted: starting it again (finished files are kept)"),
+            ">&2 &&",
+            *joined[:-1],
+            "; fi",
+        )
         argv = ["wait", "--unit", unit, "--dest", path, "--repo", repo_id, "--revision", commit]
         if manifests:
             argv += ["--manifests", manifests]
         yield followed(unit, StringCommand("python3", q(tool), *[q(a) for a in argv]))
-    yield StringCommand("rm -f", q(token_path))
+    yield StringCommand("rm -f", q(token_path), q(started_marker(unit)))
     yield StringCommand("python3", q(tool), "seal --dest", q(path))
 
 

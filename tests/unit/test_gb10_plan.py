@@ -276,7 +276,7 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     assert len(download) == 1 and "--repo incoai/GLM-5.3-Flash-DFlash2" in download[0]
     # waited for at once (the drafter is small): its progress streamed, then the tree sealed
     waited = plan.commands(f"Checkpoint incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} (main) in /srv/models/")
-    assert waited[0] == "function _follow" and waited[-1].endswith("seal --dest /srv/models/GLM-5.3-Flash-DFlash2")
+    assert "function _follow" in waited and waited[-1].endswith("seal --dest /srv/models/GLM-5.3-Flash-DFlash2")
     assert plan.commands("Switch engine current") == [
         f"/opt/glm-flash/bin/glm-flash-engine switch {env}",
         f"/opt/glm-flash/bin/glm-flash-engine prune --keep {env}",

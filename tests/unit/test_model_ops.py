@@ -100,7 +100,7 @@ STARTED = dict(
     fetch_user="glm-flash-fetch",
     secrets_dir="/etc/glm-flash/secrets",
 )
-PRESENT = {k: STARTED[k] for k in ("repo_id", "commit", "path", "tool", "secrets_dir")}
+PRESENT = STARTED  # the same arguments: the wait starts the download again after a reboot
 
 
 def started(facts, **kw):
@@ -128,7 +128,7 @@ def test_checkpoint_present_seals_and_clears_without_downloading():
     assert started(check_facts(sealed=False, token_left={"mode": 600})) == []
     cmds = present(check_facts(sealed=False, token_left={"mode": 600}))
     assert cmds == [
-        "rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download",
+        "rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download /run/glm-flash/glm-flash-model-download.started",
         "python3 /opt/glm-flash/bin/glm-flash-model-fetch seal --dest '/srv/models/GLM 5'",
     ]
 
@@ -144,6 +144,7 @@ def test_download_starts_in_the_background_with_the_token_as_a_credential():
     assert "--wait" not in run[0].split() and "--every 30" in run[0]  # started, not waited for: the run goes on
     assert "LoadCredential=hf-token:/etc/glm-flash/secrets/hf-token-glm-flash-model-download" in run[0]
     assert cmds.index(unseal) < cmds.index(run[0]) == len(cmds) - 1
+    assert "touch /run/glm-flash/glm-flash-model-download.started" in cmds[-2]  # a reboot removes it
     assert [c for c in cmds if KEY in c] == [c for c in cmds if c.startswith("upload ")]
     # a running download (an earlier run's SSH dropped) is not started twice
     assert started(check_facts(exit_code=1, sealed=False, active="active"), token=secrets.Secret(KEY)) == []
@@ -154,19 +155,31 @@ def test_download_starts_in_the_background_with_the_token_as_a_credential():
 def test_checkpoint_present_waits_for_the_download_then_seals():
     facts = check_facts(exit_code=1, sealed=False)
     with on(FakeHost(facts)):
-        cmds = list(checkpoint.checkpoint_present._inner(**PRESENT))
-    follow = cmds[0]
+        cmds = list(checkpoint.checkpoint_present._inner(**PRESENT, token=secrets.Secret(KEY)))
+    rendered = [render(c) for c in cmds]
+    assert any(c.startswith("upload /etc/glm-flash/secrets/") for c in rendered)  # for a restart; removed below
+    # started again only when the unit is gone and its note in /run too (the host rebooted since)
+    restart = [c for c in rendered if c.startswith("if ")]
+    assert len(restart) == 1
+    assert restart[0].startswith(
+        "if ! systemctl is-active --quiet glm-flash-model-download "
+        "&& [ ! -e /run/glm-flash/glm-flash-model-download.started ] "
+        "&& ! python3 /opt/glm-flash/bin/glm-flash-model-fetch check --dest '/srv/models/GLM 5' "
+    )
+    assert "systemd-run --quiet --collect" in restart[0] and restart[0].endswith("; fi")
+    assert "touch /run/glm-flash/glm-flash-model-download.started" in restart[0]
+    follow = cmds[rendered.index(restart[0]) + 1]
     assert isinstance(follow, FunctionCommand)  # streamed to the deploy's output as the lines come
     wait = follow.args[1].get_raw_value()
     assert wait == (
         "python3 /opt/glm-flash/bin/glm-flash-model-fetch wait --unit glm-flash-model-download "
         f"--dest '/srv/models/GLM 5' --repo zai-org/GLM-5.3-Flash --revision {COMMIT}"
     )
-    assert [render(c) for c in cmds[1:]] == [
-        "rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download",
+    assert rendered[-2:] == [
+        "rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download /run/glm-flash/glm-flash-model-download.started",
         "python3 /opt/glm-flash/bin/glm-flash-model-fetch seal --dest '/srv/models/GLM 5'",
     ]
-    assert not [c for c in cmds if "systemd-run" in render(c)]  # it never starts a download itself
+    assert [c for c in rendered if KEY in c] == [c for c in rendered if c.startswith("upload ")]
     with pytest.raises(OperationError, match="not a commit"):
         present(check_facts(exit_code=1), commit="main")
 
