@@ -8,7 +8,7 @@ serve one file with wrong bytes (same size) to prove verification, or trickle da
 test can look at the running downloader's processes. A network that fails: `drops` makes the
 first GETs of `drop_file` send that many body bytes each (None: all of it) and then close the
 connection, as a dropped link does mid-file (0: before any header); `rate` caps the bytes per
-second all downloads share, like the box's link. `served` counts the body bytes sent per file.
+second all file downloads share, like the box's link (the small metadata answers are not held back). `served` counts the body bytes sent per file.
 
 Run as a program it serves a directory on a fixed loopback port and appends every request to
 a log file (one JSON line each): the sandbox's hub (sandbox/sandbox.py starts it, like the
@@ -94,12 +94,13 @@ class FakeHub:
                         f.write(json.dumps({**entry, "bytes": sent}) + "\n")
                 if not head and body:
                     # with a low rate, small writes: a slow file is then half-sent for a while
-                    chunk = max(1, min(4096, int(hub.rate // 4))) if hub.rate else 4096
+                    chunk = max(1, min(4096, int(hub.rate // 4))) if hub.rate and name is not None else 4096
                     for i in range(0, len(body), chunk):
                         part = body[i : i + chunk] if cut is None else body[i : min(i + chunk, cut)]
                         if not part:
                             break
-                        hub.pace(len(part))
+                        if name is not None:  # a file's bytes (the metadata answers are not held back)
+                            hub.pace(len(part))
                         self.wfile.write(part)
                         if name is not None:
                             with hub.lock:

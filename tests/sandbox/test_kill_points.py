@@ -89,7 +89,7 @@ def test_killed_midway_through_the_checkpoint_download(converged):
     files = read_dir(REPO / ".sandbox" / "hub" / "repo")
     shards = sorted(n for n in files if n.endswith(".safetensors"))
     assert shards, "the stand-in checkpoint has shards"
-    sandbox_sh(f"rm -f {path}/.glm-flash-model.json " + " ".join(f"{path}/{shlex.quote(s)}" for s in shards))
+    sandbox_sh("rm -f " + " ".join(f"{path}/{shlex.quote(s)}" for s in shards))
     with FakeHub(info["repo"], files, commit=info["commit"], rate=2.0) as slow:
         slow_data = (f"hf_endpoint={slow.endpoint}", "download_progress_s=1")
         deploy_killed_at("Download of ", 4.0, *slow_data)

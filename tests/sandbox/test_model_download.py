@@ -224,13 +224,15 @@ def test_the_deploy_prints_the_download_progress(sandbox, profile):
     q = shlex.quote(profile.model_path)
     shards = [n for n in files if n.endswith(".safetensors")]
     assert shards and sum(len(files[n]) for n in shards) < 100, "the stand-in's shards are tiny: the rate assumes so"
-    sandbox_sh(f"rm -f {q}/.glm-flash-model.json " + " ".join(f"{q}/{shlex.quote(n)}" for n in shards))
+    sandbox_sh("rm -f " + " ".join(f"{q}/{shlex.quote(n)}" for n in shards))
     with FakeHub(info["repo"], files, commit=info["commit"], rate=2.0) as slow:
         run = deploy("--data", f"hf_endpoint={slow.endpoint}", "--data", "download_progress_s=1")
         served = sorted(p for m, p, _ in slow.requests if m == "GET" and "/resolve/" in p)
     assert run.returncode == 0, run.stderr[-4000:]
     assert [p.rsplit("/", 1)[1] for p in served] == sorted(shards)  # only what was missing
     out = run.stdout + run.stderr
+    # the deploy reached the wait (a few seconds after the start) while the shards trickled in
+    assert "glm-flash-model-fetch: waiting for the download in glm-flash-model-download" in out, out[-4000:]
     lines = [line for line in out.splitlines() if PROGRESS.search(line)]
     assert lines, out[-4000:]
     assert re.search(r"glm-flash-model-fetch: fetched 32 B in 0 min \d\d s", out), out[-4000:]
