@@ -33,13 +33,14 @@ with refusal.host_refusals():  # a refusal decided from this host's facts fails 
 
     base.apply(p)  # apt sources, base packages
     tools.apply(p)  # our host commands
+    model.apply(p)  # the checkpoint's download starts in the background; waited for before the engine patches it
     driver.apply(p, layout.bin_dir(p))  # NVIDIA repo (key, branch checked), pinned branch, DKMS; reboots when needed
     toolkit.apply(p, layout.bin_dir(p))  # CUDA cuda_version under /usr/local/cuda-X.Y (repository or runfile)
     cuda_header.apply(p)  # glibc 2.41 fix of CUDA 12.x headers, re-checked every deploy
     users.apply(p)  # the unprivileged service user
     headless.apply(p)  # no desktop holding GPU memory
-    model.apply(p)  # the checkpoint, before the engine patches its config.json
-    engine = engines.for_profile(p).apply(p)  # the platform's engine: built beside, patched, checked, switched
+    # the platform's engine: built beside, patched, checked, switched; the checkpoint waited for before its patch
+    engine = engines.for_profile(p).apply(p, checkpoint_ready=lambda: model.ready(p))
     service.apply(p, engine)  # runs exactly the launch spec the engine's parser accepted
     status.apply(p)  # the profile values `glm-flash status` compares the host with
 summary.apply(p)  # per host at the end: endpoint, serving, engine, model, driver, skipped (stderr)

@@ -297,6 +297,9 @@ KNOBS: dict[str, Knob] = {
         "the hub the downloader asks (HF_ENDPOINT); the sandbox points it at its stand-in",
         **URL,
     ),
+    "download_progress_s": K(
+        30, "seconds between the checkpoint download's progress lines (bytes, rate, ETA)", int, low=1, high=3600
+    ),
     "huggingface_hub_version": K(
         "1.33.0", "the downloader on the host; the engine locks pin the same version", **PEP440
     ),

@@ -80,7 +80,8 @@ def _wheels(profile: Profile, pins: list) -> list:
     return have
 
 
-def apply(profile: Profile) -> engine.EngineResult:
+def apply(profile: Profile, checkpoint_ready=lambda: None) -> engine.EngineResult:
+    """checkpoint_ready(): waits for the checkpoint (roles/model.py ready), before the patches edit its config.json."""
     art = python.apply(profile)  # the interpreter the environment is built with
     try:
         env, _, pins = plan(profile, art.sha256 if art else "")
@@ -133,6 +134,7 @@ def apply(profile: Profile) -> engine.EngineResult:
             version=kt.version,
             owns="transformers",
         )
+    checkpoint_ready()  # the checkpoint (downloading since early in the run): the patches edit its config.json
     try:
         engine_patches.apply(profile, env_dir, pin_of(pins, "sglang-kt").version)
         triton = pin_of(pins, "triton")

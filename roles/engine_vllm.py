@@ -144,7 +144,8 @@ def launch_spec(profile: Profile, numa_nodes: int) -> dict:
     return vllm_launch.launch_spec(profile)
 
 
-def apply(profile: Profile) -> engine.EngineResult:
+def apply(profile: Profile, checkpoint_ready=lambda: None) -> engine.EngineResult:
+    """checkpoint_ready(): waits for the model's checkpoint (roles/model.py ready)."""
     view = recognise(profile)
     try:
         env = env_id(profile)
@@ -190,6 +191,7 @@ def apply(profile: Profile) -> engine.EngineResult:
     )
 
     logger.warning(f"[{host.name}] licence: {license_notice(profile)}")
+    checkpoint_ready()  # the model (downloading since early in the run), then the drafter
     model.checkpoint(
         profile, profile.drafter_model, profile.drafter_revision, profile.drafter_path, "glm-flash-drafter-download"
     )

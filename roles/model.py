@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -45,11 +46,16 @@ from roles import fleet_artifacts
 from roles.facts import memo
 from roles.facts.model import ModelCheck
 from roles.operations import packages
-from roles.operations.checkpoint import checkpoint_present, checkpoint_staged, downloader_installed
+from roles.operations.checkpoint import (
+    checkpoint_download_started,
+    checkpoint_present,
+    checkpoint_staged,
+    downloader_installed,
+)
 from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
 
-__all__ = ["ModelCheck", "apply", "read_token"]
+__all__ = ["ModelCheck", "apply", "read_token", "ready"]
 
 REPO = Path(__file__).resolve().parent.parent
 FETCH = "glm-flash-model-fetch"
@@ -58,6 +64,19 @@ REQUIREMENTS = REPO / "files" / "hf-hub-requirements.txt"
 
 class ModelError(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A download started early in the run, for the wait where the checkpoint is needed."""
+
+    locked_from: str  # " (main)" when the commit was locked from a moving revision, else ""
+    seed: object  # in a fleet: the worker that downloads (a pyinfra Host), else None
+    lacking: list  # in a fleet: names of the workers that receive it from the seed
+    download: dict  # checkpoint_download_started's arguments (checkpoint_present takes the same)
+
+
+PLANS: dict[str, Plan | None] = {}  # host name -> its model download, set by apply() for ready()
 
 
 def fetch_user(profile: Profile) -> str:
@@ -153,13 +172,24 @@ def hub_version(requirements: str) -> str | None:
 
 
 def apply(profile: Profile, unit: str = "glm-flash-model-download") -> None:
-    tool = layout.tool(profile, FETCH)
+    """Early in the run: the downloader installed and the download started in the background
+    (deploy.py calls ready() where the checkpoint is needed, so the driver, toolkit and engine
+    work goes on while it runs)."""
     host_tool(FETCH, layout.bin_dir(profile))
+    if profile.model_download:
+        PLANS[host.name] = started(profile, profile.model_id, profile.model_revision, profile.model_path, unit)
+
+
+def ready(profile: Profile) -> None:
+    """Where the checkpoint is needed (before the engine patch edits config.json): the download
+    started by apply() waited for, with its progress; or the staged checkpoint checked."""
     if not profile.model_download:
+        tool = layout.tool(profile, FETCH)
         checkpoint_staged(name=f"Staged checkpoint in {profile.model_path}", tool=tool, path=profile.model_path)
         return
-
-    checkpoint(profile, profile.model_id, profile.model_revision, profile.model_path, unit)
+    plan = PLANS.get(host.name)
+    if plan is not None:
+        waited(profile, plan)
 
 
 def first_lock(profile: Profile, repo_id: str, revision: str, token: str | None) -> str | None:
@@ -192,19 +222,27 @@ def first_lock(profile: Profile, repo_id: str, revision: str, token: str | None)
 
 def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: str) -> None:
     """`repo_id` at `revision` (resolved through locks/model.json) downloaded into `path` and
-    sealed root's: the model, or the GB10 drafter (roles/engine_vllm.py)."""
+    sealed root's, waited for at once: the GB10 drafter (roles/engine_vllm.py)."""
+    plan = started(profile, repo_id, revision, path, unit)
+    if plan is not None:
+        waited(profile, plan)
+
+
+def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str) -> Plan | None:
+    """The download of `repo_id` at `revision` (resolved through locks/model.json) into `path`
+    started in the background when needed; what waited() needs, None when the host was refused."""
     tool = layout.tool(profile, FETCH)
     try:
         token = read_token(profile)
     except ModelError as e:
         refuse("hf_token_vault", str(e), "fix the vault file or its password, as the message says")
-        return
+        return None
     try:
         commit = commit_for(repo_id, revision)
     except ModelLockError:
         commit = first_lock(profile, repo_id, revision, token)
         if commit is None:
-            return
+            return None
     requirements = REQUIREMENTS.read_text()
     if hub_version(requirements) != profile.huggingface_hub_version:
         refuse(
@@ -212,7 +250,7 @@ def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: s
             f"{profile.huggingface_hub_version} differs from the downloader lock's {hub_version(requirements)}",
             "edit locks/model-downloader.in and run `make model-downloader-lock`, or use the lock's version",
         )
-        return
+        return None
     locked_from = f" ({revision})" if revision != commit else ""
     try:
         wheels = downloader_wheels(requirements)
@@ -222,7 +260,7 @@ def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: s
             str(e),
             "check this machine's network access to PyPI (GLM_FLASH_PYPI_SIMPLE names a mirror), then deploy again",
         )
-        return
+        return None
     venv = layout.hub_venv(profile)
     packages.installed(["python3-venv"], name="python3-venv (the model downloader's environment)")
     downloader_installed(
@@ -238,20 +276,34 @@ def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: s
             memo.fact(h, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit, manifests="")["exit"] == 0
         )
     )
+    download = dict(
+        repo_id=repo_id,
+        commit=commit,
+        requested=revision,
+        path=path,
+        tool=tool,
+        hub_python=f"{venv}/bin/python",
+        fetch_user=fetch_user(profile),
+        secrets_dir=layout.SECRETS_DIR,
+        token=Secret(token) if token else None,
+        endpoint=profile.hf_endpoint,
+        unit=unit,
+        every=profile.download_progress_s,
+    )
     if host.name not in lacking:
-        checkpoint_present(
-            name=f"Checkpoint {repo_id}@{commit}{locked_from} in {path}",
-            repo_id=repo_id,
-            commit=commit,
-            requested=revision,
-            path=path,
-            tool=tool,
-            hub_python=f"{venv}/bin/python",
-            fetch_user=fetch_user(profile),
-            secrets_dir=layout.SECRETS_DIR,
-            token=Secret(token) if token else None,
-            endpoint=profile.hf_endpoint,
-            unit=unit,
+        checkpoint_download_started(
+            name=f"Download of {repo_id}@{commit}{locked_from} into {path} started (in the background)", **download
         )
-    if lacking:
-        fleet_artifacts.checkpoint_copied(profile, seed, lacking, path, repo_id, commit, unit, fetch_user(profile))
+    return Plan(locked_from, seed, lacking, download)
+
+
+def waited(profile: Profile, plan: Plan) -> None:
+    """The download `plan` started waited for (its progress printed), verified and sealed; in a
+    fleet, the workers that lacked it receive it from the seed."""
+    d = plan.download
+    if host.name not in plan.lacking:
+        checkpoint_present(name=f"Checkpoint {d['repo_id']}@{d['commit']}{plan.locked_from} in {d['path']}", **d)
+    if plan.lacking:
+        fleet_artifacts.checkpoint_copied(
+            profile, plan.seed, plan.lacking, d["path"], d["repo_id"], d["commit"], d["unit"], fetch_user(profile)
+        )

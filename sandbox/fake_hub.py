@@ -5,13 +5,16 @@ tree listing) and /resolve/ downloads with HEAD, ETag, X-Repo-Commit and Range, 
 hub does for non-Xet files. With a token set it answers 401 without `Authorization:
 Bearer <token>`. It records every request (method, path, whether the token came) and can
 serve one file with wrong bytes (same size) to prove verification, or trickle data so a
-test can look at the running downloader's processes.
+test can look at the running downloader's processes. A network that fails: `drops` makes the
+first GETs of `drop_file` send that many body bytes each (None: all of it) and then close the
+connection, as a dropped link does mid-file (0: before any header); `rate` caps the bytes per
+second all file downloads share, like the box's link (the small metadata answers are not held back). `served` counts the body bytes sent per file.
 
 Run as a program it serves a directory on a fixed loopback port and appends every request to
 a log file (one JSON line each): the sandbox's hub (sandbox/sandbox.py starts it, like the
 NVIDIA stand-in), so a test can count what the deploy asked for.
 
-    python fake_hub.py --repo ID --dir DIR --port PORT --log FILE [--commit SHA] [--token-file F]
+    python fake_hub.py --repo ID --dir DIR --port PORT --log FILE [--commit SHA] [--token-file F] [--rate B/S]
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import hashlib
 import json
 import os
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,9 +42,16 @@ class FakeHub:
         delay: float = 0.0,
         port: int = 0,
         log: Path | None = None,
+        drop_file: str | None = None,
+        drops: list[int | None] | None = None,
+        rate: float = 0.0,
     ):
         self.repo, self.files, self.token, self.commit = repo, files, token, commit
         self.corrupt, self.delay = corrupt, delay
+        self.drop_file, self.drops, self.rate = drop_file, list(drops or []), rate
+        self.served: dict[str, int] = {}
+        self.lock = threading.Lock()
+        self.next_send = 0.0  # rate: when the link is free for the next chunk
         self.requests: list[tuple[str, str, bool]] = []
         self.log = log
         hub = self
@@ -58,7 +69,16 @@ class FakeHub:
                 self.token_ok = ok
                 return hub.token is None or ok
 
-            def _send(self, code, body=b"", headers=None, head=False):
+            def _send(self, code, body=b"", headers=None, head=False, name=None):
+                cut = None
+                if name is not None and name == hub.drop_file and not head:
+                    with hub.lock:
+                        if hub.drops:
+                            cut = hub.drops.pop(0)
+                if cut == 0:  # the link goes before any answer
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 self.send_response(code)
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)
@@ -70,13 +90,27 @@ class FakeHub:
                 if hub.log:  # the bytes too: the fleet bench counts what crossed the "outside" link
                     entry = {"method": self.command, "path": self.path, "token": self.token_ok, "status": code}
                     with open(hub.log, "a") as f:
-                        f.write(json.dumps({**entry, "bytes": 0 if head else len(body)}) + "\n")
+                        sent = 0 if head else len(body) if cut is None else min(cut, len(body))
+                        f.write(json.dumps({**entry, "bytes": sent}) + "\n")
                 if not head and body:
-                    chunk = 4096
+                    # with a low rate, small writes: a slow file is then half-sent for a while
+                    chunk = max(1, min(4096, int(hub.rate // 4))) if hub.rate and name is not None else 4096
                     for i in range(0, len(body), chunk):
-                        self.wfile.write(body[i : i + chunk])
+                        part = body[i : i + chunk] if cut is None else body[i : min(i + chunk, cut)]
+                        if not part:
+                            break
+                        if name is not None:  # a file's bytes (the metadata answers are not held back)
+                            hub.pace(len(part))
+                        self.wfile.write(part)
+                        if name is not None:
+                            with hub.lock:
+                                hub.served[name] = hub.served.get(name, 0) + len(part)
                         if hub.delay:
                             time.sleep(hub.delay)
+                    if cut is not None:  # the link goes mid-file
+                        self.wfile.flush()
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
 
             def _json(self, data):
                 self._send(200, json.dumps(data).encode(), {"Content-Type": "application/json"})
@@ -123,15 +157,26 @@ class FakeHub:
                     if rng and rng.startswith("bytes=") and not head:
                         start = int(rng[6:].split("-")[0] or 0)
                         headers["Content-Range"] = f"bytes {start}-{len(body) - 1}/{len(body)}"
-                        return self._send(206, body[start:], headers)
+                        return self._send(206, body[start:], headers, name=name)
                     if head:
                         headers["Content-Length"] = str(len(body))
-                    return self._send(200, body, headers, head)
+                    return self._send(200, body, headers, head, name=name)
                 return self._send(404, b"", {}, head)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def pace(self, n: int) -> None:
+        """With a rate: wait until the shared link has carried the bytes sent before these n."""
+        if not self.rate:
+            return
+        with self.lock:
+            now = time.monotonic()
+            start = max(now, self.next_send)
+            self.next_send = start + n / self.rate
+        if start > now:
+            time.sleep(start - now)
 
     def is_lfs(self, name):
         return name.endswith(".safetensors")
@@ -200,9 +245,10 @@ def main() -> None:
     ap.add_argument("--log", required=True, type=Path)
     ap.add_argument("--commit", default="c0ffee" * 6 + "beef")
     ap.add_argument("--token-file", type=Path, help="answer 401 without this token")
+    ap.add_argument("--rate", type=float, default=0.0, help="bytes per second all downloads share (0: no cap)")
     a = ap.parse_args()
     token = a.token_file.read_text().strip() if a.token_file else None
-    hub = FakeHub(a.repo, read_dir(a.dir), token=token, commit=a.commit, port=a.port, log=a.log)
+    hub = FakeHub(a.repo, read_dir(a.dir), token=token, commit=a.commit, port=a.port, log=a.log, rate=a.rate)
     print(f"fake hub for {a.repo}@{a.commit} on {hub.endpoint} (pid {os.getpid()})", flush=True)
     hub.server.serve_forever()
 

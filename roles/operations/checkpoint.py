@@ -44,6 +44,7 @@ from roles.facts import memo
 from roles.facts.accounts import Account
 from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive
 from roles.operations import sandboxing
+from roles.operations.job import followed
 from roles.operations.secrets import Secret, secret_commands
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -116,9 +117,11 @@ def download_unit_command(
     dest: str,
     endpoint: str,
     token_path: str | None,
+    wait: bool = True,
 ):
     """systemd-run for the download: its own user, sandboxed (roles/operations/sandboxing.py), the token
-    as a credential, journal output."""
+    as a credential, journal output. wait False: it returns once the unit has started (the download
+    runs on in the background)."""
     q = QuoteString
     props = [
         f"User={user}",
@@ -138,7 +141,8 @@ def download_unit_command(
             f"ExecStartPost=+/bin/rm -f {token_path}",
             f"ExecStopPost=+/bin/rm -f {token_path}",
         ]
-    parts = ["systemd-run", "--quiet", "--wait", "--collect", "--service-type=exec", q(f"--unit={unit}")]
+    parts = ["systemd-run", "--quiet", *(["--wait"] if wait else []), "--collect", "--service-type=exec"]
+    parts.append(q(f"--unit={unit}"))
     for p in props:
         parts += ["-p", q(p)]
     parts += ["--", q(hub_python), q(tool), *[q(a) for a in args]]
@@ -147,8 +151,100 @@ def download_unit_command(
         "|| { journalctl --no-pager -o cat -n 40 -u",
         q(unit),
         ">&2; echo",
-        q(f"glm-flash: the {args[0] if args else tool} failed; its log: journalctl -u {unit}"),
+        q(
+            f"glm-flash: the {args[0] if args else tool} {'failed' if wait else 'did not start'}; its log: journalctl -u {unit}"
+        ),
         ">&2; exit 1; }",
+    )
+
+
+def _checked(repo_id: str, commit: str, path: str, unit: str):
+    if not REPO_ID.fullmatch(repo_id):
+        raise OperationError(f"checkpoint: {repo_id!r} is not a hub repository id (owner/name)")
+    if not COMMIT.fullmatch(commit):
+        raise OperationError(f"checkpoint: {commit!r} is not a commit (40 hex digits); lock the revision")
+    if not posixpath.isabs(path) or path.rstrip("/") != path or not UNIT_NAME.fullmatch(unit):
+        raise OperationError(f"checkpoint: bad path {path!r} or unit {unit!r}")
+
+
+def _running(unit: str) -> bool:
+    return memo.fact(host, UnitActive, unit=unit) in ("active", "activating", "deactivating")
+
+
+STARTED_DIR = "/run/glm-flash"  # tmpfs: a reboot empties it
+
+
+def started_marker(unit: str) -> str:
+    """Root's note that the download unit was started in this boot (a reboot, such as the driver
+    role's, kills the unit and removes the note: the wait then starts it again)."""
+    return f"{STARTED_DIR}/{unit}.started"
+
+
+def start_commands(
+    repo_id, commit, path, tool, hub_python, fetch_user, secrets_dir, manifests, requested, token, endpoint, unit, every
+) -> list[StringCommand]:
+    """The download unit started in the background (the token, if any, uploaded just before by
+    the caller): the tree handed to the downloader's user, a note in /run, systemd-run."""
+    q = QuoteString
+    args = ["download", "--dest", path, "--repo", repo_id, "--revision", commit, "--every", str(int(every))]
+    if manifests:
+        args += ["--manifests", manifests]
+    if requested:
+        args += ["--requested", requested]
+    token_path = f"{secrets_dir}/hf-token-{unit}" if token is not None else None
+    return [
+        *prepared_for(fetch_user, path, tool, unit),
+        StringCommand("install -d -m 700", q(STARTED_DIR), "&& touch", q(started_marker(unit))),
+        download_unit_command(unit, fetch_user, hub_python, tool, args, path, endpoint, token_path, wait=False),
+    ]
+
+
+@operation()
+def checkpoint_download_started(
+    repo_id: str,
+    commit: str,
+    path: str,
+    tool: str,
+    hub_python: str,
+    fetch_user: str,
+    secrets_dir: str,
+    manifests: str = "",
+    requested: str = "",
+    token: Secret | None = None,
+    endpoint: str = "https://huggingface.co",
+    unit: str = "glm-flash-model-download",
+    every: int = 30,
+):
+    """The download of repo_id at commit into path runs, or is not needed: the transient unit
+    `unit` is started in the background when the checkpoint is incomplete and no download runs
+    (a re-run while one runs starts no second). checkpoint_present waits for it later.
+
+    + every: seconds between the download's progress lines (its journal, followed by the wait)
+    """
+    _checked(repo_id, commit, path, unit)
+    state = memo.fact(host, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit, manifests=manifests)
+    if state["exit"] == 0:
+        host.noop(f"{repo_id}@{commit} is in {path}, verified")
+        return
+    if _running(unit):
+        host.noop(f"the download of {repo_id}@{commit} runs already ({unit}): the deploy waits for it later")
+        return
+    if token is not None:
+        yield from secret_commands(token, f"{secrets_dir}/hf-token-{unit}", secrets_dir, "root", "root", "600")
+    yield from start_commands(
+        repo_id,
+        commit,
+        path,
+        tool,
+        hub_python,
+        fetch_user,
+        secrets_dir,
+        manifests,
+        requested,
+        token,
+        endpoint,
+        unit,
+        every,
     )
 
 
@@ -166,39 +262,70 @@ def checkpoint_present(
     token: Secret | None = None,
     endpoint: str = "https://huggingface.co",
     unit: str = "glm-flash-model-download",
+    every: int = 30,
 ):
     """path holds repo_id at commit, verified, root's and read-only to others; no token left.
 
+    The download was started by checkpoint_download_started (earlier in the run, or in an
+    earlier run that was stopped): this waits for its unit, printing its journal lines
+    (progress, retries) as they come, and fails with its log when it ended without a complete
+    checkpoint. When the unit is gone and its note in /run too (the host rebooted since it
+    started, as after a driver install), the download is started again first: the files that
+    finished are kept. The arguments are checkpoint_download_started's.
     manifests: glm-flash-patch's manifest directory when not the tool's default (a file root
     patched after the download, such as config.json, counts as verified through it).
     """
-    if not REPO_ID.fullmatch(repo_id):
-        raise OperationError(f"checkpoint_present: {repo_id!r} is not a hub repository id (owner/name)")
-    if not COMMIT.fullmatch(commit):
-        raise OperationError(f"checkpoint_present: {commit!r} is not a commit (40 hex digits); lock the revision")
-    if not posixpath.isabs(path) or path.rstrip("/") != path or not UNIT_NAME.fullmatch(unit):
-        raise OperationError(f"checkpoint_present: bad path {path!r} or unit {unit!r}")
+    _checked(repo_id, commit, path, unit)
     token_path = f"{secrets_dir}/hf-token-{unit}"
     state = memo.fact(host, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit, manifests=manifests)
     token_left = memo.fact(host, File, path=token_path)
-    running = memo.fact(host, UnitActive, unit=unit) in ("active", "activating", "deactivating")
+    running = _running(unit)
     if state["exit"] == 0 and state["sealed"] and not token_left and not running:
         host.noop(f"{repo_id}@{commit} is in {path}, verified and sealed")
         return
     q = QuoteString
     if state["exit"] != 0 or running:
-        yield from prepared_for(fetch_user, path, tool, unit)
-        if token is not None:
+        if token is not None:  # for a restart after a reboot; removed below either way
             yield from secret_commands(token, token_path, secrets_dir, "root", "root", "600")
-        args = ["download", "--dest", path, "--repo", repo_id, "--revision", commit]
-        if manifests:
-            args += ["--manifests", manifests]
-        if requested:
-            args += ["--requested", requested]
-        yield download_unit_command(
-            unit, fetch_user, hub_python, tool, args, path, endpoint, token_path if token is not None else None
+        check = ["check", "--dest", path, "--repo", repo_id, "--revision", commit]
+        check += ["--manifests", manifests] if manifests else []
+        restart = start_commands(
+            repo_id,
+            commit,
+            path,
+            tool,
+            hub_python,
+            fetch_user,
+            secrets_dir,
+            manifests,
+            requested,
+            token,
+            endpoint,
+            unit,
+            every,
         )
-    yield StringCommand("rm -f", q(token_path))
+        joined = []
+        for c in restart:
+            joined += [c, "&&"]
+        yield StringCommand(
+            "if ! systemctl is-active --quiet",
+            q(unit),
+            "&& [ ! -e",
+            q(started_marker(unit)),
+            "] && ! python3",
+            q(tool),
+            *[q(a) for a in check],
+            ">/dev/null; then echo",
+            q(f"glm-flash: {unit} is not running since the host rebooted: starting it again (finished files are kept)"),
+            ">&2 &&",
+            *joined[:-1],
+            "; fi",
+        )
+        argv = ["wait", "--unit", unit, "--dest", path, "--repo", repo_id, "--revision", commit]
+        if manifests:
+            argv += ["--manifests", manifests]
+        yield followed(unit, StringCommand("python3", q(tool), *[q(a) for a in argv]))
+    yield StringCommand("rm -f", q(token_path), q(started_marker(unit)))
     yield StringCommand("python3", q(tool), "seal --dest", q(path), "--owner", q(fetch_user))
 
 

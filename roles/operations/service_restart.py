@@ -9,6 +9,7 @@ from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
 from roles.facts import memo
 from roles.facts.service import ServiceStartState
+from roles.operations.job import followed
 
 RUNNING = ("active", "activating", "reloading")
 
@@ -50,7 +51,21 @@ def started_from_disk(service: str, inputs: list[str], units: list[str] | None =
     # A unit that hit its start limit refuses starts until reset; this start is on purpose.
     yield StringCommand("systemctl reset-failed", unit, "2>/dev/null || true")
     if can_serve:
-        yield StringCommand("systemctl restart", unit)
+        # The start returns once readiness (ExecStartPost) passes, up to startup_timeout_s: the
+        # unit's journal lines (the engine's load, readiness's "not ready after N s") stream to
+        # the deploy's output meanwhile.
+        yield followed(service, restart_followed(unit))
         return
     yield StringCommand("systemctl restart", unit, "|| true")
     yield StringCommand("systemctl stop", unit)
+
+
+def restart_followed(unit: QuoteString) -> StringCommand:
+    """`systemctl restart UNIT` (its exit status) with the unit's new journal lines printed while it runs."""
+    return StringCommand(
+        "journalctl --no-pager -f -n 0 -o cat -u",
+        unit,
+        "& j=$!; systemctl restart",
+        unit,
+        "; rc=$?; sleep 1; kill $j; exit $rc",
+    )

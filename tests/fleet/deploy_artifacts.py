@@ -13,3 +13,4 @@ p = profile.for_current_host()
 entries = [fleet_artifacts.entry(w, "644", f"fleet-test/wheelhouse/{w.name}") for w in gateway.wheels(p)]
 fleet_artifacts.apply(p, entries)
 model.apply(p)
+model.ready(p)  # the download started above, waited for (the workers that lack it receive it)

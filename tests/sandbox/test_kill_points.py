@@ -14,11 +14,14 @@ after the files it reads changed. No GPU here: "started" is the start attempt th
 
 from __future__ import annotations
 
+import json
 import shlex
 
 import pytest
 
+from sandbox.fake_hub import FakeHub, read_dir
 from tests.conftest import (
+    REPO,
     SANDBOX_INVENTORY,
     changed_operations,
     inventory_hosts,
@@ -73,18 +76,38 @@ def test_killed_after_a_config_upload_before_the_restart(converged):
 
 
 def test_killed_midway_through_the_checkpoint_download(converged):
+    """Killed while the download (started in the background early in the run) is inside a shard.
+    Simulated: a slow hub (the sandbox hub's files, same commit, from a stand-in in this test
+    sending 2 bytes/s in 1-byte writes), so the kill lands mid-file, shown by the bytes served.
+    The unit outlives the killed run; the next run starts no second download (each shard is
+    asked for once), waits for that one with its progress lines, and finishes; then nothing."""
     (name, data), *_ = inventory_hosts(SANDBOX_INVENTORY)
     if not data.get("model_download"):
         pytest.skip("not applicable: the sandbox inventory stages the checkpoint")
     path = shlex.quote(data["model_path"])
-    shard = sandbox_sh(f"ls {path} | grep -m1 '\\.safetensors$'").stdout.strip()
-    assert shard, "the stand-in checkpoint has shards"
-    sandbox_sh(f"rm -f {path}/{shlex.quote(shard)}")
-    deploy_killed_at("Checkpoint ", 1.0)
-    # The download unit outlives the killed run (systemd, not the SSH session): the next run either
-    # finishes it or finds it done; either way the shard is back and verified.
-    rerun_then_nothing()
-    sandbox_sh(f"test -f {path}/{shlex.quote(shard)}")
+    info = json.loads((REPO / ".sandbox" / "hub" / "hub.json").read_text())
+    files = read_dir(REPO / ".sandbox" / "hub" / "repo")
+    shards = sorted(n for n in files if n.endswith(".safetensors"))
+    assert shards, "the stand-in checkpoint has shards"
+    sandbox_sh("rm -f " + " ".join(f"{path}/{shlex.quote(s)}" for s in shards))
+    with FakeHub(info["repo"], files, commit=info["commit"], rate=2.0) as slow:
+        slow_data = (f"hf_endpoint={slow.endpoint}", "download_progress_s=1")
+        deploy_killed_at("Download of ", 4.0, *slow_data)
+        assert sandbox_sh("systemctl is-active glm-flash-model-download.service", check=False).stdout.strip() == (
+            "active"
+        ), "the kill did not land while the download ran"
+        partial = {n: slow.served.get(n, 0) for n in shards}
+        assert any(0 < b < len(files[n]) for n, b in partial.items()), f"not mid-file: {partial}"
+        run = pyinfra(*[a for d in slow_data for a in ("--data", d)], SANDBOX_INVENTORY, "deploy.py")
+        assert run.returncode == 0, run.stderr[-6000:]
+        gets = [p.rsplit("/", 1)[1] for m, p, _ in slow.requests if m == "GET" and "/resolve/" in p]
+    assert sorted(gets) == shards, f"a second download was started: {gets}"
+    out = run.stdout + run.stderr
+    assert "runs already (glm-flash-model-download)" in out or "waiting for the download" in out, out[-4000:]
+    assert "is complete and verified" in out
+    for shard in shards:
+        sandbox_sh(f"test -f {path}/{shlex.quote(shard)}")
+    assert deploy() == [], "the run after the finishing one changes nothing"
     # no download unit left behind, and the token (none here) nowhere
     assert sandbox_sh("systemctl is-active glm-flash-model-download.service", check=False).stdout.strip() != "active"
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import stat
 import subprocess
@@ -33,6 +34,7 @@ from control import layout
 from control.profile import build
 from roles import model
 from roles.operations import checkpoint
+from sandbox.fake_hub import FakeHub, read_dir
 from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, inventory_hosts, pyinfra, sandbox_sh
 
 HUB_LOG = REPO / ".sandbox" / "hub.log"
@@ -204,3 +206,37 @@ def test_token_gone_however_the_download_ends(sandbox, profile, signal):
     )
     assert sandbox_sh(f"test -e {creds}/hf-token || test -e {token_file}", check=False).returncode != 0
     assert sandbox_sh(f"grep -rlaF {shlex.quote(KILL_TOKEN)} /run /etc /var /tmp", check=False).stdout == ""
+
+
+PROGRESS = re.compile(
+    r"glm-flash-model-fetch: [\d.]+ (B|KiB|MiB|GiB) of [\d.]+ (B|KiB|MiB|GiB) \(\d+\.\d%\), .*/s, ETA "
+)
+
+
+def test_the_deploy_prints_the_download_progress(sandbox, profile):
+    """#21.4: the deploy's own output shows the download's progress lines (bytes of the total,
+    rate, time left). Simulated: a slower hub. The sandbox hub's files, same commit, served from
+    a stand-in hub in this test whose downloads share 2 bytes/s, so the two 16-byte shards take
+    about 16 s; a progress line every second (download_progress_s). Then a deploy with the
+    inventory's own settings changes nothing: the checkpoint is the same commit, complete."""
+    info = json.loads((REPO / ".sandbox" / "hub" / "hub.json").read_text())
+    files = read_dir(REPO / ".sandbox" / "hub" / "repo")
+    q = shlex.quote(profile.model_path)
+    shards = [n for n in files if n.endswith(".safetensors")]
+    assert shards and sum(len(files[n]) for n in shards) < 100, "the stand-in's shards are tiny: the rate assumes so"
+    sandbox_sh("rm -f " + " ".join(f"{q}/{shlex.quote(n)}" for n in shards))
+    with FakeHub(info["repo"], files, commit=info["commit"], rate=2.0) as slow:
+        run = deploy("--data", f"hf_endpoint={slow.endpoint}", "--data", "download_progress_s=1")
+        served = sorted(p for m, p, _ in slow.requests if m == "GET" and "/resolve/" in p)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert [p.rsplit("/", 1)[1] for p in served] == sorted(shards)  # only what was missing
+    out = run.stdout + run.stderr
+    # the deploy reached the wait (a few seconds after the start) while the shards trickled in
+    assert "glm-flash-model-fetch: waiting for the download in glm-flash-model-download" in out, out[-4000:]
+    lines = [line for line in out.splitlines() if PROGRESS.search(line)]
+    assert lines, out[-4000:]
+    assert re.search(r"glm-flash-model-fetch: fetched 32 B in 0 min \d\d s", out), out[-4000:]
+    assert "glm-flash-model-fetch: " + f"{info['repo']}@{info['commit']} is complete and verified" in out
+    again = deploy("--json")
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert changed_operations(again.stdout) == []

@@ -266,9 +266,12 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
         plan.find("Thinking-budget middleware")[0][2]["dest"]
         == f"/opt/glm-flash/engine/envs/{env}/lib/python3.12/site-packages/glm_flash_defaults.py"
     )
-    drafter = plan.commands(f"Checkpoint incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} in /srv/models/")
+    drafter = plan.commands(f"Download of incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} (main) into /srv/models/")
     download = [c for c in drafter if c.startswith("systemd-run")]
     assert len(download) == 1 and "--repo incoai/GLM-5.3-Flash-DFlash2" in download[0]
+    # waited for at once (the drafter is small): its progress streamed, then the tree sealed
+    waited = plan.commands(f"Checkpoint incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} (main) in /srv/models/")
+    assert "function _follow" in waited and waited[-1].endswith("seal --dest /srv/models/GLM-5.3-Flash-DFlash2")
     assert plan.commands("Switch engine current") == [
         f"/opt/glm-flash/bin/glm-flash-engine switch {env}",
         f"/opt/glm-flash/bin/glm-flash-engine prune --keep {env}",
@@ -278,6 +281,7 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
         for t in (
             "built into",
             "Thinking-budget",
+            "Download of incoai",
             "Checkpoint incoai",
             "Switch engine current",
             "glm-flash.service unit",
@@ -305,10 +309,9 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     # the FP8 checkpoint, checked by the model role as on the L40S (its facts say it is complete: no download)
     assert plan.find(f"Checkpoint zai-org/GLM-5.3-Flash@{MODEL_COMMIT} (main) in /srv/models/GLM-5.3-Flash")
     assert plan.commands(f"Checkpoint zai-org/GLM-5.3-Flash@{MODEL_COMMIT} (main) in /srv/models/GLM-5.3-Flash") == []
-    # never started: a blocking start (the GPU is there), decided from the host's state
-    assert (
-        plan.commands("glm-flash.service started from the files on disk")[-1] == "systemctl restart glm-flash.service"
-    )
+    # never started: a blocking start (the GPU is there), decided from the host's state, its
+    # journal lines streamed to the deploy meanwhile (roles/operations/service_restart.py)
+    assert plan.commands("glm-flash.service started from the files on disk")[-1] == "function _follow"
 
 
 def test_fork_already_built_at_the_pinned_ref_builds_nothing(monkeypatch, profile):

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakehost import F, commands
-from pyinfra.api import OperationError
+from fakehost import F, FakeHost, commands, on, render
+from pyinfra.api import FunctionCommand, OperationError
 from pyinfra.facts.files import Directory, File
 
 from control import model_lock
@@ -134,18 +134,25 @@ def test_downloader_installed_rebuilds_only_when_the_requirements_change():
     assert cmds[-1].startswith("sync && printf") and "mv -f" in cmds[-1] and cmds[-1].endswith(f"&& sync {venv}")
 
 
+STARTED = dict(
+    repo_id="zai-org/GLM-5.3-Flash",
+    commit=COMMIT,
+    requested="main",
+    path="/srv/models/GLM 5",
+    tool="/opt/glm-flash/bin/glm-flash-model-fetch",
+    hub_python="/opt/glm-flash/tools/hf-hub/bin/python",
+    fetch_user="glm-flash-fetch",
+    secrets_dir="/etc/glm-flash/secrets",
+)
+PRESENT = STARTED  # the same arguments: the wait starts the download again after a reboot
+
+
+def started(facts, **kw):
+    return commands(checkpoint.checkpoint_download_started, facts, **{**STARTED, **kw})
+
+
 def present(facts, **kw):
-    args = dict(
-        repo_id="zai-org/GLM-5.3-Flash",
-        commit=COMMIT,
-        requested="main",
-        path="/srv/models/GLM 5",
-        tool="/opt/glm-flash/bin/glm-flash-model-fetch",
-        hub_python="/opt/glm-flash/tools/hf-hub/bin/python",
-        fetch_user="glm-flash-fetch",
-        secrets_dir="/etc/glm-flash/secrets",
-    )
-    return commands(checkpoint.checkpoint_present, facts, **{**args, **kw})
+    return commands(checkpoint.checkpoint_present, facts, **{**PRESENT, **kw})
 
 
 def check_facts(exit_code=0, sealed=True, token_left=None, active="inactive"):
@@ -158,32 +165,66 @@ def check_facts(exit_code=0, sealed=True, token_left=None, active="inactive"):
 
 def test_checkpoint_present_is_a_noop_when_verified_and_sealed():
     assert present(check_facts()) == []
+    assert started(check_facts()) == []
 
 
 def test_checkpoint_present_seals_and_clears_without_downloading():
+    assert started(check_facts(sealed=False, token_left={"mode": 600})) == []
     cmds = present(check_facts(sealed=False, token_left={"mode": 600}))
     assert cmds == [
-        "rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download",
+        "rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download /run/glm-flash/glm-flash-model-download.started",
         # the downloader's units are stopped first (the tool's --owner)
         "python3 /opt/glm-flash/bin/glm-flash-model-fetch seal --dest '/srv/models/GLM 5' --owner glm-flash-fetch",
     ]
 
 
-def test_checkpoint_present_downloads_in_a_unit_with_the_token_as_a_credential():
-    cmds = present(check_facts(exit_code=1, sealed=False), token=secrets.Secret(KEY))
+def test_download_starts_in_the_background_with_the_token_as_a_credential():
+    cmds = started(check_facts(exit_code=1, sealed=False), token=secrets.Secret(KEY))
     unseal = (
         "python3 /opt/glm-flash/bin/glm-flash-model-fetch unseal --dest '/srv/models/GLM 5' --owner glm-flash-fetch"
     )
     assert unseal in cmds
     run = [c for c in cmds if c.startswith("systemd-run")]
     assert len(run) == 1 and f"--revision {COMMIT}" in run[0] and "--requested main" in run[0]
+    assert "--wait" not in run[0].split() and "--every 30" in run[0]  # started, not waited for: the run goes on
     assert "LoadCredential=hf-token:/etc/glm-flash/secrets/hf-token-glm-flash-model-download" in run[0]
-    assert cmds.index(unseal) < cmds.index(run[0]) < cmds.index(cmds[-1])
-    assert cmds[-1].endswith("seal --dest '/srv/models/GLM 5' --owner glm-flash-fetch")
+    assert cmds.index(unseal) < cmds.index(run[0]) == len(cmds) - 1
+    assert "touch /run/glm-flash/glm-flash-model-download.started" in cmds[-2]  # a reboot removes it
     assert [c for c in cmds if KEY in c] == [c for c in cmds if c.startswith("upload ")]
-    # a running download (an earlier run's SSH dropped) is waited for, not started twice
-    cmds = present(check_facts(exit_code=1, sealed=False, active="active"))
-    assert cmds[0].startswith("while systemctl is-active --quiet glm-flash-model-download")
+    # a running download (an earlier run's SSH dropped) is not started twice
+    assert started(check_facts(exit_code=1, sealed=False, active="active"), token=secrets.Secret(KEY)) == []
+    with pytest.raises(OperationError, match="not a commit"):
+        started(check_facts(exit_code=1), commit="main")
+
+
+def test_checkpoint_present_waits_for_the_download_then_seals():
+    facts = check_facts(exit_code=1, sealed=False)
+    with on(FakeHost(facts)):
+        cmds = list(checkpoint.checkpoint_present._inner(**PRESENT, token=secrets.Secret(KEY)))
+    rendered = [render(c) for c in cmds]
+    assert any(c.startswith("upload /etc/glm-flash/secrets/") for c in rendered)  # for a restart; removed below
+    # started again only when the unit is gone and its note in /run too (the host rebooted since)
+    restart = [c for c in rendered if c.startswith("if ")]
+    assert len(restart) == 1
+    assert restart[0].startswith(
+        "if ! systemctl is-active --quiet glm-flash-model-download "
+        "&& [ ! -e /run/glm-flash/glm-flash-model-download.started ] "
+        "&& ! python3 /opt/glm-flash/bin/glm-flash-model-fetch check --dest '/srv/models/GLM 5' "
+    )
+    assert "systemd-run --quiet --collect" in restart[0] and restart[0].endswith("; fi")
+    assert "touch /run/glm-flash/glm-flash-model-download.started" in restart[0]
+    follow = cmds[rendered.index(restart[0]) + 1]
+    assert isinstance(follow, FunctionCommand)  # streamed to the deploy's output as the lines come
+    wait = follow.args[1].get_raw_value()
+    assert wait == (
+        "python3 /opt/glm-flash/bin/glm-flash-model-fetch wait --unit glm-flash-model-download "
+        f"--dest '/srv/models/GLM 5' --repo zai-org/GLM-5.3-Flash --revision {COMMIT}"
+    )
+    assert rendered[-2:] == [
+        "rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download /run/glm-flash/glm-flash-model-download.started",
+        "python3 /opt/glm-flash/bin/glm-flash-model-fetch seal --dest '/srv/models/GLM 5'",
+    ]
+    assert [c for c in rendered if KEY in c] == [c for c in rendered if c.startswith("upload ")]
     with pytest.raises(OperationError, match="not a commit"):
         present(check_facts(exit_code=1), commit="main")
 

@@ -7,6 +7,7 @@ import re
 from datetime import UTC, datetime
 
 import pytest
+from pyinfra.api import FunctionCommand
 
 from roles.facts.service import ServiceStart, ServiceStartState, SystemdVersion
 from roles.operations.service_restart import started_from_disk
@@ -21,9 +22,22 @@ def run(state: ServiceStart, can_serve: bool = True) -> tuple[list[str], list[st
     fake = FakeHost({ServiceStartState: state})
     with on(fake):
         cmds = [
-            render(c) for c in started_from_disk._inner(service="glm-flash.service", inputs=INPUTS, can_serve=can_serve)
+            shown(c) for c in started_from_disk._inner(service="glm-flash.service", inputs=INPUTS, can_serve=can_serve)
         ]
     return cmds, fake.noops
+
+
+def shown(command) -> str:
+    """A command as text; one whose output streams to the deploy (job.followed) as what it runs."""
+    if isinstance(command, FunctionCommand) and command.function.__name__ == "_follow":
+        return "streamed: " + render(command.args[1])
+    return render(command)
+
+
+RESTART = (
+    "streamed: journalctl --no-pager -f -n 0 -o cat -u glm-flash.service & j=$!; "
+    "systemctl restart glm-flash.service ; rc=$?; sleep 1; kill $j; exit $rc"
+)
 
 
 def state(active="active", reload=False, last_start=T0, newest=T0 - 60) -> ServiceStart:
@@ -62,18 +76,18 @@ def test_a_file_changed_after_the_start_restarts_it():
     cmds, _ = run(state(newest=T0 + 5))
     assert cmds == [
         "systemctl reset-failed glm-flash.service 2>/dev/null || true",
-        "systemctl restart glm-flash.service",
+        RESTART,
     ]
 
 
 def test_an_unloaded_unit_change_reloads_first():
     cmds, _ = run(state(reload=True))
-    assert cmds[0] == "systemctl daemon-reload" and cmds[-1] == "systemctl restart glm-flash.service"
+    assert cmds[0] == "systemctl daemon-reload" and cmds[-1] == RESTART
 
 
 def test_gpu_host_starts_a_stopped_service_even_when_nothing_changed():
     cmds, _ = run(state(active="failed"))
-    assert cmds[-1] == "systemctl restart glm-flash.service"
+    assert cmds[-1] == RESTART
     cmds, _ = run(state(active="activating"))
     assert cmds == []
 
