@@ -266,12 +266,14 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
         plan.find("Thinking-budget middleware")[0][2]["dest"]
         == f"/opt/glm-flash/engine/envs/{env}/lib/python3.12/site-packages/glm_flash_defaults.py"
     )
-    drafter = plan.commands(f"Download of incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} (main) into /srv/models/")
+    drafter = plan.commands(f"Download of incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} into /srv/models/")
     download = [c for c in drafter if c.startswith("systemd-run")]
     assert len(download) == 1 and "--repo incoai/GLM-5.3-Flash-DFlash2" in download[0]
     # waited for at once (the drafter is small): its progress streamed, then the tree sealed
-    waited = plan.commands(f"Checkpoint incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} (main) in /srv/models/")
-    assert "function _follow" in waited and waited[-1].endswith("seal --dest /srv/models/GLM-5.3-Flash-DFlash2")
+    waited = plan.commands(f"Checkpoint incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} in /srv/models/")
+    assert "function _follow" in waited and waited[-1].endswith(
+        "seal --dest /srv/models/GLM-5.3-Flash-DFlash2 --owner glm-flash-fetch"
+    )
     assert plan.commands("Switch engine current") == [
         f"/opt/glm-flash/bin/glm-flash-engine switch {env}",
         f"/opt/glm-flash/bin/glm-flash-engine prune --keep {env}",

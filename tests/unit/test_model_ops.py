@@ -222,7 +222,7 @@ def test_checkpoint_present_waits_for_the_download_then_seals():
     )
     assert rendered[-2:] == [
         "rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download /run/glm-flash/glm-flash-model-download.started",
-        "python3 /opt/glm-flash/bin/glm-flash-model-fetch seal --dest '/srv/models/GLM 5'",
+        "python3 /opt/glm-flash/bin/glm-flash-model-fetch seal --dest '/srv/models/GLM 5' --owner glm-flash-fetch",
     ]
     assert [c for c in rendered if KEY in c] == [c for c in rendered if c.startswith("upload ")]
     with pytest.raises(OperationError, match="not a commit"):
