@@ -130,6 +130,11 @@ KNOBS: dict[str, Knob] = {
         ["gdm3", "gdm", "sddm", "lightdm", "xdm", "lxdm"], "units stopped and disabled when headless", list, **UNIT_NAME
     ),
     "allow_reboot": K(True, "reboot when a new driver or kernel is installed but not running", bool),
+    # --- uninstall.py (`make uninstall`): what it removes beyond the deploy's own files -----
+    "uninstall_model": K(False, "uninstall also deletes the checkpoint (hours to download again)", bool),
+    "uninstall_driver": K(
+        False, "uninstall also purges the NVIDIA driver, its apt repository and pin, and the CUDA toolkit", bool
+    ),
     # --- NVIDIA driver and CUDA (docs/sources.md §6, §7) ----------------------------------
     "driver_source": K(
         "nvidia-repo",
