@@ -10,7 +10,7 @@ behind that is not here fails it.
 Removed: the units (stopped, disabled, their files and drop-ins), the service and download users
 and their groups, the engine environments, CPython, the downloader and the host tools (all under
 install_root), /etc/glm-flash (profile, launch spec, API key, staged secrets), root's state
-(patch manifests and originals, flag checks), the service user's home (caches), logs.
+(patch manifests and originals, flag checks), the service user's home (caches), logs, the CUDA runfile's download cache.
 
 Kept unless asked: the checkpoint (`uninstall_model`; kept files are handed to root, since their
 owner, the download user, goes), and the NVIDIA stack (`uninstall_driver`: driver packages,
@@ -41,6 +41,11 @@ from roles.operations.toolkit import toolkit_package
 
 LOG_DIR = os.path.dirname(cuda_header.HOOK_LOG)
 q = shlex.quote
+# files/glm-flash-nvidia-repo: where the CUDA runfile is downloaded (5.4 GB), and the installer's log.
+RUNFILE_CACHE = "/var/cache/glm-flash"
+RUNFILE_LOG = "/var/log/cuda-installer.log"
+# roles/operations/checkpoint.py: the download unit's CacheDirectory= (HF_HOME), made by systemd.
+FETCH_CACHE = "/var/cache/glm-flash-fetch"
 
 
 def host_tools() -> list[str]:
@@ -67,9 +72,10 @@ def removed_paths(profile: Profile) -> list[str]:
         profile.install_root,
         layout.ROOT_STATE,
         layout.service_home(profile),
-        f"/var/lib/{model.fetch_user(profile)}",
+        FETCH_CACHE,
         cuda_header.HOOK,
         LOG_DIR,
+        RUNFILE_CACHE,
         *(f"{layout.SBIN}/{tool}" for tool in host_tools()),
     ]
 
@@ -83,6 +89,7 @@ def nvidia_paths(profile: Profile) -> list[str]:
         driver_ops.BLACKLIST_FILE,
         driver_ops.PERSISTENCED_DROPIN,
         toolkit_dir(profile),
+        RUNFILE_LOG,
     ]
 
 

@@ -4,7 +4,7 @@ but what it says it kept, a second run changes nothing, and a deploy afterwards 
 
 "Nothing of ours" is measured, not listed: the sandbox after the uninstall is compared with the
 bare Debian 13 image it was unpacked from (sandbox/sandbox.py image()) under /etc, /usr/local, /opt,
-/srv, /var/lib and /var/log, less what dpkg owns (the Debian packages the deploy installed, kept
+/srv, /var/lib, /var/log and /var/cache, less what dpkg owns (the Debian packages the deploy installed, kept
 on purpose), less what Debian itself writes as it runs (apt, dpkg and systemd state, logs, the
 machine's keys: RUNTIME). Whatever is left must lie under a path the uninstall named as kept.
 Users and unit files are compared the same way.
@@ -21,14 +21,14 @@ import pytest
 
 from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, pyinfra, sandbox_sh
 
-ROOTS = ("etc", "usr/local", "opt", "srv", "var/lib", "var/log")
+ROOTS = ("etc", "usr/local", "opt", "srv", "var/lib", "var/log", "var/cache")
 # What Debian writes as it runs, deployed or not: package manager state and caches, systemd's own
 # state, logs, the machine's identity and keys made at first boot, and the files that name users
 # (compared below by user instead).
 RUNTIME = re.compile(
     r"^/(var/lib/(apt|dpkg|systemd|ucf|dhcp|private|python|pam|sgml-base|xml-core|polkit-1|dbus|initramfs-tools"
     r"|usrmerge|man-db|shells\.state|dkms)"
-    r"|var/log/|etc/(ssh/ssh_host_|machine-id|ld\.so\.cache|\.pwd\.lock|(passwd|group|shadow|gshadow|subuid|subgid)-?$"
+    r"|var/log/(?!glm)|var/cache/(?!glm)|etc/(ssh/ssh_host_|machine-id|ld\.so\.cache|\.pwd\.lock|(passwd|group|shadow|gshadow|subuid|subgid)-?$"
     r"|systemd/system/.*\.wants/|alternatives/|ca-certificates|ssl/certs/|apt/trusted\.gpg\.d/|apt/apt\.conf\.d/00"
     r"|apt/sources\.list\.d/debian\.sources|resolv\.conf|hostname|hosts|adjtime|udev/hwdb\.bin|localtime|timezone)"
     r"|etc/(initramfs-tools|kernel|modules-load\.d|dkms)/)"
