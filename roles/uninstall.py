@@ -122,9 +122,11 @@ def apply(profile: Profile) -> None:
     if units:
         server.shell(
             name=f"Stop and disable {', '.join(units)}",
+            # Transient units (glm-flash-job-*) have no file to disable: stop first, each on its own.
             commands=[
-                "systemctl disable --now " + " ".join(units) + " || true",
-                "systemctl reset-failed " + " ".join(units) + " 2>/dev/null || true",
+                "systemctl stop " + " ".join(q(u) for u in units) + " || true",
+                "systemctl disable " + " ".join(q(u) for u in units) + " 2>/dev/null || true",
+                "systemctl reset-failed " + " ".join(q(u) for u in units) + " 2>/dev/null || true",
             ],
         )
 
