@@ -10,7 +10,7 @@ behind that is not here fails it.
 Removed: the units (stopped, disabled, their files and drop-ins), the service and download users
 and their groups, the engine environments, CPython, the downloader and the host tools (all under
 install_root), /etc/glm-flash (profile, launch spec, API key, staged secrets), root's state
-(patch manifests and originals, flag checks), the service user's home (caches), logs, the CUDA runfile's download cache.
+(patch manifests and originals, flag checks), every link in /usr/local/sbin into install_root, the service user's home (caches), logs, the CUDA runfile's download cache.
 
 Kept unless asked: the checkpoint (`uninstall_model`; kept files are handed to root, since their
 owner, the download user, goes), and the NVIDIA stack (`uninstall_driver`: driver packages,
@@ -34,7 +34,8 @@ from pyinfra.operations import server
 
 from control import layout
 from control.profile import Profile
-from roles import cuda_header, gateway, model, service
+from roles import cuda_header, gateway, headless, model, service
+from roles.facts.apt import LEGACY_SOURCES
 from roles.facts.leftovers import Leftovers
 from roles.operations import driver as driver_ops
 from roles.operations.toolkit import toolkit_package
@@ -46,6 +47,7 @@ RUNFILE_CACHE = "/var/cache/glm-flash"
 RUNFILE_LOG = "/var/log/cuda-installer.log"
 # roles/operations/checkpoint.py: the download unit's CacheDirectory= (HF_HOME), made by systemd.
 FETCH_CACHE = "/var/cache/glm-flash-fetch"
+DEFAULT_TARGET = "/etc/systemd/system/default.target"  # the link `systemctl set-default` writes
 
 
 def host_tools() -> list[str]:
@@ -100,8 +102,13 @@ def accounts(profile: Profile) -> list[str]:
 KEPT_ALWAYS = (
     "/etc/apt/sources.list.d/debian.sources (Debian's own sources; the deploy added contrib, non-free)",
     "Debian packages the deploy installed (base_packages: other software may use them)",
-    "the boot target (multi-user.target) and the display managers the deploy disabled",
+    "the display managers the deploy disabled",
 )
+# Kept and named when present: what the deploy changed of the system's own.
+KEPT_IF_PRESENT = {
+    f"{LEGACY_SOURCES}.glm-flash-orig": "the old apt sources the deploy moved aside",
+    DEFAULT_TARGET: f"the boot target the deploy set ({headless.TARGET})",
+}
 
 
 def apply(profile: Profile) -> None:
@@ -111,12 +118,14 @@ def apply(profile: Profile) -> None:
     models = checkpoints(p)
     found = host.get_fact(
         Leftovers,
-        paths=tuple(remove + nvidia + models),
+        paths=tuple(remove + nvidia + models + list(KEPT_IF_PRESENT)),
         users=tuple(accounts(p)),
         groups=tuple(accounts(p)),
         owned=tuple(models),
+        link_dir=layout.SBIN,
+        link_target=p.install_root,
     )
-    kept: list[str] = []
+    kept = [f"{path} ({why})" for path, why in KEPT_IF_PRESENT.items() if path in found.paths]
 
     units = sorted(found.units)
     if units:
@@ -131,6 +140,7 @@ def apply(profile: Profile) -> None:
         )
 
     gone = [path for path in remove if path in found.paths]
+    gone += sorted(found.links - set(gone))
     if p.uninstall_model:
         gone += [m for m in models if m in found.paths]
     else:

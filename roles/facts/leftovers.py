@@ -19,12 +19,13 @@ class Found:
     users: frozenset[str] = frozenset()
     groups: frozenset[str] = frozenset()
     not_root_owned: frozenset[str] = frozenset()  # of the `owned` directories asked about
+    links: frozenset[str] = frozenset()  # links in `link_dir` pointing under `link_target`
 
 
 class Leftovers(ParsedFact):
     """paths, users, groups: the names to look for; owned: directories whose files should be root's."""
 
-    def command(self, paths=(), users=(), groups=(), owned=()):
+    def command(self, paths=(), users=(), groups=(), owned=(), link_dir=None, link_target=None):
         q = shlex.quote
         parts = [f"{{ [ -e {q(p)} ] || [ -L {q(p)} ]; }} && echo path {q(p)}" for p in paths]
         parts += [f"getent passwd {q(u)} >/dev/null && echo user {q(u)}" for u in users]
@@ -32,6 +33,12 @@ class Leftovers(ParsedFact):
         parts += [
             f"[ -d {q(d)} ] && [ -n \"$(find {q(d)} ! -user root -print -quit)\" ] && echo owned {q(d)}" for d in owned
         ]
+        if link_dir and link_target:
+            # Every link of ours, whatever its name (glm-flash-rollback is one no file in files/ has).
+            parts.append(
+                f"find {q(link_dir)} -maxdepth 1 -type l -lname {q(link_target.rstrip('/') + '/*')} "
+                "-printf 'link %p\\n' 2>/dev/null"
+            )
         glob = q(UNIT_GLOB)
         parts.append(
             f"{{ systemctl list-units --all --plain --no-legend {glob}; "
@@ -45,7 +52,7 @@ class Leftovers(ParsedFact):
 
     @staticmethod
     def parse(lines) -> Found:
-        kinds: dict[str, set[str]] = {"path": set(), "unit": set(), "user": set(), "group": set(), "owned": set()}
+        kinds: dict[str, set[str]] = {k: set() for k in ("path", "unit", "user", "group", "owned", "link")}
         for line in lines:
             kind, _, value = line.strip().partition(" ")
             if kind in kinds and value:
@@ -56,4 +63,5 @@ class Leftovers(ParsedFact):
             frozenset(kinds["user"]),
             frozenset(kinds["group"]),
             frozenset(kinds["owned"]),
+            frozenset(kinds["link"]),
         )

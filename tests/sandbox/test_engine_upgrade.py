@@ -116,7 +116,9 @@ def test_engine_imports_without_a_gpu(base_env):
     )
     out = sh(f"cd /tmp && {PY} -W ignore -c {shlex.quote(code)}").stdout.split()
     assert out[:4] == ["2.9.1+cu128", "12.8", "False", "91600"]  # torch sees cuDNN 9.16 (sglang wants >= 9.15)
-    assert out[4] == "5.6.0.post4"  # transformers-kt's version string (the report's, docs/sources.md §2), not upstream 5.15.1
+    assert (
+        out[4] == "5.6.0.post4"
+    )  # transformers-kt's version string (the report's, docs/sources.md §2), not upstream 5.15.1
     assert out[5] == "0.7.0.post1"
     # sgl_kernel's CUDA ops need the driver's libcuda.so.1: that, and only that, is missing here
     r = sh(f"cd /tmp && {PY} -c 'import sgl_kernel'", check=False)

@@ -35,6 +35,16 @@ RUNTIME = re.compile(
 )
 
 
+# Written by the maintainer scripts of the Debian packages the deploy installed (kept on purpose,
+# docs/uninstall.md), so dpkg's file lists do not name them.
+PACKAGE_SCRIPTS = re.compile(
+    r"^/(etc/(\.updated|inputrc|modules|networks|python3(/.*)?|systemd/user/sockets\.target\.wants(/.*)?)"
+    r"|usr/local/lib/python3\.\d+(/dist-packages)?)$"
+)
+# The sandbox's own parts (sandbox/sandbox.py, sandbox/nvidia_standin.py), not the deploy's.
+SANDBOX = re.compile(r"^/(srv/glm-flash-standin|etc/ssh/sshd_config\.d/sandbox\.conf)(/|$)")
+
+
 def bare_image_paths() -> set[str]:
     code = "import runpy; print(runpy.run_path('sandbox/sandbox.py')['image']())"
     image = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
@@ -88,7 +98,7 @@ def test_nothing_of_ours_is_left_but_what_it_says_it_kept(uninstalled):
     left = sorted(
         p
         for p in uninstalled["paths"] - bare - uninstalled["dpkg"]
-        if not RUNTIME.match(p)
+        if not (RUNTIME.match(p) or PACKAGE_SCRIPTS.match(p) or SANDBOX.match(p))
         and not any(p == k or p.startswith(k + "/") for k in kept)
         # a directory that only holds a kept path (/srv/models for /srv/models/GLM-5.3-Flash)
         and not any(k.startswith(p + "/") for k in kept)

@@ -58,7 +58,9 @@ def test_every_path_the_deploy_names_is_removed_or_kept():
         *uninstall.checkpoints(p),
         "/etc/apt/sources.list.d/debian.sources",  # always kept, said so (KEPT_ALWAYS)
         # the GB10 platform's checkpoints (control/defaults.py PLATFORMS)
-        *uninstall.checkpoints(build("gx10", {"platform": "gb10", "vllm_ref": "1" * 40, "accept_drafter_license": True})),
+        *uninstall.checkpoints(
+            build("gx10", {"platform": "gb10", "vllm_ref": "1" * 40, "accept_drafter_license": True})
+        ),
     ]
     missing = {path: where for path, where in named_paths().items() if not covered(path, roots)}
     assert missing == {}, "named by the deploy, neither removed nor kept by roles/uninstall.py"
