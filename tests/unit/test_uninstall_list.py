@@ -57,6 +57,7 @@ def test_every_path_the_deploy_names_is_removed_or_kept():
         *uninstall.nvidia_paths(p),
         *uninstall.checkpoints(p),
         "/etc/apt/sources.list.d/debian.sources",  # always kept, said so (KEPT_ALWAYS)
+        *uninstall.KEPT_IF_PRESENT,  # kept and named when present
         # the GB10 platform's checkpoints (control/defaults.py PLATFORMS)
         *uninstall.checkpoints(
             build("gx10", {"platform": "gb10", "vllm_ref": "1" * 40, "accept_drafter_license": True})
@@ -75,3 +76,25 @@ def test_the_host_tools_are_every_file_in_files():
     names = uninstall.host_tools()
     assert "glm-flash" in names and "glm-flash-model-fetch" in names and "glm-flash-fix-cuda-header" in names
     assert len(names) == len([p for p in (REPO / "files").iterdir() if p.is_file()])
+
+
+def test_leftovers_parse_what_the_host_answers():
+    from roles.facts.leftovers import Leftovers
+
+    found = Leftovers.parse(
+        [
+            "path /opt/glm-flash",
+            "unit glm-flash.service",
+            "unit glm-flash-job-engine-build.service",
+            "user glm-flash",
+            "group glm-flash-fetch",
+            "owned /srv/models/GLM-5.3-Flash",
+            "link /usr/local/sbin/glm-flash-rollback",
+            "garbage",
+        ]
+    )
+    assert found.paths == {"/opt/glm-flash"} and found.links == {"/usr/local/sbin/glm-flash-rollback"}
+    assert found.units == {"glm-flash.service", "glm-flash-job-engine-build.service"}
+    assert found.users == {"glm-flash"} and found.groups == {"glm-flash-fetch"}
+    assert found.not_root_owned == {"/srv/models/GLM-5.3-Flash"}
+    assert Leftovers.parse([]) == Leftovers.default()
