@@ -6,7 +6,9 @@ while it loads (control/profile.py: hosts(), and check_inventory() from group_da
 options are parsed by then: the CLI loads the inventory inside its click command, whose context
 holds them. in_run() matches a host as pyinfra does: a pattern that names a group of the inventory
 selects that group's hosts, any other is a shell pattern on host names (fnmatch); `--exclude` then
-removes hosts the same way.
+removes hosts the same way. Problems of the inventory as a whole (no host at all, a malformed
+entry, a name given twice) and control/fleet.py's checks across a fleet (shared values, the
+gateway's workers) still end the run whatever it targets.
 
 Failure mode: outside pyinfra's CLI (pytest, testinfra, scripts) there is no click context, so
 there is no limit and every host counts, the strict answer. A pyinfra that stopped naming its
