@@ -173,7 +173,8 @@ def apply(profile: Profile) -> None:
             kept.append("the NVIDIA driver packages (uninstall_driver: true purges them)")
 
     if gone:
-        server.shell(name=f"Removed: {', '.join(gone)}", commands=["rm -rf -- " + " ".join(q(g) for g in gone)])
+        shown = ", ".join(gone[:4]) + (f" and {len(gone) - 4} more" if len(gone) > 4 else "")
+        server.shell(name=f"Removed {shown}", commands=["rm -rf -- " + " ".join(q(g) for g in gone)])
     if units or any(path.startswith("/etc/systemd/") for path in gone):
         server.shell(name="systemd reloaded", commands=["systemctl daemon-reload"])
     if p.uninstall_driver and driver_ops.SOURCES_FILE in gone:
