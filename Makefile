@@ -9,7 +9,7 @@ INVENTORY ?= inventory/sandbox.py
 # bubblewrap: make eval runs the model's code only inside it, benchmark/confine.py).
 APT_DEPS := mmdebstrap systemd-container openssh-client iproute2 gpg debian-archive-keyring dpkg-dev g++ libc6-dev binutils bubblewrap
 
-.PHONY: demo test deps venv sandbox-up sandbox-down sandbox-fresh deploy check clean
+.PHONY: demo test deps venv sandbox-up sandbox-down sandbox-fresh deploy uninstall check clean
 
 demo: deps venv sandbox-fresh deploy check  ## bare Debian 13 sandbox -> deployed -> checked
 
@@ -52,6 +52,9 @@ sandbox-fresh: deps venv
 
 deploy: venv
 	$(BIN)/pyinfra -y $(INVENTORY) deploy.py
+
+uninstall: venv  ## remove what deploy put on INVENTORY's hosts; keeps the checkpoint and driver (docs/uninstall.md)
+	$(BIN)/pyinfra -y $(INVENTORY) uninstall.py $(if $(DATA),$(foreach d,$(DATA),--data '$(d)'))
 
 check: venv  ## host checks; for a real host: make check INVENTORY=inventory/l40s.py HOSTS=ssh://root@gpu1
 	$(BIN)/python -m pytest tests/host -v --no-deploy --inventory $(INVENTORY) $(if $(HOSTS),--hosts $(HOSTS))

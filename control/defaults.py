@@ -134,6 +134,11 @@ KNOBS: dict[str, Knob] = {
         ["gdm3", "gdm", "sddm", "lightdm", "xdm", "lxdm"], "units stopped and disabled when headless", list, **UNIT_NAME
     ),
     "allow_reboot": K(True, "reboot when a new driver or kernel is installed but not running", bool),
+    # --- uninstall.py (`make uninstall`): what it removes beyond the deploy's own files -----
+    "uninstall_model": K(False, "uninstall also deletes the checkpoint (hours to download again)", bool),
+    "uninstall_driver": K(
+        False, "uninstall also purges the NVIDIA driver, its apt repository and pin, and the CUDA toolkit", bool
+    ),
     # --- NVIDIA driver and CUDA (docs/sources.md §6, §7) ----------------------------------
     "driver_source": K(
         "nvidia-repo",
@@ -246,7 +251,12 @@ KNOBS: dict[str, Knob] = {
         152, "of 160 cores on the EPYC 9845, leaving a few for the OS and GPU feeders", int, low=1, high=1024
     ),
     "kt_threadpool_count": K(
-        None, "one pool per NUMA node; None reads the node count from the host", int, low=1, high=64, optional=True
+        2,
+        "the engine's default, what the field report ran (NPS1, 1 NUMA node); None: one pool per NUMA node",
+        int,
+        low=1,
+        high=64,
+        optional=True,
     ),
     "kt_max_deferred_experts_per_token": K(4, "+15% decode; 0 gives bit-exact expert application", int, low=0, high=8),
     "kt_gpu_prefill_token_threshold": K(2048, "layerwise GPU prefill above this many tokens", int, low=1),
@@ -260,7 +270,11 @@ KNOBS: dict[str, Knob] = {
     "cuda_graph_bs": K([1, 2, 4, 8, 16, 24], "decode without graphs collapses to 3.8 tok/s/user at n=5", list),
     "mem_fraction_static": K(0.55, "field value with TP=2 and the KV pool below", float, low=0.05, high=0.95),
     "context_length": K(524288, "524k per request, no degradation measured at 200k", int, low=4096),
-    "kv_cache_dtype": K("fp8_e4m3", "2.11M-token KV pool in fp8", choices=("fp8_e4m3", "fp8_e5m2", "bfloat16", "auto")),
+    "kv_cache_dtype": K(
+        "fp8_e4m3",
+        "~1.9M-token KV pool in fp8 (field report, Sept 4)",
+        choices=("fp8_e4m3", "fp8_e5m2", "bfloat16", "auto"),
+    ),
     "pytorch_alloc_conf": K(
         "",
         "expandable_segments breaks CUDA graph capture with TP > 1; empty unsets both variables",

@@ -4,7 +4,8 @@ Checking happens while pyinfra loads the inventory, before it connects to any ho
 the inventories' helper, checks its entries, and group_data/all.py (which pyinfra runs while it
 loads any inventory, from the repo) checks every host pyinfra loaded, however the inventory was
 written. deploy.py checks again after `--data` overrides. A mistake in the inventory ends the
-whole run with one line per problem: the host, the key, what is wrong and how to fix it.
+whole run with one line per problem: the host, the key, what is wrong and how to fix it. A host
+the run does not target (`--limit`, `--exclude`: control/run_limit.py) is only warned about.
 
 A refusal decided from one host's facts (`refuse(key, problem, fix)` while deploy.py plans that
 host inside roles/operations/refusal.host_refusals()) fails that host only; the others deploy.
@@ -20,6 +21,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from control import run_limit
 from control.connection import (
     HOST_NAME,
     PYINFRA_VERSION,
@@ -548,13 +550,36 @@ def checked(entries: Iterable[tuple[str, dict[str, Any]]]) -> None:
         CHECKED[name] = dict(data)
 
 
+# Problems of the inventory as a whole (no host of its own): they end the run whatever it targets.
+WHOLE_INVENTORY_KEYS = ("(hosts)", "(entry)", "(name)")
+
+
 def hosts(*entries: tuple[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """Inventory helper: check every host's data while the inventory loads."""
+    """Inventory helper: check every host's data while the inventory loads.
+
+    Under `--limit`/`--exclude` a host's own problems are left to check_inventory(), which knows
+    the inventory's groups and so which hosts the run targets (control/run_limit.py); the hosts
+    are then not recorded as checked, so it checks them."""
     problems = check_entries(entries)
+    if problems and run_limit.patterns() is not None:
+        problems = [p for p in problems if p.key in WHOLE_INVENTORY_KEYS]
+        if not problems:
+            return list(entries)
     if problems:
         fail(ProfileError(problems))
     checked(entries)
     return list(entries)
+
+
+def warn_outside_run(problems: list[Problem]) -> None:
+    """Say what is wrong with hosts this run does not target; the run goes on without them."""
+    print(
+        "glm-flash: warning: hosts outside this run (--limit/--exclude) have inventory mistakes; "
+        "fix them before you deploy those hosts:",
+        file=sys.stderr,
+    )
+    for p in problems:
+        print(f"  - {p}", file=sys.stderr)
 
 
 def check_inventory() -> None:
@@ -577,6 +602,18 @@ def check_inventory() -> None:
         problems = check_entries(unchecked) if unchecked or not loaded else []
         # Every host this run connects to, whichever helper checked it.
         problems += [p for name, data in loaded for p in _host_key_checking(name, data)]
+        # A mistake in a host this run does not target (--limit, --exclude) is a warning only.
+        limits = run_limit.patterns()
+        outside = {
+            shown
+            for name, _ in loaded
+            if not run_limit.in_run(name, current_inventory, limits)
+            for shown in (name, safe_repr(name))  # _check_name names a host by its repr
+        }
+        ignored = [p for p in problems if p.host in outside and p.key not in WHOLE_INVENTORY_KEYS]
+        if ignored:
+            warn_outside_run(ignored)
+            problems = [p for p in problems if p not in ignored]
     if problems:
         fail(ProfileError(problems))
 

@@ -72,6 +72,8 @@ L40S_REPORT_FLAGS = [
         "context_length",
     ),  # Stack: "context 524k"; table: "524k per request"
     ("--kv-cache-dtype", "kv_cache_dtype", "fp8_e4m3", "kv_cache_dtype"),  # Stack: "KV fp8_e4m3"
+    # The report's launch has no --kt-threadpool-count: the engine's default, 2, ran (docs/sources.md §5).
+    ("--kt-threadpool-count", "kt_threadpool_count", 2, "kt_threadpool_count"),
 ]
 # The report states no --max-running-requests nor --attention-backend: the spec must not add them either
 # (the engine's own defaults, as on the reporter's box).

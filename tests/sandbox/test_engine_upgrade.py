@@ -96,11 +96,15 @@ def test_interpreter_is_the_uploaded_cpython_311_with_its_libraries(base_env):
     assert sh("python3 -c 'import sys; print(sys.version_info[:2])'").stdout.strip() == "(3, 13)"  # Debian's own stays
 
 
-def test_pip_check_reports_only_the_intended_cudnn_conflict(base_env):
+def test_pip_check_reports_only_the_intended_conflicts(base_env):
+    """The lock's two overrides (docs/sources.md §2, §3): cuDNN over torch's pin, and the field
+    report's transformers-kt over sglang-kt's; nothing else."""
     r = sh(f"cd /tmp && {PY} -m pip check", check=False)
-    lines = [line for line in r.stdout.splitlines() if line.strip()]
-    assert r.returncode == 1 and len(lines) == 1, r.stdout
-    assert lines[0].startswith("torch 2.9.1 has requirement nvidia-cudnn-cu12==9.10.2.21") and "9.16.0.29" in lines[0]
+    lines = sorted(line for line in r.stdout.splitlines() if line.strip())
+    assert r.returncode == 1 and len(lines) == 2, r.stdout
+    assert lines[0].startswith("sglang-kt 0.7.0.post1 has requirement transformers-kt==5.6.0.post3"), r.stdout
+    assert "5.6.0.post4" in lines[0], r.stdout
+    assert lines[1].startswith("torch 2.9.1 has requirement nvidia-cudnn-cu12==9.10.2.21") and "9.16.0.29" in lines[1]
 
 
 def test_engine_imports_without_a_gpu(base_env):
@@ -112,7 +116,9 @@ def test_engine_imports_without_a_gpu(base_env):
     )
     out = sh(f"cd /tmp && {PY} -W ignore -c {shlex.quote(code)}").stdout.split()
     assert out[:4] == ["2.9.1+cu128", "12.8", "False", "91600"]  # torch sees cuDNN 9.16 (sglang wants >= 9.15)
-    assert out[4] == "5.6.0"  # transformers-kt's version string, not upstream 5.15.1
+    assert (
+        out[4] == "5.6.0.post4"
+    )  # transformers-kt's version string (the report's, docs/sources.md §2), not upstream 5.15.1
     assert out[5] == "0.7.0.post1"
     # sgl_kernel's CUDA ops need the driver's libcuda.so.1: that, and only that, is missing here
     r = sh(f"cd /tmp && {PY} -c 'import sgl_kernel'", check=False)

@@ -63,7 +63,9 @@ def test_post1_lock_has_the_transformers_double_owner_and_later_sets_do_not():
     """docs/sources.md §2: 0.7.0.post1 pulls upstream transformers beside transformers-kt."""
     _, post1 = load_lock("0.7.0.post1")
     _, post4 = load_lock("0.7.0.post4")
-    assert pin_of(post1, "transformers") and pin_of(post1, "transformers-kt").version == "5.6.0.post3"
+    assert (
+        pin_of(post1, "transformers") and pin_of(post1, "transformers-kt").version == "5.6.0.post4"
+    )  # the field report's
     assert pin_of(post4, "transformers") is None
 
 

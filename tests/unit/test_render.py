@@ -50,7 +50,7 @@ def test_unit_with_api_key_and_allocator_setting():
 
 def test_launch_flags_are_the_field_reports_plus_what_it_omitted():
     p = build("gpu1", {})
-    args = launch.kt_args(p, numa_nodes=2)
+    args = launch.kt_args(p, numa_nodes=1)  # the report's box: NPS1, one NUMA node
     pairs = dict(zip(args[::2], args[1::2]))
     assert len(args) == 2 * len(pairs), "every flag takes one value"
     assert pairs["--tp-size"] == "2" and pairs["--kt-method"] == "FP8" and pairs["--kt-cpuinfer"] == "152"
@@ -58,6 +58,7 @@ def test_launch_flags_are_the_field_reports_plus_what_it_omitted():
     assert pairs["--kt-gpu-prefill-token-threshold"] == "2048" and pairs["--chunked-prefill-size"] == "32768"
     assert pairs["--max-mamba-cache-size"] == "16" and pairs["--mem-fraction-static"] == "0.55"
     assert pairs["--context-length"] == "524288" and pairs["--kv-cache-dtype"] == "fp8_e4m3"
+    # The report passed no --kt-threadpool-count: the engine's default 2 ran, whatever the NUMA count.
     assert pairs["--kt-weight-path"] == p.model_path and pairs["--kt-threadpool-count"] == "2"
     assert pairs["--tool-call-parser"] == "glm47" and pairs["--reasoning-parser"] == "glm45"
     assert pairs["--host"] == "127.0.0.1"
@@ -67,6 +68,11 @@ def test_launch_flags_are_the_field_reports_plus_what_it_omitted():
 def test_threadpool_count_from_profile_wins_over_numa_fact():
     args = launch.kt_args(build("gpu1", {"kt_threadpool_count": 1}), numa_nodes=4)
     assert args[args.index("--kt-threadpool-count") + 1] == "1"
+
+
+def test_threadpool_count_none_reads_the_numa_nodes():
+    args = launch.kt_args(build("gpu1", {"kt_threadpool_count": None}), numa_nodes=4)
+    assert args[args.index("--kt-threadpool-count") + 1] == "4"
 
 
 def test_environment_selects_the_toolkit_by_path_and_transport():

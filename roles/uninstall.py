@@ -1,0 +1,200 @@
+"""The way back: remove what deploy.py put on a host (uninstall.py, `make uninstall`).
+
+What is ours comes from where the deploy takes it: control/layout.py (install root, configuration,
+root's state, the service user's home, /usr/local/sbin), the roles' own constants (unit files,
+the gateway's directory, the CUDA header hook, the NVIDIA repository files) and files/ (every host
+tool a link in /usr/local/sbin may name). tests/sandbox/test_uninstall.py compares a deployed
+sandbox, after the uninstall, with the bare machine it started from: a file a new role leaves
+behind that is not here fails it.
+
+Removed: the units (stopped, disabled, their files and drop-ins), the service and download users
+and their groups, the engine environments, CPython, the downloader and the host tools (all under
+install_root), /etc/glm-flash (profile, launch spec, API key, staged secrets), root's state
+(patch manifests and originals, flag checks), every link in /usr/local/sbin into install_root, the service user's home (caches), logs, the CUDA runfile's download cache.
+
+Kept unless asked: the checkpoint (`uninstall_model`; kept files are handed to root, since their
+owner, the download user, goes), and the NVIDIA stack (`uninstall_driver`: driver packages,
+NVIDIA's apt source, key and branch pin, the nouveau blacklist, the persistenced drop-in, the
+CUDA toolkit). Always kept, and said so: Debian's sources file (the deploy added components
+to it) and the Debian packages it installed (other software may use them), the boot target,
+the CUDA header fix inside a kept toolkit.
+
+Every step reads the host first (roles/facts/leftovers.py): a second uninstall changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+from pyinfra import host
+from pyinfra.facts.deb import DebPackages
+from pyinfra.operations import server
+
+from control import layout
+from control.profile import Profile
+from roles import cuda_header, gateway, headless, model, service
+from roles.facts.apt import LEGACY_SOURCES
+from roles.facts.leftovers import Leftovers
+from roles.operations import driver as driver_ops
+from roles.operations.toolkit import toolkit_package
+
+LOG_DIR = os.path.dirname(cuda_header.HOOK_LOG)
+q = shlex.quote
+# files/glm-flash-nvidia-repo: where the CUDA runfile is downloaded (5.4 GB), and the installer's log.
+RUNFILE_CACHE = "/var/cache/glm-flash"
+RUNFILE_LOG = "/var/log/cuda-installer.log"
+# roles/operations/checkpoint.py: the download unit's CacheDirectory= (HF_HOME), made by systemd.
+FETCH_CACHE = "/var/cache/glm-flash-fetch"
+DEFAULT_TARGET = "/etc/systemd/system/default.target"  # the link `systemctl set-default` writes
+
+
+def host_tools() -> list[str]:
+    """Every host tool of ours, by the name files/ gives it: a link in /usr/local/sbin may carry it."""
+    return sorted(p.name for p in layout.FILES.iterdir() if p.is_file())
+
+
+def toolkit_dir(profile: Profile) -> str:
+    return f"/usr/local/cuda-{profile.cuda_version}"
+
+
+def checkpoints(profile: Profile) -> list[str]:
+    return [profile.model_path, *([profile.drafter_path] if profile.platform == "gb10" else [])]
+
+
+def removed_paths(profile: Profile) -> list[str]:
+    """What the uninstall deletes, files and whole directories, always."""
+    units = [service.UNIT, service.GPU_UNIT, gateway.UNIT]
+    return [
+        *units,
+        *(f"{u}.d" for u in units),
+        layout.CONF_DIR,
+        gateway.CONF_DIR,
+        profile.install_root,
+        layout.ROOT_STATE,
+        layout.service_home(profile),
+        FETCH_CACHE,
+        cuda_header.HOOK,
+        LOG_DIR,
+        RUNFILE_CACHE,
+        *(f"{layout.SBIN}/{tool}" for tool in host_tools()),
+    ]
+
+
+def nvidia_paths(profile: Profile) -> list[str]:
+    """The NVIDIA stack's files the deploy wrote: removed with `uninstall_driver`, kept otherwise."""
+    return [
+        driver_ops.SOURCES_FILE,
+        driver_ops.KEYRING,
+        driver_ops.PIN_FILE,
+        driver_ops.BLACKLIST_FILE,
+        driver_ops.PERSISTENCED_DROPIN,
+        toolkit_dir(profile),
+        RUNFILE_LOG,
+    ]
+
+
+def accounts(profile: Profile) -> list[str]:
+    return [profile.service_user, model.fetch_user(profile)]
+
+
+KEPT_ALWAYS = (
+    "/etc/apt/sources.list.d/debian.sources (Debian's own sources; the deploy added contrib, non-free)",
+    "Debian packages the deploy installed (base_packages: other software may use them)",
+    "the display managers the deploy disabled",
+)
+# Kept and named when present: what the deploy changed of the system's own.
+KEPT_IF_PRESENT = {
+    f"{LEGACY_SOURCES}.glm-flash-orig": "the old apt sources the deploy moved aside",
+    DEFAULT_TARGET: f"the boot target the deploy set ({headless.TARGET})",
+}
+
+
+def apply(profile: Profile) -> None:
+    p = profile
+    remove = removed_paths(p)
+    nvidia = nvidia_paths(p)
+    models = checkpoints(p)
+    found = host.get_fact(
+        Leftovers,
+        paths=tuple(remove + nvidia + models + list(KEPT_IF_PRESENT)),
+        users=tuple(accounts(p)),
+        groups=tuple(accounts(p)),
+        owned=tuple(models),
+        link_dir=layout.SBIN,
+        link_target=p.install_root,
+    )
+    kept = [f"{path} ({why})" for path, why in KEPT_IF_PRESENT.items() if path in found.paths]
+
+    units = sorted(found.units)
+    if units:
+        server.shell(
+            name=f"Stop and disable {', '.join(units)}",
+            # Transient units (glm-flash-job-*) have no file to disable: stop first, each on its own.
+            commands=[
+                "systemctl stop " + " ".join(q(u) for u in units) + " || true",
+                "systemctl disable " + " ".join(q(u) for u in units) + " 2>/dev/null || true",
+                "systemctl reset-failed " + " ".join(q(u) for u in units) + " 2>/dev/null || true",
+            ],
+        )
+
+    gone = [path for path in remove if path in found.paths]
+    gone += sorted(found.links - set(gone))
+    if p.uninstall_model:
+        gone += [m for m in models if m in found.paths]
+    else:
+        kept += [f"{m} (the checkpoint; uninstall_model: true removes it)" for m in models if m in found.paths]
+        owned = sorted(found.not_root_owned)
+        if owned:
+            # Its owner, the download user, is removed below: root keeps the files, nobody else writes them.
+            server.shell(
+                name=f"Kept checkpoint handed to root: {', '.join(owned)}",
+                commands=[f"chown -R root:root {q(d)}" for d in owned],
+            )
+
+    if p.uninstall_driver:
+        installed = host.get_fact(DebPackages) or {}
+        packages = sorted(
+            name
+            for name in installed
+            if driver_ops.DRIVER_PACKAGE_RE.match(name) or name.startswith(toolkit_package(p.cuda_version))
+        )
+        if packages:
+            server.shell(
+                name=f"NVIDIA driver and toolkit packages purged ({len(packages)})",
+                commands=["DEBIAN_FRONTEND=noninteractive apt-get purge -y " + " ".join(packages)],
+            )
+        gone += [path for path in nvidia if path in found.paths]
+    else:
+        kept += [f"{path} (NVIDIA stack; uninstall_driver: true removes it)" for path in nvidia if path in found.paths]
+        installed = host.get_fact(DebPackages) or {}
+        if any(driver_ops.DRIVER_PACKAGE_RE.match(name) for name in installed):
+            kept.append("the NVIDIA driver packages (uninstall_driver: true purges them)")
+
+    if gone:
+        shown = ", ".join(gone[:4]) + (f" and {len(gone) - 4} more" if len(gone) > 4 else "")
+        server.shell(name=f"Removed {shown}", commands=["rm -rf -- " + " ".join(q(g) for g in gone)])
+    if units or any(path.startswith("/etc/systemd/") for path in gone):
+        server.shell(name="systemd reloaded", commands=["systemctl daemon-reload"])
+    if p.uninstall_driver and driver_ops.SOURCES_FILE in gone:
+        server.shell(name="apt lists refreshed without NVIDIA's repository", commands=["apt-get update -qq"])
+    if p.uninstall_driver and driver_ops.BLACKLIST_FILE in gone:
+        server.shell(name="initramfs rebuilt without the nouveau blacklist", commands=["update-initramfs -u"])
+
+    for user in accounts(p):
+        if user in found.users:
+            server.shell(name=f"User {user} removed", commands=[f"userdel {q(user)}"])
+    for group in accounts(p):
+        if group in found.groups:
+            # userdel removes a user's own group; a group left alone (no user) goes here.
+            server.shell(
+                name=f"Group {group} removed",
+                commands=[f"! getent group {q(group)} >/dev/null || groupdel {q(group)}"],
+            )
+
+    print(
+        f"glm-flash uninstall [{host.name}]: kept\n" + "".join(f"  - {k}\n" for k in [*kept, *KEPT_ALWAYS]),
+        file=sys.stderr,
+        end="",
+    )
