@@ -16,8 +16,9 @@ BAD = {"tp_szie": 2}  # an unknown key (test_bad_inventories: "typo-knob")
 
 
 def inventory(tmp_path, port: int, helper: bool):
-    good = ("good-host", {"ssh_hostname": "127.0.0.1", "ssh_port": port})
-    bad = ("bad-host", {"ssh_hostname": "127.0.0.1", "ssh_port": port, **BAD})
+    ssh = {"ssh_hostname": "127.0.0.1", "ssh_port": port, "ssh_strict_host_key_checking": "yes"}
+    good = ("good-host", ssh)
+    bad = ("bad-host", {**ssh, **BAD})
     if helper:
         source = f"from control.profile import hosts\n\ngpus = hosts({good!r})\nothers = hosts({bad!r})\n"
     else:
