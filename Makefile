@@ -126,6 +126,10 @@ model-downloader-lock: venv  ## regenerate files/hf-hub-requirements.txt (hashes
 bench-deploy: venv  ## make bench-deploy [INVENTORY=inventory/sandbox.py] [RUNS=3] [PROFILE=1]
 	$(BIN)/python benchmark/deploy_bench.py --inventory '$(INVENTORY)' $(if $(RUNS),--runs '$(RUNS)') $(if $(PROFILE),--profile)
 
+.PHONY: knobs-doc
+knobs-doc: venv  ## regenerate docs/knobs.md from control/defaults.py (a unit test fails when it is stale)
+	$(BIN)/python scripts/knobs_doc.py
+
 .PHONY: engine-locks
 engine-locks: venv  ## regenerate locks/engine/*.txt (uv pinned in locks/tools.txt; needs PyPI)
 	$(BIN)/python scripts/engine_locks.py

@@ -1,0 +1,126 @@
+"""docs/knobs.md, rendered from control/defaults.py: every knob's default, why, shape and
+per-platform value, in the order and sections of that file.
+
+The reference is generated, never edited: `make knobs-doc` writes it, and
+tests/unit/test_knob_reference.py fails when the committed file differs from what the knobs
+say now (a knob added, a default or a bound changed without running the target). The sections
+are the `# --- title ---` comment lines of defaults.py's KNOBS block, read from its source,
+because a comment is what a reader of that file sees too; a knob defined before the first
+section comment (none today) is listed under "Other".
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from control import defaults
+from control.defaults import KNOBS, PLATFORMS, Knob
+
+_SECTION = re.compile(r"^\s*# --- (?P<title>.+?) -*\s*$")
+_KEY = re.compile(r'^    "(?P<key>[a-z0-9_]+)": K\(')
+
+
+def sections() -> dict[str, str]:
+    """knob name -> the section title it is defined under in defaults.py."""
+    found: dict[str, str] = {}
+    title = "Other"
+    for line in Path(defaults.__file__).read_text().splitlines():
+        if line.startswith("PLATFORMS"):
+            break
+        if m := _SECTION.match(line):
+            title = m["title"]
+        elif (m := _KEY.match(line)) and m["key"] in KNOBS:
+            found[m["key"]] = title
+    return found
+
+
+def _cell(text: str) -> str:
+    """A value as one Markdown table cell: code, pipes escaped, no line breaks."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _value(value) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, list):
+        return "`[" + ", ".join(str(v) for v in value) + "]`" if value else "`[]`"
+    if value == "":
+        return '`""`'
+    return f"`{value}`"
+
+
+def _bounds(low, high) -> str:
+    if low is not None and high is not None:
+        return f"{low:g} to {high:g}"
+    if low is not None:
+        return f"at least {low:g}"
+    return f"at most {high:g}"
+
+
+def shape(knob: Knob) -> str:
+    """What an inventory may set, in words: type, closed set, bounds or pattern."""
+    kinds = knob.kind if isinstance(knob.kind, tuple) else (knob.kind,)
+    parts = [" or ".join(k.__name__ for k in kinds)]
+    if knob.choices:
+        parts.append("one of " + ", ".join(f"`{c}`" for c in knob.choices))
+    if knob.low is not None or knob.high is not None:
+        parts.append(_bounds(knob.low, knob.high))
+    if knob.shape:
+        parts.append(("each item " if list in kinds else "") + knob.shape)
+    if knob.optional:
+        parts.append("may be unset")
+    return "; ".join(parts)
+
+
+def per_platform(key: str, knob: Knob) -> str:
+    """Where a platform's default or bounds differ from the one above."""
+    said = []
+    for name in sorted(PLATFORMS):
+        bits = []
+        if key in PLATFORMS[name]:
+            bits.append("default " + _value(PLATFORMS[name][key]))
+        on = knob.platforms.get(name)
+        if on is not None:
+            if on.choices:
+                bits.append("one of " + ", ".join(f"`{c}`" for c in on.choices))
+            if on.low is not None or on.high is not None:
+                bits.append(_bounds(on.low, on.high))
+        if bits:
+            said.append(f"**{name}**: " + ", ".join(bits) + (f" ({on.why})" if on is not None else ""))
+    return "; ".join(said)
+
+
+def render() -> str:
+    where = sections()
+    order: list[str] = []
+    for key in KNOBS:
+        if where.get(key, "Other") not in order:
+            order.append(where.get(key, "Other"))
+    lines = [
+        "# Knob reference",
+        "",
+        "Every key an inventory entry may set, generated from `control/defaults.py` by `make knobs-doc`",
+        "(do not edit by hand: `tests/unit/test_knob_reference.py` fails when this file is stale).",
+        "Defaults are the L40S field report's; **Per platform** says what a platform sets instead",
+        "(`platform: gb10`) or where its bounds differ. A value outside its shape stops the run",
+        "before any host is contacted, naming the host, the key, the problem and the fix.",
+        "",
+        f"{len(KNOBS)} knobs.",
+    ]
+    for title in order:
+        lines += [
+            "",
+            f"## {title[0].upper()}{title[1:]}",
+            "",
+            "| Knob | Default | Why | Shape | Per platform |",
+            "|---|---|---|---|---|",
+        ]
+        for key, knob in KNOBS.items():
+            if where.get(key, "Other") != title:
+                continue
+            row = (f"`{key}`", _value(knob.default), knob.why, shape(knob), per_platform(key, knob))
+            lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
+    return "\n".join(lines) + "\n"
