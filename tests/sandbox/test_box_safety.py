@@ -12,6 +12,7 @@ lock (held with fcntl(2) like apt and dpkg take it: a `flock` would not block ap
 from __future__ import annotations
 
 import json
+import shlex
 import time
 
 import pytest
@@ -101,24 +102,48 @@ def test_dpkg_left_half_way_is_finished_and_said(converged):
     assert deploy()[0] == []
 
 
-def dpkg_killed():
-    """Once dpkg runs on the sandbox (polled there, 20 ms apart, 120 s at most), SIGKILL it by its pid:
-    the power cut or OOM kill that a dropped SSH session alone does not cause here (apt and dpkg
-    outlive the hang-up: seen in this test's first form, which only killed pyinfra)."""
+# apt runs dpkg with `--status-fd N` among its arguments (after pyinfra's --force-conf* options); the
+# deploy's own dpkg calls (--audit, --configure -a) do not, so the killer below never takes one of those.
+KILLER = "glm-flash-test-dpkg-killer"
+KILLED = "/run/glm-flash-test-dpkg-killed"  # what it killed (a file: journald may not attribute a line)
+KILL_APTS_DPKG = (
+    "for i in $(seq 120000); do for p in $(pgrep -x dpkg); do "
+    "c=$(tr '\\0' ' ' </proc/$p/cmdline 2>/dev/null); "
+    f'case "$c" in *--status-fd*) kill -9 $p; echo "$c" >{KILLED}; exit 0;; esac; '
+    "done; sleep 0.005; done; exit 1"
+)
+
+
+def arm_dpkg_killer():
+    """A unit on the sandbox that SIGKILLs the first dpkg apt starts (polled every 5 ms, for 10 minutes
+    at most), armed before the deploy starts: the power cut or OOM kill that a dropped SSH session alone
+    does not cause (apt and dpkg outlive the hang-up: seen in this test's first form, which only killed
+    pyinfra). Armed from here, not once the operation is seen starting: on an idle machine apt's dpkg of
+    one small package can end before an SSH round trip would arm a poller."""
     sandbox_sh(
-        "for i in $(seq 6000); do p=$(pgrep -x dpkg) && { kill -9 $p; exit 0; }; sleep 0.02; done; exit 1", check=False
+        f"systemctl stop {KILLER} 2>/dev/null; systemctl reset-failed {KILLER} 2>/dev/null; rm -f {KILLED}; true"
     )
+    sandbox_sh(f"systemd-run --unit={KILLER} --collect sh -c {shlex.quote(KILL_APTS_DPKG)}")
+
+
+def dpkg_killed():
+    """Returns once the killer has ended (it killed apt's dpkg, or gave up)."""
+    sandbox_sh(f"for i in $(seq 6000); do systemctl is-active --quiet {KILLER} || exit 0; sleep 0.1; done; exit 1")
 
 
 def test_a_kill_during_an_apt_install_then_a_run_recovers_dpkg_and_finishes(converged):
     """dpkg SIGKILLed mid-install and pyinfra with it: dpkg is left half-way; the next run says so,
     finishes it, installs what was asked; the one after changes nothing."""
     remove_package()
+    arm_dpkg_killer()
     started = deploy_killed_at("Base packages", 0.0, until=dpkg_killed)
     assert started[-1] == "Base packages"
-    time.sleep(2)  # apt-get sees its dpkg die and exits
+    # apt-get sees its dpkg die and exits: wait for it (bounded) before reading dpkg's state
+    sandbox_sh("for i in $(seq 300); do pgrep -x apt-get >/dev/null || exit 0; sleep 0.1; done; exit 1", check=False)
     audit = sandbox_sh("dpkg --audit; ls /var/lib/dpkg/updates", check=False).stdout.strip()
-    print(f"after the kill: installed={installed()} dpkg: {audit!r}")
+    killed = sandbox_sh(f"cat {KILLED}", check=False).stdout
+    print(f"after the kill: installed={installed()} dpkg: {audit!r} killed: {killed!r}")
+    assert "--status-fd" in killed, "the killer took no dpkg of apt's (it gave up after 10 minutes)"
     assert audit, "dpkg was left half-way (else the kill missed dpkg and this proves nothing)"
     changed, stderr = deploy()
     assert any(op.startswith(RECOVER) for op in changed) and "dpkg was left interrupted" in stderr
