@@ -7,6 +7,7 @@ key protects it, so the bench goes through an SSH tunnel to the node's own 127.0
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -86,22 +87,31 @@ def open_tunnel(backend, remote: int) -> tuple[subprocess.Popen, int]:
     pytest.fail(f"ssh -L: another program took the chosen local port {TUNNEL_TRIES} times")
 
 
-@pytest.mark.gpu
-def test_quick_bench_reaches_the_field_reports_floor(host, profile, tmp_path):
+@contextlib.contextmanager
+def engine_url(host, profile):
+    """The bench environment made, then the engine's URL as the control machine reaches it: through an
+    SSH tunnel while the engine listens on loopback (closed on leaving), else directly."""
     done = subprocess.run(["make", "-s", "bench-venv"], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
-    tunnel = None
-    if profile.listen_host in LOOPBACK:
-        if host.backend.NAME != "ssh":
-            pytest.skip(
-                f"not applicable: the engine listens on {profile.listen_host} and the {host.backend.NAME} "
-                "connection cannot be tunnelled; check with --hosts ssh://..."
-            )
-        tunnel, local = open_tunnel(host.backend, profile.port)
-        url = f"http://127.0.0.1:{local}"
-    else:
-        url = f"http://{host.backend.host.name}:{profile.port}"
+    if profile.listen_host not in LOOPBACK:
+        yield f"http://{host.backend.host.name}:{profile.port}"
+        return
+    if host.backend.NAME != "ssh":
+        pytest.skip(
+            f"not applicable: the engine listens on {profile.listen_host} and the {host.backend.NAME} "
+            "connection cannot be tunnelled; check with --hosts ssh://..."
+        )
+    tunnel, local = open_tunnel(host.backend, profile.port)
     try:
+        yield f"http://127.0.0.1:{local}"
+    finally:
+        tunnel.terminate()
+        tunnel.wait(timeout=10)
+
+
+@pytest.mark.gpu
+def test_quick_bench_reaches_the_field_reports_floor(host, profile, tmp_path):
+    with engine_url(host, profile) as url:
         run = subprocess.run(
             [
                 str(REPO / ".venv-bench/bin/python"),
@@ -126,10 +136,6 @@ def test_quick_bench_reaches_the_field_reports_floor(host, profile, tmp_path):
             timeout=900,
             env=dict(os.environ),
         )
-    finally:
-        if tunnel:
-            tunnel.terminate()
-            tunnel.wait(timeout=10)
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((tmp_path / "bench" / "results.json").read_text())
     one = next(r for r in results["scenarios"] if r["name"] == "decode-1")

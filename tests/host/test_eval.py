@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.host.test_bench import LOOPBACK, open_tunnel
+from tests.host.test_bench import engine_url
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,24 +46,7 @@ def floor_failure(code: int, stderr: str, results: dict | None) -> str | None:
 
 @pytest.mark.gpu
 def test_floor_suite_passes_on_the_node(host, profile, tmp_path):
-    done = subprocess.run(["make", "-s", "bench-venv"], cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-2000:]
-    tunnel = None
-    if profile.listen_host in LOOPBACK:
-        if host.backend.NAME != "ssh":
-            pytest.skip(
-                f"not applicable: the engine listens on {profile.listen_host} and the {host.backend.NAME} "
-                "connection cannot be tunnelled; check with --hosts ssh://..."
-            )
-        tunnel, local = open_tunnel(host.backend, profile.port)
-        url = f"http://127.0.0.1:{local}"
-    else:
-        url = f"http://{host.backend.host.name}:{profile.port}"
-    try:
+    with engine_url(host, profile) as url:
         result = floor_run(url, profile.served_model_name, profile.api_key_env, tmp_path / "eval")
-    finally:
-        if tunnel:
-            tunnel.terminate()
-            tunnel.wait(timeout=10)
     why = floor_failure(*result)
     assert why is None, f"{why} (report: {tmp_path / 'eval' / 'report.md'})"
