@@ -5,7 +5,8 @@
 Roles run in this order; each reads facts and changes only what differs.
 """
 
-from control import host_failures, layout, op_order, profile
+from control import layout, profile
+from pyinfra_ext import host_failures, op_order, refusal
 from roles import (
     base,
     cuda_header,
@@ -22,9 +23,8 @@ from roles import (
     tools,
     users,
 )
-from roles.operations import refusal
 
-op_order.install()  # pyinfra's operation order without reading source text (control/op_order.py)
+op_order.install()  # pyinfra's operation order without reading source text (pyinfra_ext/op_order.py)
 host_failures.install()  # a host that goes away mid-run fails alone; the others go on
 p = profile.for_current_host()  # inventory mistakes end the whole run, before anything is changed
 with refusal.host_refusals():  # a refusal decided from this host's facts fails this host only

@@ -8,12 +8,13 @@ The inventory has already refused a fleet whose workers would serve different th
 
 from pyinfra import host, local
 
-from control import host_failures, op_order, profile
+from control import profile
 from control.fleet import GATEWAY, gateway_for_current_host
+from pyinfra_ext import host_failures, op_order
 from roles import fleet_artifacts, gateway
 
 # As deploy.py (included below) does, before the fleet's own operations are defined.
-op_order.install()  # pyinfra's operation order without reading source text (control/op_order.py)
+op_order.install()  # pyinfra's operation order without reading source text (pyinfra_ext/op_order.py)
 host_failures.install()  # a host that goes away mid-run fails alone; the others go on
 
 if GATEWAY in host.groups:

@@ -8,7 +8,7 @@ whole run with one line per problem: the host, the key, what is wrong and how to
 the run does not target (`--limit`, `--exclude`: control/run_limit.py) is only warned about.
 
 A refusal decided from one host's facts (`refuse(key, problem, fix)` while deploy.py plans that
-host inside roles/operations/refusal.host_refusals()) fails that host only; the others deploy.
+host inside pyinfra_ext/refusal.host_refusals()) fails that host only; the others deploy.
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ except ImportError:
 
 __all__ = ["Problem", "Profile", "ProfileError", "HostRefused", "build", "fail", "hosts", "refuse"]
 
-# Hosts deploy.py is planning inside roles/operations/refusal.host_refusals(): a refusal for one
+# Hosts deploy.py is planning inside pyinfra_ext/refusal.host_refusals(): a refusal for one
 # of them fails that host only (HostRefused), instead of ending the run.
 HOST_ONLY: set[str] = set()
 
 
 class HostRefused(Exception):
-    """This host, and only it, is refused; roles/operations/refusal.py turns it into a failed host."""
+    """This host, and only it, is refused; pyinfra_ext/refusal.py turns it into a failed host."""
 
     def __init__(self, problems: list[Problem]):
         self.problems = problems

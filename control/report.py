@@ -6,7 +6,7 @@ from pyinfra import host, logger
 
 # host name -> [(step, reason)], in the order they were reported (roles/summary.py prints them).
 SKIPPED: dict[str, list[tuple[str, str]]] = defaultdict(list)
-# host name -> [reason]: why the host was refused (roles/operations/refusal.py).
+# host name -> [reason]: why the host was refused (pyinfra_ext/refusal.py).
 REFUSED: dict[str, list[str]] = defaultdict(list)
 
 

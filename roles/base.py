@@ -7,7 +7,7 @@ from pyinfra.operations import server
 from pyinfra.operations.util import any_changed
 
 from control.profile import Profile
-from roles.facts import memo
+from pyinfra_ext import memo
 from roles.facts.apt import LEGACY_SOURCES, LegacyAptSources
 from roles.operations import packages
 from roles.operations.uploads import template

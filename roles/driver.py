@@ -23,7 +23,7 @@ from pyinfra import host
 
 from control.profile import refuse
 from control.report import skipped
-from roles.facts import memo
+from pyinfra_ext import memo
 from roles.facts.driver import NvidiaPciDevices
 from roles.operations.driver import (
     driver_at_least,

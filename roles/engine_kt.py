@@ -33,8 +33,8 @@ from control.profile import Profile, refuse
 from control.pypi_cache import FetchError
 from control.report import skipped
 from control.run import dry_run
+from pyinfra_ext import memo
 from roles import engine, engine_patches, flag_check, launch, python, triton_configs
-from roles.facts import memo
 from roles.facts.system import NumaNodes
 from roles.operations import paths, sandboxing
 from roles.operations.engine import environment_built, pin_asserted

@@ -38,8 +38,8 @@ from pyinfra.facts.server import Arch
 
 from control import layout
 from control.profile import Problem, Profile, ProfileError, fail, refuse
+from pyinfra_ext import memo
 from roles import engine, model, vllm_launch
-from roles.facts import memo
 from roles.facts.gb10 import Gb10View, MemTotalKiB, OsRelease
 from roles.facts.system import Gpus
 from roles.operations import paths, sandboxing

@@ -30,9 +30,9 @@ from control.engine_lock import fetch
 from control.fleet import PEER_PORT, WORKERS, worker_url
 from control.profile import Profile
 from control.pypi_cache import sha256_file
+from pyinfra_ext import memo
 from roles import engine_kt
 from roles import python as python_role
-from roles.facts import memo
 from roles.facts.engine import PythonArtifact, WheelhouseFiles
 from roles.operations import packages, paths
 from roles.operations.checkpoint import checkpoint_exported, checkpoint_received

@@ -31,7 +31,7 @@ from pyinfra.operations import server, systemd
 from control.engine_lock import LockError, fetch, parse_lock
 from control.profile import Problem, Profile, ProfileError, fail
 from control.pypi_cache import cache_root
-from roles.facts import memo
+from pyinfra_ext import memo
 from roles.facts.engine import WheelhouseFiles
 from roles.operations import packages, paths
 from roles.operations.secrets import Secret, secret_file

@@ -42,8 +42,8 @@ from control.profile import Profile, refuse
 from control.pypi_cache import FetchError, cache_root
 from control.report import skipped
 from control.run import dry_run
+from pyinfra_ext import memo
 from roles import fleet_artifacts
-from roles.facts import memo
 from roles.facts.model import ModelCheck
 from roles.operations import packages
 from roles.operations.checkpoint import (

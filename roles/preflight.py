@@ -1,7 +1,7 @@
 """Before anything long starts: does the box have the disk, cores, CPU features and memory?
 
 Runs first in deploy.py, as an operation that reads the box at run time and, on a shortfall,
-fails only that host (roles/operations/refusal.py) with one message listing every shortfall,
+fails only that host (pyinfra_ext/refusal.py) with one message listing every shortfall,
 before any change. The thresholds are knobs (control/defaults.py, preflight_*).
 """
 

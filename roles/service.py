@@ -12,9 +12,9 @@ from control.layout import SECRETS_DIR, bin_dir, engine_root
 from control.layout import service_home as state_dir
 from control.profile import Profile
 from control.report import skipped
+from pyinfra_ext import memo
 from roles.engine import EngineResult
 from roles.engine_patches import SET_DIR_NAME
-from roles.facts import memo
 from roles.facts.service import SystemdVersion
 from roles.facts.system import Gpus
 from roles.operations import paths, units

@@ -10,7 +10,7 @@ from pyinfra.api import operation
 from pyinfra.facts.server import Groups
 from pyinfra.operations import server
 
-from roles.facts import memo
+from pyinfra_ext import memo
 from roles.facts.accounts import Account
 
 

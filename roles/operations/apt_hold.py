@@ -13,7 +13,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import OperationValueError, QuoteString, StringCommand, operation
 
-from roles.facts import memo
+from pyinfra_ext import memo
 from roles.facts.apt import PACKAGE_NAME, AptHeldPackages
 from roles.operations.packages import retried_while_locked
 

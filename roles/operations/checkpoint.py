@@ -40,7 +40,7 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, Quot
 from pyinfra.facts.files import File
 
 from control.report import skipped
-from roles.facts import memo
+from pyinfra_ext import memo
 from roles.facts.accounts import Account
 from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive
 from roles.operations import sandboxing

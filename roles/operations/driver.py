@@ -20,7 +20,8 @@ from pyinfra.operations import server, systemd
 
 from control.layout import INITRAMFS_MARKER, ROOT_STATE
 from control.report import skipped
-from roles.facts import memo
+from pyinfra_ext import memo
+from pyinfra_ext.refusal import refusing
 from roles.facts.apt import AptHeldPackages
 from roles.facts.driver import (
     AptVersions,
@@ -37,7 +38,6 @@ from roles.facts.driver import (
 from roles.operations import apt_hold, paths
 from roles.operations.packages import UPDATE as APT_UPDATE
 from roles.operations.packages import apt_get, retried_while_locked
-from roles.operations.refusal import refusing
 
 KEYRING = "/etc/apt/keyrings/glm-flash-nvidia-cuda.gpg"
 SOURCES_FILE = "/etc/apt/sources.list.d/glm-flash-nvidia-cuda.sources"

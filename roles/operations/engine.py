@@ -10,7 +10,7 @@ from pathlib import Path
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
 
-from roles.facts import memo
+from pyinfra_ext import memo
 from roles.facts.engine import EngineEnvs, WheelhouseFiles
 from roles.operations.job import followed, job_command
 

@@ -7,7 +7,7 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.api.state import StateStage
 
-from roles.facts import memo
+from pyinfra_ext import memo
 from roles.facts.engine import LaunchFlagCheck
 
 

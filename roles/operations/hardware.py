@@ -8,10 +8,10 @@ from pyinfra.api import operation
 
 from control.problems import Problem
 from control.report import skipped
-from roles.facts import memo
+from pyinfra_ext import memo
+from pyinfra_ext.refusal import refusal_command
 from roles.facts.driver import NvidiaPciDevices
 from roles.facts.system import Gpus
-from roles.operations.refusal import refusal_command
 
 
 def mismatches(name: str, gpu_count: int, capability: str, require_gpu: bool, gpus, pci_devices) -> list[Problem]:

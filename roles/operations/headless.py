@@ -6,7 +6,7 @@ from pyinfra.operations import systemd
 
 from control.report import skipped
 from control.run import dry_run
-from roles.facts import memo
+from pyinfra_ext import memo
 from roles.facts.system import DefaultTarget, GpuProcesses, Gpus, UnitFiles
 
 

@@ -1,4 +1,4 @@
-"""Debian packages present, checked from one read of dpkg's list per run (roles/facts/memo.py), and
+"""Debian packages present, checked from one read of dpkg's list per run (pyinfra_ext/memo.py), and
 apt run the way a box that is also maintaining itself needs.
 
 pyinfra's apt.packages reads the package list each time it is called (about 9 reads in a
@@ -27,7 +27,7 @@ from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt
 
-from roles.facts import memo
+from pyinfra_ext import memo
 from roles.facts.apt import DpkgInterrupted
 
 LOCK_WAIT_S = 600  # an unattended-upgrades run of a few packages; a longer one is worth a message

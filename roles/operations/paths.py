@@ -1,7 +1,7 @@
 """Files, directories and links of ours, checked from one read of every path the plan names.
 
 pyinfra's files.* operations read two to four facts each (one SSH round trip apiece) even when
-nothing is to be done. These declare their path's facts at plan time (roles/facts/memo.py reads
+nothing is to be done. These declare their path's facts at plan time (pyinfra_ext/memo.py reads
 them all in one command) and check them with pyinfra's own fact classes; only a path that
 differs runs pyinfra's own operation, which decides, diffs and changes exactly as it always does.
 A check here may only be stricter than pyinfra's, never looser: when in doubt, pyinfra decides.
@@ -29,7 +29,7 @@ from pyinfra.facts.files import Directory, File, FileContents, Link, Sha1File
 from pyinfra.operations import files
 from pyinfra.operations.util import files as file_utils
 
-from roles.facts import memo
+from pyinfra_ext import memo
 
 
 def _owned(info, user: str | None, group: str | None, mode: str | None) -> bool:

@@ -10,9 +10,9 @@ from pyinfra.facts.files import FileContents
 
 from control import layout
 from control.profile import Profile
-from roles.facts import memo
+from pyinfra_ext import memo
+from pyinfra_ext.refusal import refusal
 from roles.facts.capacity import BoxCapacity, Capacity
-from roles.operations.refusal import refusal
 from roles.operations.toolkit import RUNFILE_MARKER
 
 GIB = 1 << 30

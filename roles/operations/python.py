@@ -9,7 +9,7 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import files
 
-from roles.facts import memo
+from pyinfra_ext import memo
 from roles.facts.engine import PythonArtifact
 
 

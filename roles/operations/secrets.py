@@ -25,7 +25,7 @@ from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import Directory, File
 
-from roles.facts import memo
+from pyinfra_ext import memo
 
 
 class Secret:

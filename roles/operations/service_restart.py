@@ -7,7 +7,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
-from roles.facts import memo
+from pyinfra_ext import memo
 from roles.facts.service import ServiceStartState
 from roles.operations.job import followed
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import OperationError, operation
 
-from roles.facts import memo
+from pyinfra_ext import memo
 from roles.facts.status import Answers, HostStatus
 
 

@@ -10,13 +10,13 @@ from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import FileContents
 
-from roles.facts import memo
+from pyinfra_ext import memo
+from pyinfra_ext.refusal import refusing
 from roles.facts.driver import AptVersions
 from roles.facts.system import CudaToolkits
 from roles.operations.driver import DRIVER_PACKAGE_RE
 from roles.operations.packages import UPDATE as APT_UPDATE
 from roles.operations.packages import apt_get
-from roles.operations.refusal import refusing
 
 
 def toolkit_package(cuda_version: str) -> str:

@@ -10,7 +10,7 @@ from pyinfra.api import operation
 from pyinfra.facts.systemd import SystemdEnabled
 from pyinfra.operations import systemd
 
-from roles.facts import memo
+from pyinfra_ext import memo
 
 
 def enabled(unit: str, name: str):

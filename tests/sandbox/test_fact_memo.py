@@ -1,4 +1,4 @@
-"""roles/facts/memo.py on the real sandbox: facts read together in one command are the values
+"""pyinfra_ext/memo.py on the real sandbox: facts read together in one command are the values
 pyinfra reads one by one, a value is read again once an operation has changed the host, and a
 second run brings what the first read without declaring it.
 
@@ -27,7 +27,7 @@ from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import Directory, File, FileContents, Link, Sha1File
 from pyinfra.facts.server import Command, Groups
 from pyinfra.operations import python, server
-from roles.facts import memo
+from pyinfra_ext import memo
 from roles.facts.accounts import Account
 
 OUT = os.environ["MEMO_OUT"]
@@ -123,7 +123,7 @@ def test_facts_read_together_equal_pyinfra_and_are_read_again_after_a_change(san
 PLAN_TIME = """
 from pyinfra import host
 from pyinfra.facts.files import File
-from roles.facts import memo
+from pyinfra_ext import memo
 
 # Read at plan time, so a --dry run reads it too: two wanted facts, so the first read brings
 # every wanted one (the cache's included) in one command.
@@ -136,7 +136,7 @@ memo.fact(host, File, path="/etc/hostname")
 def test_a_planted_cache_runs_no_command_in_a_deploy_or_a_dry_run(sandbox, tmp_path):
     """Someone who can write the facts cache plants pyinfra's Command with a canary: a plan-time
     read (--dry), and the real deploy.py run --dry and for real, leave no canary on the sandbox,
-    and say they ignored the entry. (Before roles/facts/memo.py's allowlist, the first run made
+    and say they ignored the entry. (Before pyinfra_ext/memo.py's allowlist, the first run made
     the canary.)
 
     The runs' cache is the developer's (wheels, the packed CPython: a converged run fetches

@@ -27,7 +27,7 @@ class FakeState:
     print_noop_info = False
 
     def __init__(self):
-        self.ops = {}  # no operation has run: roles/facts/memo.py counts changes from here
+        self.ops = {}  # no operation has run: pyinfra_ext/memo.py counts changes from here
 
 
 class FakeHost:
@@ -52,7 +52,7 @@ class FakeHost:
         raise AssertionError(f"the test gave no fact {cls.__name__} {kwargs}")
 
     def run_shell_command(self, command, **kwargs):
-        """No shell here: facts read together (roles/facts/memo.py) fall back to get_fact one by one."""
+        """No shell here: facts read together (pyinfra_ext/memo.py) fall back to get_fact one by one."""
         return False, None
 
     def noop(self, description: str) -> None:
@@ -120,7 +120,7 @@ class Recorder:
 
 def refusal(op, facts: dict, **kwargs) -> str:
     """Why `op` fails this host on `facts`: the message of its one refusal command
-    (roles/operations/refusal.py), which fails that host only when the run reaches it."""
+    (pyinfra_ext/refusal.py), which fails that host only when the run reaches it."""
     fake = FakeHost(facts)
     with on(fake):
         (command,) = op._inner(**kwargs)

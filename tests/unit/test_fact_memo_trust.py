@@ -1,4 +1,4 @@
-"""The facts cache (roles/facts/memo.py) names commands that run as root on the host: what it may
+"""The facts cache (pyinfra_ext/memo.py) names commands that run as root on the host: what it may
 name, and which files of it are read at all.
 
 A planted `facts/<host>.json` in the real cache layout (GLM_FLASH_CACHE) is learned by memo._learn
@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from roles.facts import memo
+from pyinfra_ext import memo
 from tests.conftest import REPO
 
 CANARY = {"fact": "pyinfra.facts.server.Command", "args": {"command": "touch /canary"}}

@@ -1,4 +1,4 @@
-"""control/host_failures.py: an exception on a host that pyinfra already failed, or whose SSH
+"""pyinfra_ext/host_failures.py: an exception on a host that pyinfra already failed, or whose SSH
 connection is gone, ends that host only; any other exception still ends the run.
 
 The fleet tests prove it with a real poweroff (tests/fleet/test_fleet_deploy.py); here each
@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from control import host_failures
+from pyinfra_ext import host_failures
 
 
 class SSHConnector:  # named as pyinfra's: connection_lost looks at paramiko's transport only for it

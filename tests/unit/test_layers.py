@@ -1,8 +1,11 @@
 """The folders show the architecture: control-machine code (control/) imports no role, fact or
-operation; facts (roles/facts/) import no operation or role; operations (roles/operations/)
-import no role; and no import circle joins our modules. Read from the source with ast."""
+operation, nor our pyinfra extensions; the extensions (pyinfra_ext/) import no role, fact or
+operation, and only they replace anything of pyinfra's; facts (roles/facts/) import no operation
+or role; operations (roles/operations/) import no role; and no import circle joins our modules.
+Read from the source with ast."""
 
 import ast
+import importlib.util
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -10,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def modules() -> dict[str, Path]:
     found = {}
-    for path in sorted([*REPO.glob("control/*.py"), *REPO.glob("roles/**/*.py")]):
+    for path in sorted([*REPO.glob("control/*.py"), *REPO.glob("pyinfra_ext/*.py"), *REPO.glob("roles/**/*.py")]):
         name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
         found[name] = path
     return found
@@ -37,7 +40,12 @@ def layer(name: str) -> str:
 
 
 # what a layer may not import
-FORBIDDEN = {"control": {"roles", "facts", "operations"}, "facts": {"roles", "operations"}, "operations": {"roles"}}
+FORBIDDEN = {
+    "control": {"roles", "facts", "operations", "pyinfra_ext"},
+    "pyinfra_ext": {"roles", "facts", "operations"},
+    "facts": {"roles", "operations"},
+    "operations": {"roles"},
+}
 
 
 def test_each_layer_imports_only_what_is_below_it():
@@ -81,6 +89,7 @@ def test_the_checks_see_a_breach_and_a_circle(tmp_path):
     ours = {"roles.driver": fact, "roles.facts": fact, "roles.facts.system": fact}
     assert imports(fact, ours) == {"roles.driver", "roles.facts.system"}
     assert layer("roles.driver") in FORBIDDEN[layer("roles.facts.x")]
+    assert layer("pyinfra_ext.memo") in FORBIDDEN[layer("control.profile")]
     assert circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert circle({"a": {"b"}, "b": set()}) is None
 
@@ -135,5 +144,58 @@ def test_imports_stand_at_the_top():
     try:
         probe.write_text(sample)
         assert imports_in_functions(probe) == [2]
+    finally:
+        probe.unlink()
+
+
+def pyinfra_patches(path: Path) -> list[str]:
+    """Where `path` replaces something of pyinfra's: an assignment to, or setattr() on, an attribute
+    of a pyinfra module it imported, or a pyinfra module looked up in sys.modules."""
+    tree = ast.parse(path.read_text())
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("pyinfra")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pyinfra"):
+            for a in node.names:
+                if _is_package(node.module) and importlib.util.find_spec(f"{node.module}.{a.name}"):
+                    modules.add(a.asname or a.name)
+    found = []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setattr" and node.args:
+            targets = [ast.Attribute(value=node.args[0], attr="?")]
+        for t in targets:
+            while isinstance(t, ast.Attribute) and isinstance(t.value, ast.Attribute):
+                t = t.value
+            if isinstance(t, ast.Attribute) and getattr(t.value, "id", None) in modules:
+                found.append(f"{path.name}:{node.lineno}")
+        if (
+            isinstance(node, ast.Subscript)
+            and ast.unparse(node.value) == "sys.modules"
+            and str(getattr(node.slice, "value", "")).startswith("pyinfra")
+        ):
+            found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def _is_package(module: str) -> bool:
+    spec = importlib.util.find_spec(module)
+    return spec is not None and spec.submodule_search_locations is not None
+
+
+def test_only_pyinfra_ext_replaces_pyinfra_internals():
+    """Our replacements of pyinfra's internals live in pyinfra_ext/, which refuses to load on a
+    pyinfra it was not written against (tests/unit/test_pyinfra_ext.py); nothing else patches it."""
+    sources = [*REPO.glob("*.py"), *REPO.glob("control/*.py"), *REPO.glob("roles/**/*.py")]
+    assert {p.name: pyinfra_patches(p) for p in sources if pyinfra_patches(p)} == {}
+    ext = {p.name: pyinfra_patches(p) for p in REPO.glob("pyinfra_ext/*.py") if pyinfra_patches(p)}
+    assert set(ext) == {"op_order.py", "host_failures.py"}  # the check sees them where they belong
+    probe = REPO / "tests" / "unit" / "data" / "_probe_patch.py"
+    try:
+        probe.write_text("import pyinfra\nfrom pyinfra.api import util\nutil.x = 1\nsetattr(pyinfra, 'y', 2)\n")
+        assert pyinfra_patches(probe) == ["_probe_patch.py:3", "_probe_patch.py:4"]
     finally:
         probe.unlink()

@@ -2,7 +2,7 @@
 
 Two real hosts without a sandbox: `@local` and `@chroot//` (this machine again, through chroot,
 which needs root, as the project's tests do). A small deploy runs the real refusal machinery
-(roles/operations/refusal.py) and the real GPU check (roles/operations/hardware.py, facts read from this
+(pyinfra_ext/refusal.py) and the real GPU check (roles/operations/hardware.py, facts read from this
 machine: no NVIDIA GPU here) and one harmless operation (`true`). One host is refused three ways:
 from its facts at run time, by an operation that raises OperationError while it runs, and by a
 role while the deploy is planned. Each time the other host runs its operations, the refused one
@@ -34,7 +34,7 @@ from pyinfra.api import OperationError, operation
 from pyinfra.operations import server
 from control import profile
 from roles import hardware
-from roles.operations import refusal
+from pyinfra_ext import refusal
 
 
 @operation()

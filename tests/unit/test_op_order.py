@@ -1,4 +1,4 @@
-"""control/op_order.py gives the numbers pyinfra's own get_operation_order_from_stack gives.
+"""pyinfra_ext/op_order.py gives the numbers pyinfra's own get_operation_order_from_stack gives.
 
 A deploy-like file (nested role functions, loops, a `with` block, calls spread over several
 lines, a generator) calls a probe at each point where an operation would be called; the probe
@@ -12,7 +12,7 @@ import types
 import pyinfra
 import pytest
 
-from control import op_order
+from pyinfra_ext import op_order
 
 DEPLOY = '''
 import contextlib
@@ -82,12 +82,9 @@ def test_same_numbers_as_pyinfra(tmp_path, deploy_filename, is_cli):
         assert orders == sorted(orders)  # the deploy file's order
 
 
-def test_installed_only_for_the_pinned_pyinfra(monkeypatch):
+def test_installed_where_pyinfra_looks_it_up(monkeypatch):
+    """Another pyinfra is refused when pyinfra_ext loads (tests/unit/test_pyinfra_ext.py)."""
     module = op_order._operation
     monkeypatch.setattr(module, "get_operation_order_from_stack", op_order._ORIGINAL)
-    monkeypatch.setattr(pyinfra, "__version__", "3.11.0")
-    op_order.install()
-    assert module.get_operation_order_from_stack is op_order._ORIGINAL
-    monkeypatch.setattr(pyinfra, "__version__", "3.10.0")
     op_order.install()
     assert module.get_operation_order_from_stack is op_order.operation_order

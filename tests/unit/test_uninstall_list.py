@@ -35,7 +35,12 @@ NOT_CREATED = {
 
 def named_paths() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
-    sources = [*REPO.glob("roles/**/*.py"), REPO / "control/layout.py", REPO / "control/defaults.py"]
+    sources = [
+        *REPO.glob("roles/**/*.py"),
+        *REPO.glob("pyinfra_ext/*.py"),
+        REPO / "control/layout.py",
+        REPO / "control/defaults.py",
+    ]
     for path in sources:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):

@@ -15,7 +15,6 @@ import sys
 import pyinfra
 from pyinfra.api import util
 
-PINNED = "3.10."  # the version whose function this one stands in for (requirements.txt)
 _operation = sys.modules["pyinfra.api.operation"]  # `pyinfra.api.operation` the name is the decorator
 _ORIGINAL = util.get_operation_order_from_stack
 
@@ -43,6 +42,5 @@ def operation_order(state) -> list[int]:
 
 
 def install() -> None:
-    """Once per process, for the pinned pyinfra only (another version keeps its own)."""
-    if pyinfra.__version__.startswith(PINNED):
-        _operation.get_operation_order_from_stack = operation_order
+    """Once per process (pyinfra_ext refuses to load on a pyinfra other than the pinned one)."""
+    _operation.get_operation_order_from_stack = operation_order
