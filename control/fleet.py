@@ -242,4 +242,3 @@ def gateway_for_current_host() -> Profile:
         return gateway_profile(current_host.name, current_host.data.dict())
     except ProfileError as e:
         fail(e)
-        raise  # unreachable: fail() exits

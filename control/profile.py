@@ -19,7 +19,7 @@ import os
 import re
 import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 from control import run_limit
 from control.connection import (
@@ -388,7 +388,7 @@ def build(host: str, data: dict[str, Any], api_key_present: bool | None = None) 
     return Profile(host, values)
 
 
-def fail(error: ProfileError) -> None:
+def fail(error: ProfileError) -> NoReturn:
     """Refuse: this host only while deploy.py plans it inside host_refusals() (HostRefused), else
     print the problems for a person and end the run non-zero, without a traceback."""
     hosts_named = {p.host for p in error.problems}
@@ -400,7 +400,7 @@ def fail(error: ProfileError) -> None:
     raise SystemExit(2)
 
 
-def refuse(key: str, problem: str, fix: str, host: str | None = None) -> None:
+def refuse(key: str, problem: str, fix: str, host: str | None = None) -> NoReturn:
     """Refuse the current pyinfra host (or `host`): the key, what is wrong, and how to fix it."""
     fail(ProfileError([Problem(host or current_host.name, key, problem, fix)]))
 
@@ -624,4 +624,3 @@ def for_current_host() -> Profile:
         return build(current_host.name, current_host.data.dict())
     except ProfileError as e:
         fail(e)
-        raise  # unreachable: fail() exits

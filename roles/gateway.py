@@ -29,7 +29,7 @@ from pyinfra.facts.files import FileContents
 from pyinfra.operations import server, systemd
 
 from control.engine_lock import LockError, fetch, parse_lock
-from control.profile import Problem, Profile, ProfileError, fail
+from control.profile import Profile, refuse
 from control.pypi_cache import cache_root
 from pyinfra_ext import memo
 from roles.facts.engine import WheelhouseFiles
@@ -107,8 +107,7 @@ def wheels(p: Profile) -> list[Path]:
         # A wheelhouse of its own: the engine's (CPython 3.11) would hand back cp311 files.
         return fetch(pins, dest=cache_root() / f"wheelhouse-py{PYTHON}", py=PYTHON)
     except LockError as e:
-        fail(ProfileError([Problem(p.host, "locks/gateway.txt", str(e), "run `make gateway-lock`")]))
-        raise  # unreachable: fail() exits
+        refuse("locks/gateway.txt", str(e), "run `make gateway-lock`", host=p.host)
 
 
 def venv_commands(d: str, wheelhouse: str, lock_dest: str, lock_sha: str) -> list[str]:

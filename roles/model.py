@@ -211,7 +211,6 @@ def first_lock(profile: Profile, repo_id: str, revision: str, token: str | None)
             f"{repo_id}@{revision} is not in locks/model.json and could not be locked: {e}",
             "check hf_endpoint and the token of a gated repo, or set model_revision to a commit",
         )
-        return None
     logger.warning(
         f"[{host.name}] locks/model.json: {repo_id}@{revision} is now locked to {commit} (asked the hub once). "
         "Commit locks/model.json so every host and every later run serves this commit; "
@@ -235,8 +234,12 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
     try:
         token = read_token(profile)
     except ModelError as e:
-        refuse("hf_token_vault", str(e), "fix the vault file or its password, as the message says")
-        return None
+        refuse(
+            "hf_token_vault",
+            str(e),
+            "give the vault's password (ANSIBLE_VAULT_PASSWORD_FILE or GLM_FLASH_VAULT_PASSWORD) and check "
+            "that `ansible-vault view` of the file shows the token",
+        )
     try:
         commit = commit_for(repo_id, revision)
     except ModelLockError:
@@ -250,7 +253,6 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
             f"{profile.huggingface_hub_version} differs from the downloader lock's {hub_version(requirements)}",
             "edit locks/model-downloader.in and run `make model-downloader-lock`, or use the lock's version",
         )
-        return None
     locked_from = f" ({revision})" if revision != commit else ""
     try:
         wheels = downloader_wheels(requirements)
@@ -260,7 +262,6 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
             str(e),
             "check this machine's network access to PyPI (GLM_FLASH_PYPI_SIMPLE names a mirror), then deploy again",
         )
-        return None
     venv = layout.hub_venv(profile)
     packages.installed(["python3-venv"], name="python3-venv (the model downloader's environment)")
     downloader_installed(

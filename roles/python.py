@@ -18,6 +18,8 @@ roles/operations/python.py.
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from control import layout
 from control.profile import Profile
 from control.profile import refuse as profile_refuse
@@ -29,7 +31,7 @@ from roles.operations import packages, paths
 from roles.operations.python import interpreter_installed
 
 
-def refuse(profile: Profile, e: Exception) -> None:
+def refuse(profile: Profile, e: Exception) -> NoReturn:
     """Stop this host's deploy: the interpreter could not be had on the control machine."""
     if profile.python_source:
         key = "python_source"
