@@ -31,6 +31,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
+from control import layout
 from control.pypi_cache import (
     FetchError,
     HashMismatch,
@@ -42,8 +43,8 @@ from control.pypi_cache import (
     sha256_file,
 )
 
-REPO = Path(__file__).resolve().parent.parent
-LOCK_DIR = REPO / "locks" / "engine"
+REPO = layout.REPO
+LOCK_DIR = layout.LOCKS / "engine"
 PYPI_SIMPLE = os.environ.get("GLM_FLASH_PYPI_SIMPLE", "https://pypi.org/simple")
 # Bumped when the host-side build steps change in a way that needs a fresh environment.
 BUILD_STEPS_VERSION = "1"

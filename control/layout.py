@@ -1,6 +1,7 @@
 """Where things live, on the host and on the control machine: every path the roles agree on.
 
-Host paths derive from two knobs (install_root, service_user); nothing else builds them.
+Host paths derive from two knobs (install_root, service_user); nothing else builds them
+(tests/unit/test_layout_paths.py reads the other modules for one). The repo root is REPO.
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ STATUS_FILE = f"{CONF_DIR}/status.json"
 # Root only (0700): secrets staged before their rename into place, the hub token until the
 # download unit has read it (roles/operations/secrets.py, checkpoint.py).
 SECRETS_DIR = f"{CONF_DIR}/secrets"
+ENV_FILE = f"{CONF_DIR}/glm-flash.env"  # the engine's environment, read by the unit
+LAUNCH_SPEC = f"{CONF_DIR}/launch.json"  # the engine's command line, as glm-flash-engine runs it
+API_KEY = f"{CONF_DIR}/api-key"
 UNIT = "/etc/systemd/system/glm-flash.service"
+GPU_UNIT = "/etc/systemd/system/glm-flash-gpu.service"
+LOG_DIR = "/var/log/glm-flash"
+CUDA_HEADER_LOG = f"{LOG_DIR}/cuda-header.log"  # the dpkg hook's runs of the header fix
+# The fleet's router (roles/gateway.py); its environment lives under the gateway_dir knob.
+GATEWAY_CONF_DIR = "/etc/glm-flash-gateway"
+GATEWAY_UNIT = "/etc/systemd/system/glm-flash-gateway.service"
 
 
 def bin_dir(profile) -> str:
@@ -28,6 +38,25 @@ def bin_dir(profile) -> str:
 
 def tool(profile, name: str) -> str:
     return f"{bin_dir(profile)}/{name}"
+
+
+def interpreters_dir(install_root: str) -> str:
+    """The engine interpreters' directory (the knob's value: control/python_pack.py has no profile)."""
+    return f"{install_root}/python"
+
+
+def cuda_patch_dir(profile) -> str:
+    return f"{profile.install_root}/patches/cuda"
+
+
+def cuda_patch_set(profile) -> str:
+    """The CUDA header patch set, as the host tools read it (roles/cuda_header.py)."""
+    return f"{cuda_patch_dir(profile)}/math_functions-12.json"
+
+
+def fleet_dir(profile) -> str:
+    """The fleet's manifests and markers (roles/fleet_artifacts.py)."""
+    return f"{profile.install_root}/fleet"
 
 
 def engine_root(profile) -> str:

@@ -22,7 +22,9 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-LOCK = Path(__file__).resolve().parent.parent / "locks" / "model.json"
+from control import layout
+
+LOCK = layout.LOCKS / "model.json"
 COMMIT = re.compile(r"[0-9a-f]{40}")
 
 

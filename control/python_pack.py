@@ -18,6 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from control import layout
 from control.engine_lock import tools_bin
 from control.profile import Profile
 from control.pypi_cache import cache_root, distrust, progress, sha256_file
@@ -50,7 +51,7 @@ class Artifact:
     source_prefix: str  # sys.prefix of the source tree (baked into its sysconfig)
 
     def host_dir(self, install_root: str) -> str:
-        return f"{install_root}/python/{self.name}"
+        return f"{layout.interpreters_dir(install_root)}/{self.name}"
 
     def host_python(self, install_root: str) -> str:
         major_minor = ".".join(self.version.split(".")[:2])

@@ -13,25 +13,24 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 
 import yaml
 
+from control import layout
 from control.profile import Profile
 from control.report import skipped
 from roles.operations import paths
 from roles.operations.cuda_header import headers_fixed
 from roles.operations.uploads import host_tool, template
 
-PATCH_YAML = Path(__file__).resolve().parent.parent / "patches" / "cuda" / "math_functions-12.yaml"
+PATCH_YAML = layout.PATCHES / "cuda" / "math_functions-12.yaml"
 TOOL = "glm-flash-fix-cuda-header"
 HOOK = "/etc/apt/apt.conf.d/60glm-flash-cuda-header"
-HOOK_LOG = "/var/log/glm-flash/cuda-header.log"
+HOOK_LOG = layout.CUDA_HEADER_LOG
 
 
 def locations(profile: Profile) -> dict[str, str]:
-    root = profile.install_root
-    return {"tool": f"{root}/bin/{TOOL}", "patch_set": f"{root}/patches/cuda/math_functions-12.json"}
+    return {"tool": layout.tool(profile, TOOL), "patch_set": layout.cuda_patch_set(profile)}
 
 
 def patch_set_json() -> str:
@@ -45,11 +44,11 @@ def apply(profile: Profile) -> None:
         paths.absent(HOOK, name="No CUDA header dpkg hook (fix_cuda_header is false)")
         skipped("CUDA 12.x header fix", "fix_cuda_header is false in the profile")
         return
-    bin_dir = str(Path(p["tool"]).parent)
+    bin_dir = layout.bin_dir(profile)
     paths.directory(name="Host tools directory", path=bin_dir, mode="755")
     host_tool(TOOL, bin_dir)
-    paths.link(name=f"Link /usr/local/sbin/{TOOL}", path=f"/usr/local/sbin/{TOOL}", target=p["tool"])
-    paths.directory(name="Patch sets directory", path=str(Path(p["patch_set"]).parent), mode="755")
+    paths.link(name=f"Link {layout.SBIN}/{TOOL}", path=f"{layout.SBIN}/{TOOL}", target=p["tool"])
+    paths.directory(name="Patch sets directory", path=layout.cuda_patch_dir(profile), mode="755")
     paths.put(
         name=f"Install {p['patch_set']}",
         src=io.StringIO(patch_set_json()),

@@ -104,7 +104,11 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> engine.EngineResul
     for d in (f"{root}/locks", wheelhouse):
         paths.directory(name=f"Directory {d}", path=d, mode="755")
     paths.put(name=f"Lock of {env}", src=io.StringIO(lock_json(pins)), dest=lock_dest, mode="644")
-    host_python = art.host_python(profile.install_root) if art else f"{profile.install_root}/python/(not packed)"
+    host_python = (
+        art.host_python(profile.install_root)
+        if art
+        else f"{layout.interpreters_dir(profile.install_root)}/(not packed)"
+    )
     environment_built(
         name=f"Engine environment {env} built offline ({len(pins)} pinned packages)",
         tool=tool,

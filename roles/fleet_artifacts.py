@@ -135,10 +135,9 @@ def checkpoint_copied(
     they do nothing), so pyinfra runs the seed's serving before any receive, the receives before
     the seed stops."""
     SEEDED_BY.update(dict.fromkeys(lacking, seed.name))
-    base = profile.install_root
-    tool, peer = layout.tool(profile, "glm-flash-model-fetch"), f"{base}/bin/glm-flash-peer"
-    host_tool("glm-flash-peer", f"{base}/bin")
-    serve_unit, mfile, bind = f"{UNIT}-{unit}", f"{base}/fleet/{unit}.txt", address(seed)
+    tool, peer = layout.tool(profile, "glm-flash-model-fetch"), layout.tool(profile, "glm-flash-peer")
+    host_tool("glm-flash-peer", layout.bin_dir(profile))
+    serve_unit, mfile, bind = f"{UNIT}-{unit}", f"{layout.fleet_dir(profile)}/{unit}.txt", address(seed)
     originals = f" --originals {layout.PATCH_STATE}/originals"
     checkpoint = dict(seed=seed.name, path=path, tool=tool, repo_id=repo_id, commit=commit)
     checkpoint_exported(
@@ -153,7 +152,7 @@ def checkpoint_copied(
         **checkpoint,
         source=f"http://{bind}:{PEER_PORT}",
         peer_tool=peer,
-        marker=f"{base}/fleet/{unit}.json",
+        marker=f"{layout.fleet_dir(profile)}/{unit}.json",
         fetch_user=fetch_user,
         unit=f"{unit}-peer",
     )
@@ -169,12 +168,13 @@ def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root:
     workers = reached()
     if not entries or host not in workers:
         return
-    seed, base, root, q = workers[0], profile.install_root, root or profile.install_root, shlex.quote
+    seed, root, q = workers[0], root or profile.install_root, shlex.quote
     seed_address = address(seed)
-    tool, mfile, unit = f"{base}/bin/glm-flash-peer", f"{base}/fleet/{name}.txt", f"{UNIT}-{name}"
-    paths.directory(name="Fleet directory", path=f"{base}/fleet", mode="755")
-    paths.directory(name="Host tools directory", path=f"{base}/bin", mode="755")
-    host_tool("glm-flash-peer", f"{base}/bin")
+    fleet_dir, bin_dir = layout.fleet_dir(profile), layout.bin_dir(profile)
+    tool, mfile, unit = layout.tool(profile, "glm-flash-peer"), f"{fleet_dir}/{name}.txt", f"{UNIT}-{name}"
+    paths.directory(name="Fleet directory", path=fleet_dir, mode="755")
+    paths.directory(name="Host tools directory", path=bin_dir, mode="755")
+    host_tool("glm-flash-peer", bin_dir)
     paths.put(
         name=f"Manifest of the fleet's {name} ({len(entries)} files)",
         src=StringIO("".join(e.line() for e in entries)),

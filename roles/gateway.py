@@ -28,6 +28,7 @@ from pyinfra import host
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import server, systemd
 
+from control import layout
 from control.engine_lock import LockError, fetch, parse_lock
 from control.profile import Profile, refuse
 from control.pypi_cache import cache_root
@@ -38,10 +39,10 @@ from roles.operations.secrets import Secret, secret_file
 from roles.operations.service_restart import started_from_disk
 from roles.operations.uploads import host_tool, template
 
-LOCK = Path(__file__).resolve().parent.parent / "locks" / "gateway.txt"
+LOCK = layout.LOCKS / "gateway.txt"
 PYTHON = "3.13"  # Debian 13's python3, which the lock is compiled for
-CONF_DIR = "/etc/glm-flash-gateway"
-UNIT = "/etc/systemd/system/glm-flash-gateway.service"
+CONF_DIR = layout.GATEWAY_CONF_DIR
+UNIT = layout.GATEWAY_UNIT
 MARKER = ".glm-flash-lock"  # in the venv: the sha256 of the lock it was built from
 # Points `venv` (argv[1]) at argv[2] in one rename, durably. The first time `venv` is the real
 # directory of an older deploy: renameat2(RENAME_EXCHANGE) swaps it with the new link at once.

@@ -57,7 +57,7 @@ from roles.operations.uploads import host_tool
 
 __all__ = ["ModelCheck", "apply", "read_token", "ready"]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = layout.REPO
 FETCH = "glm-flash-model-fetch"
 REQUIREMENTS = REPO / "files" / "hf-hub-requirements.txt"
 

@@ -60,7 +60,9 @@ def apply(profile: Profile) -> Artifact | None:
         name="Libraries the engine's CPython links against",
         no_recommends=True,
     )
-    paths.directory(name="Engine interpreters directory", path=f"{profile.install_root}/python", mode="755")
+    paths.directory(
+        name="Engine interpreters directory", path=layout.interpreters_dir(profile.install_root), mode="755"
+    )
     if art is None:
         skipped("engine interpreter", "dry run: CPython is not packed yet; the real run packs and installs it")
         return None

@@ -8,7 +8,7 @@ from io import StringIO
 
 from pyinfra import host
 
-from control.layout import SECRETS_DIR, bin_dir, engine_root
+from control.layout import API_KEY, CONF_DIR, ENV_FILE, GPU_UNIT, LAUNCH_SPEC, SECRETS_DIR, UNIT, bin_dir, engine_root
 from control.layout import service_home as state_dir
 from control.profile import Profile
 from control.report import skipped
@@ -22,13 +22,10 @@ from roles.operations.secrets import Secret, secret_file
 from roles.operations.service_restart import started_from_disk
 from roles.operations.uploads import template
 
-UNIT = "/etc/systemd/system/glm-flash.service"
-GPU_UNIT = "/etc/systemd/system/glm-flash-gpu.service"
 # A log line carrying an API key value (`api_key='...'`, `"api-key": "..."`, but not None or
 # vLLM's redacted '***') or a bearer token. PCRE2, as LogFilterPatterns= takes it.
 KEY_LOG_PATTERN = r"""(?i)(api[_-]?key["']?\s*[:=]\s*(?!None\b|["']\*+["'])\S|\bBearer\s+\S)"""
 LOG_FILTER_SYSTEMD = 253  # LogFilterPatterns= (systemd.exec(5), "Added in version 253")
-CONF_DIR = "/etc/glm-flash"
 # In each engine environment: the launch spec and environment file written for it, the ones its
 # own parser accepted; glm-flash-rollback puts them back with the environment (files/glm-flash-engine).
 SERVICE_RECORD = ".glm-flash-service"
@@ -70,9 +67,9 @@ def start_inputs(profile: Profile) -> list[str]:
     return [
         UNIT,
         GPU_UNIT,
-        f"{CONF_DIR}/glm-flash.env",
-        f"{CONF_DIR}/launch.json",
-        f"{CONF_DIR}/api-key",
+        ENV_FILE,
+        LAUNCH_SPEC,
+        API_KEY,
         current,  # the link itself: its mtime is when the engine was switched
         f"{current}/{SET_DIR_NAME}",  # the engine patch sets (replaced when the edits change)
     ]
@@ -111,11 +108,11 @@ def apply(profile: Profile, engine: EngineResult) -> None:
         secret_file(
             name="API key (from the control machine's environment; compared by hash, never shown)",
             secret=Secret(api_key),
-            dest=f"{CONF_DIR}/api-key",
+            dest=API_KEY,
             stage_dir=SECRETS_DIR,
         )
     else:
-        paths.absent(f"{CONF_DIR}/api-key", name="No API key configured")
+        paths.absent(API_KEY, name="No API key configured")
     template("glm-flash-gpu.service.j2", GPU_UNIT, name="glm-flash-gpu.service unit")
     context = unit_context(profile, bool(api_key), memo.fact(host, SystemdVersion))
     template("glm-flash.service.j2", UNIT, name="glm-flash.service unit", **context)

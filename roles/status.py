@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 from io import StringIO
 
+from control.layout import STATUS_FILE
 from control.profile import Profile
 from roles.operations import paths
 from roles.operations.driver import KEYRING, SOURCES_FILE
 
-PATH = "/etc/glm-flash/status.json"
+PATH = STATUS_FILE
 KEYS = (
     "platform",
     "gpu_count",

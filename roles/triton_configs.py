@@ -30,7 +30,7 @@ from control.profile import Profile
 from control.report import skipped
 from roles.operations import paths
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = layout.REPO
 MOE_NAME = re.compile(
     r"^E=\d+,N=\d+,device_name=[^,/]+(,dtype=[^,/]+)?(,block_shape=\[\d+, \d+\])?"
     r"(,per_channel_quant=True)?(_down)?\.json$"

@@ -110,7 +110,11 @@ class Recorder:
         for module in modules:
             for attr in dir(module):
                 obj = getattr(module, attr)
-                if callable(obj) and hasattr(obj, "_inner") and getattr(obj, "__module__", "").startswith("roles."):
+                if (
+                    callable(obj)
+                    and hasattr(obj, "_inner")
+                    and getattr(obj, "__module__", "").startswith(("roles.", "pyinfra_ext."))
+                ):
                     monkeypatch.setattr(module, attr, self.wrap(obj))
 
     @property

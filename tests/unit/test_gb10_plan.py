@@ -100,7 +100,7 @@ class Plan:
         return [cmd for c in self.find(text) for cmd in c[2].get("commands", [])]
 
 
-OURS = ("roles.",)
+OURS = ("roles.", "pyinfra_ext.")
 # Ours, but thin checks in front of pyinfra's own files/server operations: recorded like those.
 OPAQUE = ("roles.operations.paths", "roles.operations.accounts", "roles.operations.packages", "roles.operations.units")
 
@@ -146,10 +146,12 @@ def run_deploy(
     import importlib
     import pkgutil
 
+    import pyinfra_ext
     import roles.operations
 
     ours = [f"roles.{i.name}" for i in pkgutil.iter_modules(roles.__path__)]
     ours += [f"roles.operations.{i.name}" for i in pkgutil.iter_modules(roles.operations.__path__)]
+    ours += [f"pyinfra_ext.{i.name}" for i in pkgutil.iter_modules(pyinfra_ext.__path__)]
     for name in ours:
         try:
             module = importlib.import_module(name)
