@@ -5,7 +5,8 @@ the engine with the sha256 of each file PyPI has for that version. This module:
 
 - parses a lock into `Pin(name, version, hashes)`;
 - picks, per pin, the one file that installs on the engine's target (CPython 3.11,
-  manylinux x86_64, glibc <= 2.35 tags): a compatible wheel, else the sdist;
+  manylinux x86_64, glibc <= 2.35 tags): the wheel pip would pick (packaging.tags gives the
+  tags and their order), else the sdist;
 - downloads that file once into `${GLM_FLASH_CACHE}/wheelhouse`, checked against the lock's
   hash, so a second run needs no network;
 - names the environment a lock builds: `<engine_set>-<12 hex of lock + interpreter + steps>`;
@@ -28,6 +29,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging import tags
+from packaging.tags import Tag
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
@@ -140,57 +143,52 @@ def pin_of(pins: list[Pin], name: str) -> Pin | None:
 # --- which file of a pin installs on the target ------------------------------------------
 
 
-def target_tags(py: str = "3.11", glibc_max: tuple[int, int] = (2, 35)) -> dict[str, set[str]]:
-    """Interpreter, ABI and platform tags a CPython `py` on manylinux x86_64 accepts."""
-    major, minor = (int(x) for x in py.split("."))
-    interp = {f"cp{major}{minor}", f"py{major}{minor}", f"py{major}", "py2.py3"}
-    interp |= {f"cp{major}{m}" for m in range(2, minor + 1)}  # abi3 wheels built for older CPython
-    interp |= {f"py{major}{m}" for m in range(0, minor + 1)}
-    abis = {f"cp{major}{minor}", "abi3", "none"}
-    plats = {"any", "manylinux1_x86_64", "manylinux2010_x86_64", "manylinux2014_x86_64"}
-    plats |= {f"manylinux_{glibc_max[0]}_{m}_x86_64" for m in range(5, glibc_max[1] + 1)}
-    return {"interpreter": interp, "abi": abis, "platform": plats}
+def manylinux_platforms(glibc_max: tuple[int, int], arch: str = "x86_64") -> list[str]:
+    """The manylinux platform tags a glibc `glibc_max` system accepts, best first (pip's order:
+    the newest glibc first, each legacy alias right after the PEP 600 tag it stands for). Written
+    out because packaging.tags reads the running system's glibc, not the host's."""
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    out = []
+    for minor in range(glibc_max[1], 4, -1):
+        out.append(f"manylinux_{glibc_max[0]}_{minor}_{arch}")
+        if minor in legacy:
+            out.append(f"{legacy[minor]}_{arch}")
+    return out
 
 
-def wheel_fits(filename: str, tags: dict[str, set[str]], py: str = "3.11") -> bool:
+def target_tags(py: str = "3.11", glibc_max: tuple[int, int] = (2, 35)) -> list[Tag]:
+    """The tags CPython `py` on manylinux x86_64 accepts, best first: packaging.tags, the list
+    pip itself builds (cpython_tags then compatible_tags), for the host's interpreter and glibc."""
+    version = tuple(int(x) for x in py.split("."))
+    platforms = manylinux_platforms(glibc_max)
+    interpreter = f"cp{version[0]}{version[1]}"
+    return [
+        *tags.cpython_tags(version, abis=[interpreter], platforms=platforms),
+        *tags.compatible_tags(version, interpreter=interpreter, platforms=platforms),
+    ]
+
+
+def _priority(filename: str, order: dict[Tag, int]) -> int | None:
+    """Where the wheel's best tag stands in `order` (lower is better), None if none of its tags is there."""
     _, _, _, wtags = parse_wheel_filename(filename)
-    own = f"cp{py.replace('.', '')}"
-    for t in wtags:
-        if t.platform not in tags["platform"] or t.abi not in tags["abi"]:
-            continue
-        if t.interpreter not in tags["interpreter"]:
-            continue
-        # a cpXY interpreter tag with a cpXY ABI must be exactly ours; cpXY-abi3 may be older
-        if t.interpreter.startswith("cp") and t.abi != "abi3" and t.interpreter != own:
-            continue
-        return True
-    return False
+    return min((order[t] for t in wtags if t in order), default=None)
 
 
-def _wheel_rank(filename: str) -> tuple:
-    """Prefer the most specific wheel: cp311 ABI over abi3 over none, the closest interpreter
-    tag, then the newest manylinux."""
-    _, _, _, wtags = parse_wheel_filename(filename)
-    best = (0, 0, 0)
-    for t in wtags:
-        abi = 2 if t.abi.startswith("cp") else 1 if t.abi == "abi3" else 0
-        # closest interpreter first: cp311/py311 over py310 ... over py3 over py2.py3
-        m = re.fullmatch(r"(?:cp|py)3(\d+)", t.interpreter)
-        interp = 100 + int(m.group(1)) if m else 1 if t.interpreter == "py3" else 0
-        m = re.match(r"manylinux_\d+_(\d+)_", t.platform)
-        glibc = (
-            int(m.group(1))
-            if m
-            else {"manylinux2014_x86_64": 17, "manylinux2010_x86_64": 12, "manylinux1_x86_64": 5}.get(t.platform, 0)
-        )
-        best = max(best, (abi, interp, glibc))
-    return best
+def _order(accepted: list[Tag]) -> dict[Tag, int]:
+    order: dict[Tag, int] = {}
+    for i, t in enumerate(accepted):
+        order.setdefault(t, i)
+    return order
+
+
+def wheel_fits(filename: str, accepted: list[Tag]) -> bool:
+    return _priority(filename, _order(accepted)) is not None
 
 
 def choose_file(pin: Pin, files: list[dict], py: str = "3.11", glibc_max: tuple[int, int] = (2, 35)) -> dict:
     """The file of `pin` to install: among files whose sha256 the lock allows, the best
     compatible wheel, else the sdist. `files` are PEP 691 entries ({filename, url, hashes})."""
-    tags = target_tags(py, glibc_max)
+    order = _order(target_tags(py, glibc_max))
     allowed = [f for f in files if f.get("hashes", {}).get("sha256") in pin.hashes and not f.get("yanked")]
     wheels = []
     sdists = []
@@ -201,7 +199,7 @@ def choose_file(pin: Pin, files: list[dict], py: str = "3.11", glibc_max: tuple[
             if (
                 canonicalize_name(name) == pin.name
                 and str(version) == str(_norm_version(pin.version))
-                and wheel_fits(fn, tags, py)
+                and _priority(fn, order) is not None
             ):
                 wheels.append(f)
         elif fn.endswith((".tar.gz", ".zip")):
@@ -212,7 +210,8 @@ def choose_file(pin: Pin, files: list[dict], py: str = "3.11", glibc_max: tuple[
             if canonicalize_name(name) == pin.name and str(version) == str(_norm_version(pin.version)):
                 sdists.append(f)
     if wheels:
-        return max(wheels, key=lambda f: (_wheel_rank(f["filename"]), f["filename"]))
+        # pip's choice: the wheel whose best tag comes first (two with the same tag: the last name)
+        return max(wheels, key=lambda f: (-_priority(f["filename"], order), f["filename"]))
     if sdists:
         return sorted(sdists, key=lambda f: f["filename"])[0]
     raise LockError(

@@ -10,9 +10,12 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import platform
+import sys
 from pathlib import Path
 
 import pytest
+from packaging import tags
 
 from control.defaults import KNOBS
 from control.engine_lock import (
@@ -238,3 +241,56 @@ def test_small_fact_parsers():
     }
     assert PythonArtifact().process(["f" * 64]) == "f" * 64
     assert PythonArtifact().process([]) is None and PythonArtifact().process(["garbage"]) is None
+
+
+# --- the real locks: the file chosen for every pin -------------------------------------------
+# tests/unit/data/lock_file_choices.json: for every pin of locks/engine/*.txt and locks/gateway.txt,
+# the files PyPI had for that version with a locked hash (PEP 691 file lists, fetched 2026-12-02,
+# each filename after its "<name>-<version>" kept once in "suffixes"), and the file the code chose
+# before it used packaging.tags (control/engine_lock.py's own tag rules and ranking), which is also
+# the file the shared wheelhouse cache's index recorded from earlier deploys, pin for pin.
+CHOICES = Path(__file__).parent / "data" / "lock_file_choices.json"
+
+
+def recorded_choices():
+    data = json.loads(CHOICES.read_text())
+    suffixes = data["suffixes"]
+    for path, lock in sorted(data["locks"].items()):
+        pins = {p.requirement: p for p in parse_lock((REPO / path).read_text(), path)}
+        assert sorted(pins) == sorted(lock["pins"]), f"{path} changed since the recording"
+        for requirement, (files, chosen) in lock["pins"].items():
+            pin = pins[requirement]
+            named = [recorded_name(pin, suffixes[i]) for i in files]
+            yield (
+                path,
+                lock["python"],
+                pin,
+                [f(n, h=pin.hashes[0]) for n in named],
+                recorded_name(pin, suffixes[chosen]),
+            )
+
+
+def recorded_name(pin: Pin, suffix: str) -> str:
+    dist = pin.name.replace("-", "_")
+    return f"{dist}-{pin.version}{suffix}" if suffix.startswith(".") else f"{dist}-{pin.version}-{suffix}"
+
+
+def test_every_pin_of_the_real_locks_keeps_its_file():
+    seen = 0
+    for path, py, pin, files, chosen in recorded_choices():
+        assert choose_file(pin, files, py)["filename"] == chosen, f"{path}: {pin.requirement}"
+        seen += 1
+    assert seen == 555
+
+
+@pytest.mark.skipif(
+    not (sys.implementation.name == "cpython" and sys.version_info[:2] == (3, 11) and platform.machine() == "x86_64")
+    or platform.libc_ver()[0] != "glibc",
+    reason="compares with this machine's own tags: needs CPython 3.11 on glibc x86_64",
+)
+def test_target_tags_are_pips_own_order():
+    """On this machine (CPython 3.11, x86_64), pip's list of tags is packaging.tags.sys_tags(): ours
+    for this glibc is the same list in the same order, but for linux_x86_64 (the build machine's own
+    platform, which PyPI does not take)."""
+    glibc = tuple(int(x) for x in platform.libc_ver()[1].split(".")[:2])
+    assert target_tags("3.11", glibc) == [t for t in tags.sys_tags() if t.platform != "linux_x86_64"]
