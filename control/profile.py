@@ -18,7 +18,8 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from control import run_limit
@@ -195,154 +196,215 @@ def _unknown_key(host: str, key: Any) -> Problem:
     return Problem(host, key, "unknown key", fix)
 
 
-def _cross_checks(host: str, v: dict[str, Any]) -> Iterable[Problem]:
-    """Settings that contradict each other or what the field report measured."""
-    alloc = v["pytorch_alloc_conf"] or ""
-    if "expandable_segments:true" in alloc.replace(" ", "").lower() and v["tp_size"] > 1:
-        yield Problem(
-            host,
-            "pytorch_alloc_conf",
-            "expandable_segments with tp_size > 1 breaks CUDA graph capture "
-            "(custom all-reduce buffers cannot be IPC-exported)",
-            "remove expandable_segments, or set tp_size: 1",
-        )
-    if v["platform"] == "l40s":
-        if v["gpu_compute_capability"] in ("8.6", "8.9") and v["chunked_prefill_size"] > 32768:
-            yield Problem(
-                host,
-                "chunked_prefill_size",
+@dataclass(frozen=True)
+class Rule:
+    """One check across settings: where `broken(values)` holds, `key` is refused with `problem` and
+    `fix` (each a text, or a function of the values that gives it)."""
+
+    key: str
+    broken: Callable[[dict[str, Any]], bool]
+    problem: str | Callable[[dict[str, Any]], str]
+    fix: str | Callable[[dict[str, Any]], str]
+
+    def check(self, host: str, v: dict[str, Any]) -> Problem | None:
+        if not self.broken(v):
+            return None
+        problem, fix = (x(v) if callable(x) else x for x in (self.problem, self.fix))
+        return Problem(host, self.key, problem, fix)
+
+
+def _bad_graph_sizes(v: dict[str, Any]) -> bool:
+    return any((not isinstance(b, int) or isinstance(b, bool) or b < 1) for b in v["cuda_graph_bs"])
+
+
+def _python_source_lacks_python(v: dict[str, Any]) -> bool:
+    src = v["python_source"]
+    return bool(src) and not os.path.isfile(
+        os.path.join(os.path.expanduser(src), "bin", "python" + v["python_version"])
+    )
+
+
+def _runfile_name(v: dict[str, Any]) -> str:
+    return v["cuda_runfile_url"].rsplit("/", 1)[-1]
+
+
+def _token_in_clear(v: dict[str, Any]) -> str:
+    """The hub token that a plain-http, non-loopback hf_endpoint would carry in clear, or ""."""
+    endpoint = v["hf_endpoint"]
+    if not endpoint.startswith("http://") or _loopback_url(endpoint):
+        return ""
+    return "hf_token_vault" if v["hf_token_vault"] else v["hf_token_env"] if os.environ.get(v["hf_token_env"]) else ""
+
+
+# Checked first, on every platform.
+BEFORE = [
+    Rule(
+        "pytorch_alloc_conf",
+        lambda v: (
+            "expandable_segments:true" in (v["pytorch_alloc_conf"] or "").replace(" ", "").lower() and v["tp_size"] > 1
+        ),
+        "expandable_segments with tp_size > 1 breaks CUDA graph capture "
+        "(custom all-reduce buffers cannot be IPC-exported)",
+        "remove expandable_segments, or set tp_size: 1",
+    ),
+]
+# Per platform, in this order.
+PLATFORM_RULES: dict[str, list[Rule]] = {
+    "l40s": [
+        Rule(
+            "chunked_prefill_size",
+            lambda v: v["gpu_compute_capability"] in ("8.6", "8.9") and v["chunked_prefill_size"] > 32768,
+            lambda v: (
                 f"{v['chunked_prefill_size']} runs out of memory on sm_86/sm_89 "
-                "(the field report crashed at 40960 in the mHC fp32 fallback)",
-                "use 32768 or less",
-            )
-        if v["tp_size"] > v["gpu_count"] and v["require_gpu"]:
-            yield Problem(
-                host,
-                "tp_size",
-                f"{v['tp_size']} exceeds gpu_count {v['gpu_count']}",
-                "set tp_size to at most the number of GPUs",
-            )
-        if v["gpu_compute_capability"] == "9.0":
-            yield Problem(
-                host,
-                "gpu_compute_capability",
-                "sglang-kt's GLM-5 config rejects sm_90 (Hopper)",
-                "use 8.6, 8.9 or a Blackwell capability",
-            )
-        if v["driver_source"] == "debian" and v["cuda_version"].startswith(("12.8", "12.9", "13.")):
-            yield Problem(
-                host,
-                "driver_source",
-                f"Debian 13 ships driver 550, CUDA {v['cuda_version']} needs 570.26 or newer",
-                "use driver_source: 'nvidia-repo' (or a local mirror of it via nvidia_repo_url)",
-            )
-        if v["require_gpu"] and v["gpu_count"] == 0:
-            yield Problem(
-                host, "gpu_count", "0 GPUs with require_gpu true", "set gpu_count, or require_gpu: false for a test box"
-            )
-        if any((not isinstance(b, int) or isinstance(b, bool) or b < 1) for b in v["cuda_graph_bs"]):
-            yield Problem(
-                host,
-                "cuda_graph_bs",
-                f"{v['cuda_graph_bs']!r} must hold positive whole numbers",
-                "write e.g. [1, 2, 4, 8, 16]",
-            )
-        elif not any(b <= v["max_mamba_cache_size"] for b in v["cuda_graph_bs"]):
-            yield Problem(
-                host,
-                "cuda_graph_bs",
+                "(the field report crashed at 40960 in the mHC fp32 fallback)"
+            ),
+            "use 32768 or less",
+        ),
+        Rule(
+            "tp_size",
+            lambda v: v["tp_size"] > v["gpu_count"] and v["require_gpu"],
+            lambda v: f"{v['tp_size']} exceeds gpu_count {v['gpu_count']}",
+            "set tp_size to at most the number of GPUs",
+        ),
+        Rule(
+            "gpu_compute_capability",
+            lambda v: v["gpu_compute_capability"] == "9.0",
+            "sglang-kt's GLM-5 config rejects sm_90 (Hopper)",
+            "use 8.6, 8.9 or a Blackwell capability",
+        ),
+        Rule(
+            "driver_source",
+            lambda v: v["driver_source"] == "debian" and v["cuda_version"].startswith(("12.8", "12.9", "13.")),
+            lambda v: f"Debian 13 ships driver 550, CUDA {v['cuda_version']} needs 570.26 or newer",
+            "use driver_source: 'nvidia-repo' (or a local mirror of it via nvidia_repo_url)",
+        ),
+        Rule(
+            "gpu_count",
+            lambda v: v["require_gpu"] and v["gpu_count"] == 0,
+            "0 GPUs with require_gpu true",
+            "set gpu_count, or require_gpu: false for a test box",
+        ),
+        Rule(
+            "cuda_graph_bs",
+            _bad_graph_sizes,
+            lambda v: f"{v['cuda_graph_bs']!r} must hold positive whole numbers",
+            "write e.g. [1, 2, 4, 8, 16]",
+        ),
+        Rule(
+            "cuda_graph_bs",
+            lambda v: not _bad_graph_sizes(v) and not any(b <= v["max_mamba_cache_size"] for b in v["cuda_graph_bs"]),
+            lambda v: (
                 f"every size is above max_mamba_cache_size {v['max_mamba_cache_size']}, "
-                "so no CUDA graph would be captured",
-                "include sizes up to max_mamba_cache_size",
-            )
-        if v["kt_gpu_prefill_token_threshold"] > v["chunked_prefill_size"]:
-            yield Problem(
-                host,
-                "kt_gpu_prefill_token_threshold",
-                "is larger than chunked_prefill_size, so GPU prefill never runs",
-                "keep it at or below chunked_prefill_size",
-            )
-        if v["context_length"] > 1048576:
-            yield Problem(
-                host, "context_length", "GLM-5.3-Flash is not known to serve beyond 1M tokens", "use 524288 or less"
-            )
-        release = v["python_release"]
-        if not re.fullmatch(r"\d+\.\d+\.\d+", release) or not release.startswith(v["python_version"] + "."):
-            yield Problem(
-                host,
-                "python_release",
-                f"{release!r} is not a CPython {v['python_version']}.N release",
+                "so no CUDA graph would be captured"
+            ),
+            "include sizes up to max_mamba_cache_size",
+        ),
+        Rule(
+            "kt_gpu_prefill_token_threshold",
+            lambda v: v["kt_gpu_prefill_token_threshold"] > v["chunked_prefill_size"],
+            "is larger than chunked_prefill_size, so GPU prefill never runs",
+            "keep it at or below chunked_prefill_size",
+        ),
+        Rule(
+            "context_length",
+            lambda v: v["context_length"] > 1048576,
+            "GLM-5.3-Flash is not known to serve beyond 1M tokens",
+            "use 524288 or less",
+        ),
+        Rule(
+            "python_release",
+            lambda v: (
+                not re.fullmatch(r"\d+\.\d+\.\d+", v["python_release"])
+                or not v["python_release"].startswith(v["python_version"] + ".")
+            ),
+            lambda v: f"{v['python_release']!r} is not a CPython {v['python_version']}.N release",
+            lambda v: (
                 f"write a {v['python_version']}.N release that the pinned uv offers "
-                f"(`uv python list --all-versions {v['python_version']}`)",
-            )
-        src = v["python_source"]
-        if src and not os.path.isfile(os.path.join(os.path.expanduser(src), "bin", "python" + v["python_version"])):
-            yield Problem(
-                host,
-                "python_source",
-                f"{src!r} has no bin/python{v['python_version']} on the control machine",
-                f"name a CPython {v['python_version']} install tree, e.g. ~/.pyenv/versions/{v['python_version']}.x",
-            )
-    if v["driver_source"] == "nvidia-repo":
-        name = v["cuda_runfile_url"].rsplit("/", 1)[-1]
-        if v["platform"] == "l40s" and not re.fullmatch(
-            r"cuda_" + re.escape(v["cuda_version"]) + r"\.\d+_[0-9.]+_linux\.run", name
-        ):
-            yield Problem(
-                host,
-                "cuda_runfile_url",
-                f"{name!r} is not NVIDIA's x86_64 runfile of CUDA {v['cuda_version']} "
-                "(used when the repository has no cuda-toolkit package of that version)",
-                f"set cuda_runfile_url and cuda_runfile_sha256 to the cuda_{v['cuda_version']}.N runfile",
-            )
-    if v["platform"] == "gb10":
-        if not v["vllm_ref"]:
-            yield Problem(
-                host,
-                "vllm_ref",
-                "is empty; the GB10 engine is built from a pinned ref",
-                "set vllm_ref to the commit of the vLLM-Moet fork to build",
-            )
-        if v["driver_source"] != "preinstalled":
-            yield Problem(
-                host,
-                "driver_source",
-                "the GB10 box runs the driver that DGX OS ships",
-                "use driver_source: 'preinstalled'",
-            )
-        if not v["accept_drafter_license"]:
-            yield Problem(
-                host,
-                "accept_drafter_license",
+                f"(`uv python list --all-versions {v['python_version']}`)"
+            ),
+        ),
+        Rule(
+            "python_source",
+            _python_source_lacks_python,
+            lambda v: f"{v['python_source']!r} has no bin/python{v['python_version']} on the control machine",
+            lambda v: (
+                f"name a CPython {v['python_version']} install tree, e.g. ~/.pyenv/versions/{v['python_version']}.x"
+            ),
+        ),
+        Rule(
+            "cuda_runfile_url",
+            lambda v: (
+                v["driver_source"] == "nvidia-repo"
+                and not re.fullmatch(
+                    r"cuda_" + re.escape(v["cuda_version"]) + r"\.\d+_[0-9.]+_linux\.run", _runfile_name(v)
+                )
+            ),
+            lambda v: (
+                f"{_runfile_name(v)!r} is not NVIDIA's x86_64 runfile of CUDA {v['cuda_version']} "
+                "(used when the repository has no cuda-toolkit package of that version)"
+            ),
+            lambda v: f"set cuda_runfile_url and cuda_runfile_sha256 to the cuda_{v['cuda_version']}.N runfile",
+        ),
+    ],
+    "gb10": [
+        Rule(
+            "vllm_ref",
+            lambda v: not v["vllm_ref"],
+            "is empty; the GB10 engine is built from a pinned ref",
+            "set vllm_ref to the commit of the vLLM-Moet fork to build",
+        ),
+        Rule(
+            "driver_source",
+            lambda v: v["driver_source"] != "preinstalled",
+            "the GB10 box runs the driver that DGX OS ships",
+            "use driver_source: 'preinstalled'",
+        ),
+        Rule(
+            "accept_drafter_license",
+            lambda v: not v["accept_drafter_license"],
+            lambda v: (
                 f"the drafter {v['drafter_model']} is licensed "
                 "CC-BY-NC-ND-4.0 (attribution, non-commercial use only, no derivatives) and is downloaded "
-                "only once that is accepted",
-                "read https://creativecommons.org/licenses/by-nc-nd/4.0/, "
-                "then set accept_drafter_license: true in this host's inventory entry",
-            )
-    if v["listen_host"] not in ("127.0.0.1", "::1", "localhost") and not v["_api_key_present"]:
-        yield Problem(
-            host,
-            "listen_host",
-            f"{v['listen_host']} exposes the engine without an API key",
-            f"export {v['api_key_env']} on the control machine, or keep listen_host: 127.0.0.1",
-        )
-    endpoint = v["hf_endpoint"]
-    if endpoint.startswith("http://") and not _loopback_url(endpoint):
-        token = (
-            "hf_token_vault" if v["hf_token_vault"] else v["hf_token_env"] if os.environ.get(v["hf_token_env"]) else ""
-        )
-        if token:
-            yield Problem(
-                host,
-                "hf_endpoint",
-                f"{endpoint} is plain http and a Hugging Face token is set ({token}): it would travel in clear",
-                "use the hub's https:// address, or unset the token for a mirror that needs none",
-            )
-    if v["service_user"] == "root":
-        yield Problem(
-            host, "service_user", "the engine must not run as root", "use an unprivileged name such as glm-flash"
-        )
+                "only once that is accepted"
+            ),
+            "read https://creativecommons.org/licenses/by-nc-nd/4.0/, "
+            "then set accept_drafter_license: true in this host's inventory entry",
+        ),
+    ],
+}
+# Checked last, on every platform.
+AFTER = [
+    Rule(
+        "listen_host",
+        lambda v: v["listen_host"] not in ("127.0.0.1", "::1", "localhost") and not v["_api_key_present"],
+        lambda v: f"{v['listen_host']} exposes the engine without an API key",
+        lambda v: f"export {v['api_key_env']} on the control machine, or keep listen_host: 127.0.0.1",
+    ),
+    Rule(
+        "hf_endpoint",
+        lambda v: bool(_token_in_clear(v)),
+        lambda v: (
+            f"{v['hf_endpoint']} is plain http and a Hugging Face token is set ({_token_in_clear(v)}): "
+            "it would travel in clear"
+        ),
+        "use the hub's https:// address, or unset the token for a mirror that needs none",
+    ),
+    Rule(
+        "service_user",
+        lambda v: v["service_user"] == "root",
+        "the engine must not run as root",
+        "use an unprivileged name such as glm-flash",
+    ),
+]
+
+
+def _cross_checks(host: str, v: dict[str, Any]) -> Iterable[Problem]:
+    """Settings that contradict each other or what the field report measured: the rules above,
+    those of every platform and those of the host's own."""
+    for rule in [*BEFORE, *PLATFORM_RULES.get(v["platform"], []), *AFTER]:
+        problem = rule.check(host, v)
+        if problem:
+            yield problem
 
 
 def _loopback_url(url: str) -> bool:

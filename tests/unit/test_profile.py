@@ -2,8 +2,8 @@
 
 import pytest
 
-from control.defaults import KNOBS
-from control.profile import ProfileError, build
+from control.defaults import KNOBS, PLATFORMS
+from control.profile import AFTER, BEFORE, PLATFORM_RULES, ProfileError, build
 
 
 def problems(data, **kw):
@@ -139,3 +139,11 @@ def test_gpus_that_do_not_match_the_profile_are_named():
     assert bus.key == "gpu_count" and "PCI bus shows 1" in bus.problem and bus.host == "gpu1"
     assert mismatches("gpu1", 2, "8.9", True, [], pci) == []
     assert mismatches("sandbox", 2, "8.9", False, [], []) == []
+
+
+def test_cross_check_rules_name_knobs_and_platforms():
+    """The rule tables of control/profile.py: each rule refuses a knob, each table is a platform's."""
+    assert set(PLATFORM_RULES) <= set(PLATFORMS)
+    rules = [*BEFORE, *AFTER, *(r for table in PLATFORM_RULES.values() for r in table)]
+    assert len(rules) == 19
+    assert [r.key for r in rules if r.key not in KNOBS] == []
