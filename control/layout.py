@@ -26,6 +26,10 @@ API_KEY = f"{CONF_DIR}/api-key"
 UNIT = "/etc/systemd/system/glm-flash.service"
 GPU_UNIT = "/etc/systemd/system/glm-flash-gpu.service"
 LOG_DIR = "/var/log/glm-flash"
+CACHE_DIR = "/var/cache/glm-flash"  # root's downloads on the host
+CUDA_RUNFILE_CACHE = f"{CACHE_DIR}/cuda"  # files/glm-flash-nvidia-repo: NVIDIA's runfile (5.4 GB)
+FETCH_CACHE = "/var/cache/glm-flash-fetch"  # the download unit's CacheDirectory= (made by systemd), its HF_HOME
+RUN_DIR = "/run/glm-flash"  # tmpfs: a reboot empties it
 CUDA_HEADER_LOG = f"{LOG_DIR}/cuda-header.log"  # the dpkg hook's runs of the header fix
 # The fleet's router (roles/gateway.py); its environment lives under the gateway_dir knob.
 GATEWAY_CONF_DIR = "/etc/glm-flash-gateway"

@@ -43,10 +43,10 @@ from roles.operations.toolkit import toolkit_package
 LOG_DIR = os.path.dirname(cuda_header.HOOK_LOG)
 q = shlex.quote
 # files/glm-flash-nvidia-repo: where the CUDA runfile is downloaded (5.4 GB), and the installer's log.
-RUNFILE_CACHE = "/var/cache/glm-flash"
+RUNFILE_CACHE = layout.CACHE_DIR
 RUNFILE_LOG = "/var/log/cuda-installer.log"
 # roles/operations/checkpoint.py: the download unit's CacheDirectory= (HF_HOME), made by systemd.
-FETCH_CACHE = "/var/cache/glm-flash-fetch"
+FETCH_CACHE = layout.FETCH_CACHE
 DEFAULT_TARGET = "/etc/systemd/system/default.target"  # the link `systemctl set-default` writes
 
 

@@ -39,6 +39,7 @@ from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import File
 
+from control import layout
 from control.report import skipped
 from pyinfra_ext import memo
 from roles.facts.accounts import Account
@@ -126,8 +127,8 @@ def download_unit_command(
     props = [
         f"User={user}",
         f"Group={user}",
-        "CacheDirectory=glm-flash-fetch",
-        "Environment=HF_HOME=/var/cache/glm-flash-fetch",
+        f"CacheDirectory={layout.FETCH_CACHE.rsplit('/', 1)[1]}",
+        f"Environment=HF_HOME={layout.FETCH_CACHE}",
         "Environment=HF_HUB_DISABLE_TELEMETRY=1",
         f"Environment=HF_ENDPOINT={endpoint}",
         *sandboxing.fetch_unit([dest]),
@@ -171,7 +172,7 @@ def _running(unit: str) -> bool:
     return memo.fact(host, UnitActive, unit=unit) in ("active", "activating", "deactivating")
 
 
-STARTED_DIR = "/run/glm-flash"  # tmpfs: a reboot empties it
+STARTED_DIR = layout.RUN_DIR  # tmpfs: a reboot empties it
 
 
 def started_marker(unit: str) -> str:

@@ -19,7 +19,7 @@ GIB = 1 << 30
 ENVS_KEPT = 2  # an upgrade builds the new environment beside the serving one
 # Where the CUDA runfile path writes (files/glm-flash-nvidia-repo: RUNFILE_CACHE, mkdtemp under
 # /var/tmp for --tmpdir, --toolkitpath), in the order of the capacity fact's paths after the two above.
-CUDA_RUNFILE_CACHE = "/var/cache/glm-flash/cuda"
+CUDA_RUNFILE_CACHE = layout.CUDA_RUNFILE_CACHE
 CUDA_EXTRACT_DIR = "/var/tmp"
 
 
