@@ -19,6 +19,7 @@ It runs on the control machine only (stdlib, `packaging` and `requests`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -181,6 +182,11 @@ def _order(accepted: list[Tag]) -> dict[Tag, int]:
     return order
 
 
+@functools.cache
+def _target_order(py: str, glibc_max: tuple[int, int]) -> dict[Tag, int]:
+    return _order(target_tags(py, glibc_max))
+
+
 def wheel_fits(filename: str, accepted: list[Tag]) -> bool:
     return _priority(filename, _order(accepted)) is not None
 
@@ -188,7 +194,7 @@ def wheel_fits(filename: str, accepted: list[Tag]) -> bool:
 def choose_file(pin: Pin, files: list[dict], py: str = "3.11", glibc_max: tuple[int, int] = (2, 35)) -> dict:
     """The file of `pin` to install: among files whose sha256 the lock allows, the best
     compatible wheel, else the sdist. `files` are PEP 691 entries ({filename, url, hashes})."""
-    order = _order(target_tags(py, glibc_max))
+    order = _target_order(py, glibc_max)
     allowed = [f for f in files if f.get("hashes", {}).get("sha256") in pin.hashes and not f.get("yanked")]
     wheels = []
     sdists = []
