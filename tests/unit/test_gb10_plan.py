@@ -302,6 +302,18 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     assert '"--max-model-len",\n    "204800"' in launch and '"--mamba-cache-mode",\n    "align"' in launch
     unit = plan.find("glm-flash.service unit")[0][2]["src"].getvalue()  # rendered at plan time
     assert "ExecStartPre=+/bin/sh -c 'sync && echo 3 > /proc/sys/vm/drop_caches'" in unit
+    # the memory guard: earlyoom on MemAvailable, the engine its first choice (roles/memory_guard.py)
+    assert "\nOOMScoreAdjust=1000\n" in unit
+    assert plan.find("earlyoom (memory guard)")[0][2]["packages"] == ["earlyoom"]
+    drop_in = plan.find("earlyoom acts below 4 GiB of available memory")[0][2]
+    assert drop_in["dest"] == "/etc/systemd/system/earlyoom.service.d/glm-flash.conf"
+    lines = drop_in["src"].getvalue().splitlines()
+    assert lines[-2:] == [
+        "ExecStart=",
+        "ExecStart=/usr/bin/earlyoom -M 4194304,2097152 -s 100,100 -r 3600 "
+        "--avoid '^(sshd|systemd|systemd-journal|earlyoom)$$'",
+    ]
+    assert plan.find("earlyoom.service started from the files on disk")
     assert "Description=GLM-5.3-Flash inference server (vLLM)" in unit
     env = plan.find("Service environment")[0][2]["src"].getvalue().splitlines()
     assert "GLM_FLASH_DEFAULT_THINKING_TOKEN_BUDGET=1536" in env
