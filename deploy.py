@@ -14,6 +14,7 @@ from roles import (
     engines,
     hardware,
     headless,
+    memory_guard,
     model,
     preflight,
     service,
@@ -39,6 +40,7 @@ with refusal.host_refusals():  # a refusal decided from this host's facts fails 
     cuda_header.apply(p)  # glibc 2.41 fix of CUDA 12.x headers, re-checked every deploy
     users.apply(p)  # the unprivileged service user
     headless.apply(p)  # no desktop holding GPU memory
+    memory_guard.apply(p)  # unified memory (GB10): earlyoom stops the engine before the box runs out
     # the platform's engine: built beside, patched, checked, switched; the checkpoint waited for before its patch
     engine = engines.for_profile(p).apply(p, checkpoint_ready=lambda: model.ready(p))
     service.apply(p, engine)  # runs exactly the launch spec the engine's parser accepted

@@ -390,6 +390,13 @@ KNOBS: dict[str, Knob] = {
     "drop_page_cache": K(
         False, "flush the page cache before the engine loads: on unified memory it competes with the model", bool
     ),
+    "memory_guard_gib": K(
+        0.0,
+        "earlyoom stops the engine when the host's available memory (MemAvailable) falls below this "
+        "many GiB (SIGTERM, SIGKILL at half); for unified memory, which no cgroup limit sees. 0: no guard",
+        float,
+        low=0,
+    ),
     # --- preflight (roles/preflight.py): what the box must have before anything long starts ---
     "preflight_model_gib": K(
         306.0,
@@ -462,6 +469,8 @@ PLATFORMS: dict[str, dict[str, Any]] = {
         "python_version": "3.12",
         # DGX OS's own python3.12 builds the fork's environment; the page cache shares the 121.6 GiB.
         "drop_page_cache": True,
+        # The GPU allocates from the same memory: guard the host's available memory (roles/memory_guard.py).
+        "memory_guard_gib": 4.0,
         # Preflight: vLLM needs no AVX-512; model 99.6 GiB + KV 7.5 GiB share the unified memory.
         "preflight_cpu_flags": [],
         "preflight_memory_gib": 107.0,

@@ -1,6 +1,6 @@
 """Server-side default for `thinking_token_budget` in vLLM (stdlib only, pure ASGI).
 
-vLLM 0.33.0 takes `thinking_token_budget` per request only. Loaded with
+vLLM 0.24.0 takes `thinking_token_budget` per request only. Loaded with
 `--middleware glm_flash_defaults.ThinkingBudgetDefault`, this adds
 `"thinking_token_budget": N` to a POST of /v1/chat/completions or /v1/completions whose
 JSON body does not set one (absent or null). A request that sets its own keeps it.

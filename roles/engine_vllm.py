@@ -20,7 +20,9 @@ Per run (platform gb10):
    patched scheduler, the kernels copied beside it. The same commit is never built twice; a new
    commit builds a new environment while the old one keeps serving
    (the `environment built` operation of roles/engine.py reads the host at run time);
-3. the thinking-budget middleware (files/glm_flash_defaults.py) goes into its site-packages;
+3. the thinking-budget middleware (files/glm_flash_defaults.py) goes into its site-packages,
+   and the launch flags are parsed by the patched engine's own parser, which must also read
+   each VLLM_* setting of the unit (roles/flag_check.py);
 4. the drafter (licence shown in the log, accepted by the profile) is downloaded and
    verified by the model role's downloader at its pinned commit;
 5. only then `current` is switched by files/glm-flash-engine (`previous` kept for
@@ -39,7 +41,7 @@ from pyinfra.facts.server import Arch
 from control import layout
 from control.profile import Problem, Profile, ProfileError, fail, refuse
 from pyinfra_ext import memo
-from roles import engine, model, vllm_launch
+from roles import engine, flag_check, model, vllm_launch
 from roles.facts.gb10 import Gb10View, MemTotalKiB, OsRelease
 from roles.facts.system import Gpus
 from roles.operations import paths, sandboxing
@@ -197,4 +199,7 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> engine.EngineResul
     )
 
     spec = vllm_launch.launch_spec(profile)
+    # The flags against the patched engine's own parser, and the fork's settings against the
+    # patched engine's files, before `current` is switched (roles/flag_check.py).
+    flag_check.apply(profile, {**spec, "python": f"{env_dir}/bin/python", "env": vllm_launch.engine_env_names(profile)})
     return engine.EngineResult(NAME, env, env_dir, spec, vllm_launch.vllm_env(profile), engine.switch(profile, env))

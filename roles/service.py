@@ -56,6 +56,7 @@ def unit_context(profile: Profile, api_key: bool, systemd_version: int = LOG_FIL
         restart_limit=profile.restart_limit,
         restart_window_s=profile.restart_window_s,
         drop_page_cache=profile.drop_page_cache,
+        memory_guard=bool(profile.memory_guard_gib),
         log_filter=systemd_version >= LOG_FILTER_SYSTEMD,
         key_log_pattern=KEY_LOG_PATTERN,
     )

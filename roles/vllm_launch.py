@@ -1,7 +1,7 @@
 """The GB10 engine's command line and environment (vLLM 0.24.0 with the vLLM-Moet fork's patch).
 
-Every flag is checked against vLLM 0.33.0's own serve parser in tests/gb10/test_vllm_args.py (each
-also exists in 0.24.0's arg_utils.py / cli_args.py; moving that test to 0.24.0's parser is open).
+Every flag is checked against vLLM 0.24.0's own serve parser in tests/gb10/test_vllm_args.py, and on
+the host against the patched engine's parser before each switch (roles/flag_check.py).
 Values are the GB10 field report's (docs/sources.md §1) and docs/sources.md §8:
 - 204,800-token context, one stream at a time (DFlash2 k=7 leaves room for one);
 - prefix caching with `--mamba-cache-mode align` (the KDA state is checkpointed per block);
@@ -90,6 +90,12 @@ def vllm_env(profile: Profile) -> dict[str, str]:
     if p.moe_w2_store:
         env["VLLM_MOE_W2_STORE_DIR"] = moe_store_dir(p)
     return env
+
+
+def engine_env_names(profile: Profile) -> list[str]:
+    """The unit's settings the engine itself must read (the fork's VLLM_MOE_W2*, vLLM's own):
+    checked on the host against the patched engine (files/glm-flash-check-flags)."""
+    return sorted(k for k in vllm_env(profile) if k.startswith("VLLM_"))
 
 
 def launch_spec(profile: Profile) -> dict:

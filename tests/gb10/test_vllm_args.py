@@ -1,11 +1,17 @@
-"""The GB10 launch flags (roles/vllm_launch.py) against vLLM 0.33.0's own serve parser, and
-the thinking-budget default through vLLM's own --middleware wiring over real HTTP.
+"""The GB10 launch flags (roles/vllm_launch.py) against vLLM 0.24.0's own serve parser (the
+release the vLLM-Moet fork patches), and the thinking-budget default through vLLM's own app
+over real HTTP.
 
-vLLM runs from the real 0.33.0 wheel in a cached venv (tests/gb10/vllm_wheel.py: CPU torch,
-vLLM --no-deps, a frozen pure-Python closure). Simulated: the engine itself (no GPU here):
-the HTTP test's routes are a stand-in that echo what reached them. Everything in front of
-the engine is vLLM's and ours: FastAPI, uvicorn, init_entrypoints_middleware() importing
-`--middleware` by name, its API-key middleware, and files/glm_flash_defaults.py.
+vLLM runs from the real 0.24.0 wheel in a cached venv (tests/gb10/vllm_wheel.py: CPU torch,
+vLLM --no-deps, a frozen pure-Python closure). Simulated: the GPU (vLLM's CPU platform is set
+instead of detected) and the engine itself: the HTTP test's chat/completion routes are
+stand-ins, put before vLLM's, that echo what reached them. Everything in front of the engine is
+vLLM's and ours: `build_app` (FastAPI, its API-key middleware, every `--middleware` imported by
+name), uvicorn, and files/glm_flash_defaults.py. The fork's patch edits nothing under
+vllm/entrypoints or vllm/engine, but it does edit vllm/config/speculative.py, config/vllm.py and
+envs.py (docs/sources.md §20): the deploy parses the flags again with the patched engine on the
+host, and checks there that the patched engine reads each fork setting of the unit's environment
+(files/glm-flash-check-flags, tests/gb10/test_check_flags_vllm.py).
 """
 
 from __future__ import annotations
@@ -61,7 +67,7 @@ def parsed(vpy, profile):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def test_flags_parse_with_vllm_0_33_and_mean_what_the_report_says(parsed):
+def test_flags_parse_with_vllm_0_24_and_mean_what_the_report_says(parsed):
     assert "ok" in parsed[0], parsed[0]
     a = parsed[0]["ok"]
     assert a["model"] == "/srv/models/GLM-5.3-Flash"

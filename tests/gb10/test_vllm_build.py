@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -71,10 +72,11 @@ def build(tmp_path, release, monkeypatch):
     monkeypatch.setenv("GLM_FLASH_ROOT", str(root))
     real_run = t.run
     calls: list[list[str]] = []
+    building = {"env": "ENV"}
 
     def run(cmd, cwd=None, env=None, capture=False):
         calls.append([str(c) for c in cmd])
-        env_dir = root / "engine" / "envs" / "ENV"
+        env_dir = root / "engine" / "envs" / building["env"]
         site = env_dir / "lib" / "python3.12" / "site-packages"
         if cmd[0] == "git" or (len(cmd) > 1 and str(cmd[1]).endswith("glm-flash-fork-patch")):
             return real_run(cmd, cwd=cwd, env=env, capture=capture)
@@ -94,12 +96,13 @@ def build(tmp_path, release, monkeypatch):
 
     monkeypatch.setattr(t, "run", run)
 
-    def go(fork: Path, commit: str, patch=PATCH, kernels=KERNELS):
+    def go(fork: Path, commit: str, patch=PATCH, kernels=KERNELS, env="ENV"):
+        building["env"] = env
         args = type(
             "Args",
             (),
             dict(
-                env="ENV",
+                env=env,
                 python="/usr/bin/python3.12",
                 lock=str(LOCK),
                 vllm_version="0.24.0",
@@ -110,9 +113,9 @@ def build(tmp_path, release, monkeypatch):
             ),
         )
         try:
-            return t.build(args), calls, root / "engine" / "envs" / "ENV"
+            return t.build(args), calls, root / "engine" / "envs" / env
         except t.Fail as e:
-            return e, calls, root / "engine" / "envs" / "ENV"
+            return e, calls, root / "engine" / "envs" / env
 
     return go
 
@@ -148,6 +151,64 @@ def test_builds_from_the_lock_applies_the_fork_and_records_it(build, tmp_path, r
     marker = json.loads((env_dir / ".glm-flash-complete").read_text())
     assert (marker["fork_commit"], marker["vllm"], marker["fork_patch"]) == (commit, "0.24.0", PATCH)
     assert git("rev-parse", "HEAD", cwd=env_dir / "fork") == commit
+
+
+def engine_tool(root: Path, *args: str) -> str:
+    """The real files/glm-flash-engine on the install root the builds wrote."""
+    r = subprocess.run(
+        [sys.executable, str(REPO / "files" / "glm-flash-engine"), *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, GLM_FLASH_ROOT=str(root), GLM_FLASH_CONF_DIR=str(root / "conf")),
+    )
+    assert r.returncode == 0, (args, r.stdout, r.stderr)
+    return r.stdout
+
+
+def test_upgrade_between_fork_commits_builds_beside_and_rollback_restores(build, tmp_path, release):
+    """Two commits of the stand-in fork, each built into its own environment (its own patch applied
+    and recorded), switched to in turn, then rolled back with the real glm-flash-engine. Simulated as
+    in the other builds: the venv and pip (the release's files copied), no service restart."""
+    fork, first = make_fork(tmp_path, release)
+    text = (fork / PATCH).read_text()
+    assert text.count("+# glm-flash stand-in fork edit\n") == 1
+    (fork / PATCH).write_text(
+        text.replace("+# glm-flash stand-in fork edit\n", "+# glm-flash stand-in fork edit, v2\n")
+    )
+    git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qam", "second commit", cwd=fork)
+    second = git("rev-parse", "HEAD", cwd=fork)
+    a, b = f"vllm-moet-{first[:12]}-aaaaaaaa", f"vllm-moet-{second[:12]}-bbbbbbbb"
+    root = tmp_path / "opt"
+    (root / "conf").mkdir(parents=True)  # /etc/glm-flash on a host (the service role makes it)
+
+    def deployed(env: str) -> None:
+        """What roles/service.py keeps per environment: the spec its parser accepted, the unit's env."""
+        kept = root / "engine" / "envs" / env / ".glm-flash-service"
+        kept.mkdir()
+        spec = {"python": f"{root}/engine/envs/{env}/bin/python", "module": "vllm.entrypoints.openai.api_server"}
+        (kept / "launch.json").write_text(json.dumps(spec))
+        (kept / "glm-flash.env").write_text(f"VLLM_MOE_W2=1\nVLLM_MOE_W2_CUBIT_DIR={root}/engine/current/cubit-share\n")
+
+    assert build(fork, first, env=a)[0] == 0
+    deployed(a)
+    engine_tool(root, "switch", a)
+    assert build(fork, second, env=b)[0] == 0  # beside: `current` still points at the first
+    deployed(b)
+    assert (root / "engine" / "current").resolve().name == a
+
+    def serving() -> tuple[str, str]:
+        env_dir = (root / "engine" / "current").resolve()
+        envs = (env_dir / "lib" / "python3.12" / "site-packages" / ENVS).read_text()
+        return json.loads((env_dir / "glm-flash-fork-patch.json").read_text())["fork_commit"], envs.splitlines()[-1]
+
+    engine_tool(root, "switch", b)
+    assert serving() == (second, "# glm-flash stand-in fork edit, v2")
+    assert (root / "engine" / "previous").resolve().name == a
+    engine_tool(root, "rollback", "--no-restart")
+    assert serving() == (first, "# glm-flash stand-in fork edit")
+    assert (root / "engine" / "previous").resolve().name == b
+    # the launch spec checked with the first environment is put back for the service
+    assert json.loads((root / "conf" / "launch.json").read_text())["python"].endswith(f"/envs/{a}/bin/python")
 
 
 def test_fork_commit_without_the_patch_stops_before_installing(build, tmp_path, release):

@@ -1,21 +1,27 @@
-"""Run inside the vLLM 0.33.0 parser venv (tests/gb10/vllm_wheel.py), never in the control venv.
+"""Run inside the vLLM 0.24.0 parser venv (tests/gb10/vllm_wheel.py), never in the control venv.
 
     python vllm_probe.py parse CASES_JSON       -> per argument list: {"ok": namespace} or {"error": msg}
-    python vllm_probe.py serve ARGS_JSON FD     -> vLLM's own middleware wiring on a FastAPI app
-                                                   with a stand-in engine route, served by uvicorn
+    python vllm_probe.py serve ARGS_JSON FD     -> vLLM 0.24.0's own app (build_app: its API-key
+                                                   middleware, every --middleware) with stand-in
+                                                   engine routes, served by uvicorn
 
-`serve` builds the app as vLLM 0.33.0 does for its middleware: init_entrypoints_middleware()
-with the parsed args, which imports every --middleware by name and adds it. The engine is
-not there (no GPU): the stand-in routes echo what reached them, as JSON.
+The parser is built as vllm/entrypoints/openai/api_server.py builds it (`make_arg_parser` on a
+FlexibleArgumentParser, then `validate_parsed_serve_args`). vLLM picks its platform from the
+hardware; this machine has no GPU, so the CPU platform is set before anything asks for it
+(platform detection is the only step replaced; the flags are vLLM's own). `serve` builds the
+app with vLLM's `build_app(args, ("generate",))`, which imports every --middleware by name and
+adds it; the engine is not there (no GPU): stand-in routes, put first, echo what reached them.
 """
 
 import json
-import os
 import sys
 
-os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+import vllm.platforms
+from vllm.platforms.cpu import CpuPlatform
 
-from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args  # noqa: E402
+vllm.platforms._current_platform = CpuPlatform()
+
+from vllm.entrypoints.openai.cli_args import make_arg_parser, validate_parsed_serve_args  # noqa: E402
 from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: E402
 
 
@@ -41,10 +47,11 @@ def main():
         return
     args = parse(json.loads(sys.argv[2]))
     import uvicorn
-    from fastapi import FastAPI, Request
-    from vllm.entrypoints.serve.middleware.register import init_entrypoints_middleware
+    from fastapi import Request
+    from fastapi.routing import APIRoute
+    from vllm.entrypoints.openai.api_server import build_app
 
-    app = FastAPI()
+    app = build_app(args, ("generate",))
 
     async def echo(request: Request):
         raw = await request.body()
@@ -55,11 +62,10 @@ def main():
         }
 
     for path in ("/v1/chat/completions", "/v1/completions", "/v1/messages"):
-        app.post(path)(echo)
-    init_entrypoints_middleware(args, app, ("generate",))
+        app.router.routes.insert(0, APIRoute(path, echo, methods=["POST"]))
     # argv[3]: the fd of a socket the test bound to 127.0.0.1:0 and listens on (passed down, so no
-    # port is closed by the test and then reused here).
-    uvicorn.run(app, fd=int(sys.argv[3]), log_level="warning")
+    # port is closed by the test and then reused here). No lifespan: it would wait for the engine.
+    uvicorn.run(app, fd=int(sys.argv[3]), log_level="warning", lifespan="off")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,16 @@
-"""The real vLLM 0.33.0 wheel from PyPI, cached, and what the GB10 tests build from it.
+"""The real vLLM 0.24.0 wheel from PyPI (the release the vLLM-Moet fork's patch is made for,
+docs/sources.md §20), cached, and what the GB10 tests build from it.
 
-- `scheduler_source()`: vllm/v1/core/sched/scheduler.py read straight from the wheel.
-- `parser_python()`: a cached venv in which vLLM's own serve argument parser can be
-  built. vLLM pins torch 2.14.0 (CUDA, several GB); the parser only needs `import torch`
+- `parser_python()`: a cached venv in which vLLM's own serve argument parser and app can be
+  built. vLLM 0.24.0 pins torch 2.11.0 (CUDA, several GB); the parser only needs `import torch`
   to work, so the venv takes the CPU build of torch 2.13.0 that this machine kind keeps
   on disk (/opt/wheels, found through the machine's pip configuration) and vLLM with
-  --no-deps plus the few pure-Python packages its import chain needs (pinned below).
-  VLLM_TARGET_DEVICE=cpu lets the config defaults resolve without a GPU.
+  --no-deps plus the pure-Python packages its import chain needs (parser-requirements.txt).
+  The probes set vLLM's CPU platform: this machine has no GPU to detect.
+- `release_python(dest)`: the release's Python files as a stand-in site-packages.
+
+The x86_64 wheel carries the same Python files as the aarch64 one the GB10 box installs; the
+fork's patch is pure Python, so what these tests parse is what the box runs before the patch.
 
 Everything lands under ${GLM_FLASH_CACHE:-~/.cache/glm-flash}; a second run fetches nothing.
 """
@@ -22,7 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "engine"))
 import pypi  # noqa: E402  (tests/engine/pypi.py: verified, cached PyPI wheels)
 
-VLLM_VERSION = "0.33.0"
+# The release the vLLM-Moet fork's patch is made for (docs/sources.md §20).
+VLLM_VERSION = "0.24.0"
 SCHEDULER = "vllm/v1/core/sched/scheduler.py"
 # The CPU torch this machine kind ships on disk (its pip configuration finds it).
 PARSER_TORCH = "torch==2.13.0"
@@ -32,11 +37,6 @@ PARSER_LOCK = Path(__file__).resolve().parent / "parser-requirements.txt"
 
 def wheel() -> Path:
     return pypi.wheel("vllm", VLLM_VERSION)
-
-
-def scheduler_source() -> str:
-    with zipfile.ZipFile(wheel()) as z:
-        return z.read(SCHEDULER).decode()
 
 
 def parser_venv() -> Path:
@@ -63,12 +63,7 @@ def parser_python() -> Path:
     return py
 
 
-# The release the vLLM-Moet fork's patch is made for (docs/sources.md §20). Its x86_64 wheel
-# carries the same Python files as the aarch64 one the GB10 box installs.
-FORK_BASE_VERSION = "0.24.0"
-
-
-def release_python(dest: Path, version: str = FORK_BASE_VERSION) -> Path:
+def release_python(dest: Path, version: str = VLLM_VERSION) -> Path:
     """Every .py file of vllm/ in the real `version` wheel, under dest (a stand-in site-packages).
 
     The compiled parts (hundreds of MB) are left out: the fork's patch is pure Python."""

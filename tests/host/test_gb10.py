@@ -114,6 +114,26 @@ def test_thinking_budget_default_is_wired(host, profile, env_dir):
     assert host.file(f"{env_dir}/lib/python{profile.python_version}/site-packages/glm_flash_defaults.py").exists
 
 
+def test_the_patched_engine_reads_the_fork_settings_of_the_unit(host, profile, env_dir):
+    spec = vllm_launch.launch_spec(profile)
+    check = {k: spec[k] for k in ("module", "args", "api_key_flag")} | {"env": vllm_launch.engine_env_names(profile)}
+    out = host.run(
+        f"{env_dir}/bin/python {profile.install_root}/bin/glm-flash-check-flags --args-json {shlex.quote(json.dumps(check))}"
+    )
+    assert out.rc == 0, out.stdout + out.stderr
+
+
+def test_memory_guard_acts_on_available_memory(host, profile):
+    """earlyoom runs with the deploy's command line, and the engine is its first choice."""
+    if not profile.memory_guard_gib:
+        pytest.skip("not applicable: memory_guard_gib is 0 in this host's profile")
+    assert host.service("earlyoom.service").is_running and host.service("earlyoom.service").is_enabled
+    cmdline = host.run("cat /proc/$(systemctl show -p MainPID --value earlyoom.service)/cmdline").stdout.split("\0")
+    term = int(profile.memory_guard_gib * 1024 * 1024)
+    assert cmdline[1:5] == ["-M", f"{term},{term // 2}", "-s", "100,100"], cmdline
+    assert host.run("systemctl show -p OOMScoreAdjust --value glm-flash.service").stdout.strip() == "1000"
+
+
 @pytest.mark.gpu
 def test_unit_is_active(host):
     assert host.run("systemctl is-active glm-flash.service").stdout.strip() == "active"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
+from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 
 from control.profile import build
@@ -25,6 +26,7 @@ def F(cls, **kwargs):
 class FakeState:
     is_executing = False
     print_noop_info = False
+    current_stage = StateStage.Prepare  # plans are made before anything runs
 
     def __init__(self):
         self.ops = {}  # no operation has run: pyinfra_ext/memo.py counts changes from here

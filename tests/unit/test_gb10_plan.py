@@ -29,7 +29,7 @@ from roles import engine_vllm
 from roles.facts.accounts import Account, AccountInfo
 from roles.facts.capacity import BoxCapacity
 from roles.facts.driver import Kernels, NvidiaLoadedModule, NvidiaModuleOnDisk, NvidiaPciDevices, RebootRequired
-from roles.facts.engine import EngineEnvs, EnginePatchCheck, EngineState
+from roles.facts.engine import EngineEnvs, EnginePatchCheck, EngineState, LaunchFlagCheck
 from roles.facts.gb10 import MemTotalKiB, OsRelease
 from roles.facts.service import ServiceStart, ServiceStartState, SystemdVersion
 from roles.facts.status import Answers, HostStatus
@@ -106,7 +106,7 @@ OPAQUE = ("roles.operations.paths", "roles.operations.accounts", "roles.operatio
 
 
 def run_deploy(
-    monkeypatch, facts, inventory=INVENTORY, extra_facts_for=None, patch_state=None
+    monkeypatch, facts, inventory=INVENTORY, extra_facts_for=None, patch_state=None, flag_state=None
 ) -> tuple[Plan, FakeHost]:
     """Run deploy.py for one GB10 host on `facts`; return the recorded plan."""
     import pyinfra.operations.apt as apt
@@ -163,6 +163,7 @@ def run_deploy(
                 monkeypatch.setattr(module, attr, recorder(obj))
     # the roles call the operations they import by name: the loop above records them where they are called
     fake.facts[EnginePatchCheck] = patch_state or {"exit": None, "files": {}, "lines": []}
+    fake.facts[LaunchFlagCheck] = flag_state or {"exit": None, "lines": []}  # None: not built yet
     if extra_facts_for:
         extra_facts_for(fake, monkeypatch)
     with on(fake):
@@ -280,6 +281,10 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
         f"/opt/glm-flash/bin/glm-flash-engine switch {env}",
         f"/opt/glm-flash/bin/glm-flash-engine prune --keep {env}",
     ]
+    # the flags through the patched engine's own parser, which must read each VLLM_* setting
+    check = plan.commands("Launch flags accepted by vllm.entrypoints.openai.api_server")
+    assert len(check) == 1 and check[0].startswith(f"/opt/glm-flash/engine/envs/{env}/bin/python ")
+    assert '"env": ["VLLM_MOE_W2", "VLLM_MOE_W2_CUBIT_DIR", "VLLM_MOE_W2_DELTA_GB", "VLLM_MOE_W2_GATE", ' in check[0]
     order = [
         names.index(plan.find(t)[0][1])
         for t in (
@@ -287,17 +292,30 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
             "Thinking-budget",
             "Download of incoai",
             "Checkpoint incoai",
+            "Launch flags accepted",
             "Switch engine current",
             "glm-flash.service unit",
         )
     ]
     assert order == sorted(order)
     # the service: launch spec with the vLLM flags, the budget in its environment, page cache flushed
-    launch = plan.find("Launch flags")[0][2]["src"].getvalue()
+    launch = next(c for c in plan.find("Launch flags") if "src" in c[2])[2]["src"].getvalue()
     assert '"module": "vllm.entrypoints.openai.api_server"' in launch  # vLLM 0.24.0's server
     assert '"--max-model-len",\n    "204800"' in launch and '"--mamba-cache-mode",\n    "align"' in launch
     unit = plan.find("glm-flash.service unit")[0][2]["src"].getvalue()  # rendered at plan time
     assert "ExecStartPre=+/bin/sh -c 'sync && echo 3 > /proc/sys/vm/drop_caches'" in unit
+    # the memory guard: earlyoom on MemAvailable, the engine its first choice (roles/memory_guard.py)
+    assert "\nOOMScoreAdjust=1000\n" in unit
+    assert plan.find("earlyoom (memory guard)")[0][2]["packages"] == ["earlyoom"]
+    drop_in = plan.find("earlyoom acts below 4 GiB of available memory")[0][2]
+    assert drop_in["dest"] == "/etc/systemd/system/earlyoom.service.d/glm-flash.conf"
+    lines = drop_in["src"].getvalue().splitlines()
+    assert lines[-2:] == [
+        "ExecStart=",
+        "ExecStart=/usr/bin/earlyoom -M 4194304,2097152 -s 100,100 -r 3600 "
+        "--avoid '^(sshd|systemd|systemd-journal|earlyoom)$$'",
+    ]
+    assert plan.find("earlyoom.service started from the files on disk")
     assert "Description=GLM-5.3-Flash inference server (vLLM)" in unit
     env = plan.find("Service environment")[0][2]["src"].getvalue().splitlines()
     assert "GLM_FLASH_DEFAULT_THINKING_TOKEN_BUDGET=1536" in env
@@ -326,9 +344,11 @@ def test_fork_already_built_at_the_pinned_ref_builds_nothing(monkeypatch, profil
         monkeypatch,
         gb10_facts({EngineEnvs: state}),
         patch_state=done,
+        flag_state={"exit": 0, "lines": ["ok: 33 arguments accepted (recorded)"]},
         extra_facts_for=lambda f, m: model_facts(f, m, drafter_ok=True),
     )
     assert plan.commands("built into") == []  # checked on the host, nothing to build
+    assert plan.commands("Launch flags accepted") == []  # accepted (and recorded) before
     assert plan.commands("Switch engine current") == []
     assert plan.commands("Checkpoint incoai") == []  # present and verified: nothing to do
 
@@ -356,6 +376,26 @@ def test_ref_changed_builds_beside_and_switches(monkeypatch, profile):
     ]
     # the old environment is not touched before the switch (it keeps serving)
     assert not any(old in cmd for c in plan.calls for cmd in (c[3] or []) + c[2].get("commands", []))
+
+
+def test_a_fork_setting_the_patched_engine_does_not_read_stops_before_the_switch(monkeypatch, profile):
+    env = engine_vllm.env_id(profile)
+    state = EngineState(current=None, previous=None, complete=(env,), present=(env,))
+    said = (
+        "glm-flash-check-flags: vllm.entrypoints.openai.api_server: environment VLLM_MOE_W2_GATE: no file of "
+        "the installed vllm reads it (expected the vLLM-Moet fork's patch applied, at a commit that knows this setting)"
+    )
+    plan, _ = run_deploy(
+        monkeypatch,
+        gb10_facts({EngineEnvs: state}),
+        flag_state={"exit": 1, "lines": ["import noise", said]},
+        extra_facts_for=lambda f, m: model_facts(f, m, drafter_ok=True),
+    )
+    check = plan.commands("Launch flags accepted")
+    assert check[0].startswith("echo ") and "VLLM_MOE_W2_GATE: no file of the installed vllm" in check[0]
+    assert check[0].endswith(">&2; exit 1") and "import noise" not in check[0]
+    names = plan.names()
+    assert names.index(plan.find("Launch flags accepted")[0][1]) < names.index(plan.find("Switch engine current")[0][1])
 
 
 def refusal_of(plan: Plan) -> str:

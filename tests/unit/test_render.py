@@ -32,6 +32,7 @@ def test_unit_runs_unprivileged_and_waits_for_a_completion():
     assert "StartLimitBurst=3\n" in text and "Restart=on-failure\n" in text
     assert "UnsetEnvironment=PYTORCH_ALLOC_CONF PYTORCH_CUDA_ALLOC_CONF\n" in text
     assert "LoadCredential" not in text
+    assert "OOMScoreAdjust" not in text  # no memory guard on the L40S box (its GPU memory is its own)
 
 
 def test_readiness_asks_the_address_the_engine_listens_on(monkeypatch):

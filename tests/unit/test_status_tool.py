@@ -190,6 +190,22 @@ def test_model():
 # --- service, readiness, disk, output --------------------------------------------------------------
 
 
+def test_memory_guard_item():
+    """earlyoom's command line as /proc/PID/cmdline splits it (roles/memory_guard.py writes it)."""
+    gb10 = cfg("gb10")
+    assert gb10["memory_guard_gib"] == 4.0 and cfg()["memory_guard_gib"] == 0.0
+    argv = ["/usr/bin/earlyoom", "-M", "4194304,2097152", "-s", "100,100", "-r", "3600", "--avoid", "^(sshd)$", ""]
+    ok = st.decide_memory_guard(gb10, "active", argv)
+    assert ok["state"] == "ok" and "below 4 GiB" in ok["detail"]
+    stopped = st.decide_memory_guard(gb10, "inactive", [])
+    assert stopped["state"] == "problem" and "earlyoom.service is inactive" in stopped["detail"]
+    # the package's own command line (-m 10 by default), not the deploy's drop-in
+    other = st.decide_memory_guard(gb10, "active", ["/usr/bin/earlyoom", ""])
+    assert other["state"] == "problem" and "-M None" in other["detail"] and "-M 4194304,2097152" in other["detail"]
+    assert st.decide_memory_guard(cfg(), "", [])["state"] == "n/a"
+    assert st.decide_memory_guard({}, "", [])["state"] == "n/a"  # a status.json written before the knob
+
+
 def test_service_and_readiness():
     assert st.decide_service(True, "enabled", "active")["state"] == "ok"
     off = st.decide_service(False, "disabled", "inactive")
