@@ -82,12 +82,13 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=REPO / ".sandbox" / "bench-cold", help="the deploy's output goes here")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
+    # the machine first: the inventory (the repo id below) reads what `fresh` writes under .sandbox
+    print("bench-cold: a fresh sandbox (sandbox/sandbox.py fresh)", flush=True)
+    subprocess.run([sys.executable, "sandbox/sandbox.py", "fresh"], cwd=REPO, check=True)
     files, commit = stage(a.out / "repo", a.size_mib << 20, a.shards)
     total = sum(len(b) for b in files.values())
     with FakeHub(model_repo_id(), files, commit=commit, rate=a.rate_mib * (1 << 20)) as hub:
         print(f"bench-cold: stand-in hub {hub.endpoint}: {total / (1 << 20):.0f} MiB at {a.rate_mib:g} MiB/s shared")
-        print("bench-cold: a fresh sandbox (sandbox/sandbox.py fresh)", flush=True)
-        subprocess.run([sys.executable, "sandbox/sandbox.py", "fresh"], cwd=REPO, check=True)
         data = ["--data", f"hf_endpoint={hub.endpoint}", "--data", f"model_revision={commit}"]
         print(f"bench-cold: cold deploy (output: {a.out / 'deploy.log'})", flush=True)
         cold = timed(
