@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -35,9 +36,12 @@ UNIT = "glm-flash.service"
 DROPIN = "/run/systemd/system/glm-flash.service.d/test-ready.conf"
 ENGINE = "/run/glm-flash-test-engine.py"
 STANDIN = """
-import json, os, sys
+import json, os, sys, time
 from http.server import BaseHTTPRequestHandler, HTTPServer
-address, port, content = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+address, port, content, load_s = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+for i in range(1, load_s + 1):  # a first start's load: lines in the journal, nothing listening yet
+    print(f"stand-in engine: loading weights {i}/{load_s}", flush=True)
+    time.sleep(1)
 key = open(os.path.join(os.environ["CREDENTIALS_DIRECTORY"], "api-key")).read().strip()
 class Engine(BaseHTTPRequestHandler):
     def do_POST(self):
@@ -65,16 +69,21 @@ def deploy(*data: str, key: str | None = None) -> list[str]:
     return changed_operations(run.stdout)
 
 
-def start_with_engine(content: str, port: int) -> tuple[int, str]:
+def engine_standin(content: str, port: int, load_s: int = 0) -> None:
+    """The drop-in: the unit's engine is the stand-in (answers `content` after `load_s` s), stopped."""
     put(ENGINE, STANDIN)
     sandbox_sh(f"chmod 0644 {ENGINE}")
     put(
         DROPIN,
         "[Service]\nExecStartPre=\n"
-        f"ExecStart=\nExecStart=/usr/bin/python3 {ENGINE} {ADDRESS} {port} {json.dumps(content)}\n"
+        f"ExecStart=\nExecStart=/usr/bin/python3 {ENGINE} {ADDRESS} {port} {json.dumps(content)} {load_s}\n"
         "TimeoutStartSec=40\nRestart=no\n",
     )
     sandbox_sh(f"systemctl daemon-reload; systemctl stop {UNIT}; systemctl reset-failed {UNIT}", check=False)
+
+
+def start_with_engine(content: str, port: int) -> tuple[int, str]:
+    engine_standin(content, port)
     start = sandbox_sh(f"timeout 90 systemctl start {UNIT}", check=False)
     inv = sandbox_sh(f"systemctl show -p InvocationID --value {UNIT}").stdout.strip()
     log = sandbox_sh(
@@ -116,3 +125,28 @@ def test_an_empty_answer_is_not_ready_and_the_journal_says_why(one_address):
     assert rc != 0, log
     assert sandbox_sh(f"systemctl is-active {UNIT}", check=False).stdout.strip() != "active"
     assert "answered with an empty message" in log, log
+
+
+def test_the_deploy_shows_the_engine_and_the_elapsed_time_while_readiness_waits(one_address):
+    """#21.4: a first start on a GPU host blocks the deploy until readiness passes (up to
+    startup_timeout_s); meanwhile the deploy's output shows the engine's journal lines and how
+    long readiness has waited. Simulated: the engine (the stand-in, loading for 12 s before it
+    listens) and the GPU: the sandbox has none, so deploy.py takes the no-GPU branch of this
+    operation; tests/sandbox/start_deploy.py runs the same operation with can_serve=True alone."""
+    engine_standin("OK", one_address, load_s=12)
+    run = subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", SANDBOX_INVENTORY, "tests/sandbox/start_deploy.py"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )  # fmt: skip
+    out = run.stdout + run.stderr
+    assert run.returncode == 0, out[-4000:]
+    assert sandbox_sh(f"systemctl is-active {UNIT}", check=False).stdout.strip() == "active"
+    lines = out.splitlines()
+    loading = [i for i, line in enumerate(lines) if "stand-in engine: loading weights" in line]
+    waiting = [i for i, line in enumerate(lines) if re.search(r"glm-flash: not ready after \d+ s of \d+ s: ", line)]
+    ready = [i for i, line in enumerate(lines) if re.search(r"glm-flash: ready after (\d+) s", line)]
+    # 12 lines; the first ones may pass before the deploy's journalctl follows on a loaded machine
+    assert len(loading) >= 6 and waiting and ready, out[-4000:]
+    # the wait, as it happened: the engine loading and readiness refused, then the answer
+    assert max(loading) < ready[0] and waiting[0] < ready[0], out[-4000:]
+    assert int(re.search(r"glm-flash: ready after (\d+) s", lines[ready[0]]).group(1)) >= 10, lines[ready[0]]
