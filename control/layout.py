@@ -34,6 +34,8 @@ CUDA_HEADER_LOG = f"{LOG_DIR}/cuda-header.log"  # the dpkg hook's runs of the he
 # The fleet's router (roles/gateway.py); its environment lives under the gateway_dir knob.
 GATEWAY_CONF_DIR = "/etc/glm-flash-gateway"
 GATEWAY_UNIT = "/etc/systemd/system/glm-flash-gateway.service"
+# The GB10 memory guard's drop-in on earlyoom's own unit (roles/memory_guard.py).
+EARLYOOM_DROP_IN = "/etc/systemd/system/earlyoom.service.d/glm-flash.conf"
 
 
 def bin_dir(profile) -> str:

@@ -9,7 +9,7 @@ role does the same with a maintained tool, earlyoom (Ubuntu's and Debian's packa
 MemAvailable from /proc/meminfo up to ten times a second:
 
 - earlyoom installed, its unit enabled and running;
-- a drop-in of ours replaces its command line (the package's /etc/default file is left alone):
+- a drop-in of ours replaces its command line (the package's own defaults file is left alone):
   SIGTERM once MemAvailable is below `memory_guard_gib`, SIGKILL below half of it, swap ignored
   (earlyoom acts when memory and swap are both low; `-s 100,100` makes the swap side always
   true), never sshd, journald or earlyoom itself (`--avoid`);
@@ -28,13 +28,14 @@ from io import StringIO
 
 from pyinfra.operations import systemd
 
+from control import layout
 from control.profile import Profile
 from control.report import skipped
 from roles.operations import packages, paths
 from roles.operations.service_restart import started_from_disk
 
 UNIT = "earlyoom.service"
-DROP_IN = f"/etc/systemd/system/{UNIT}.d/glm-flash.conf"
+DROP_IN = layout.EARLYOOM_DROP_IN
 EARLYOOM = "/usr/bin/earlyoom"  # the Debian/Ubuntu package's binary
 # never chosen: the way in, the logs, the guard itself (earlyoom's --avoid regex on process names)
 AVOID = "^(sshd|systemd|systemd-journal|earlyoom)$"
@@ -62,7 +63,7 @@ def apply(profile: Profile) -> None:
         skipped("memory guard", "memory_guard_gib is 0 in the profile")
         return
     packages.installed(["earlyoom"], name="earlyoom (memory guard)", update=True)
-    paths.directory(f"/etc/systemd/system/{UNIT}.d", mode="755", name=f"Directory {UNIT}.d")
+    paths.directory(DROP_IN.rsplit("/", 1)[0], mode="755", name=f"Directory {UNIT}.d")
     paths.put(
         StringIO(drop_in(profile)),
         DROP_IN,

@@ -76,6 +76,7 @@ def removed_paths(profile: Profile) -> list[str]:
         layout.service_home(profile),
         FETCH_CACHE,
         cuda_header.HOOK,
+        layout.EARLYOOM_DROP_IN,  # earlyoom itself (a Debian package) stays, on its own defaults
         LOG_DIR,
         RUNFILE_CACHE,
         *(f"{layout.SBIN}/{tool}" for tool in host_tools()),
