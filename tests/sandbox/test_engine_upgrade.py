@@ -1,8 +1,7 @@
 """The engine on the Debian 13 sandbox, for real: the uploaded CPython 3.11, the pinned
 0.7.0.post1 environment built offline from the real PyPI wheels (torch CUDA build and all),
-then an upgrade to the real 0.7.0.post4 lock beside it (first killed while its environment is
-built: the kill test of #21 rides on this build, the only one CI always does from scratch), a
-failed upgrade that must leave `current` alone, and a rollback.
+then an upgrade to the real 0.7.0.post4 lock beside it, a failed upgrade that must leave
+`current` alone, and a rollback.
 
 No GPU here: what needs the driver (sgl_kernel's CUDA ops, starting the service) is shown
 failing for exactly that reason; everything else imports and runs.
@@ -13,7 +12,6 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-import time
 
 import pytest
 
@@ -26,7 +24,6 @@ from tests.conftest import (
     service_last_start,
     targets_sandbox,
 )
-from tests.sandbox.killpoints import deploy_killed_at
 
 pytestmark = pytest.mark.sandbox
 ROOT = "/opt/glm-flash"  # install_root of inventory/sandbox.py
@@ -178,55 +175,7 @@ def test_failed_upgrade_leaves_current_alone(deployed, base_env, no_upgrade_env_
         sh(f"rm -f {ENGINE}/wheelhouse/{kt.name}")
 
 
-BUILD_JOB = "glm-flash-job-engine-build.service"
-SERVICE_START = "systemctl show -p NRestarts -p ExecMainStartTimestamp -p InvocationID -p ActiveState glm-flash.service"
-
-
-def pip_installing() -> None:
-    """Returns once pip installs into a new environment of the upgrade set on the host (polled)."""
-    for _ in range(600):
-        r = sh(
-            f"ls -d {ENGINE}/envs/{UPGRADE_SET}-*/bin/python && pgrep -f -- '-m pip install --no-inde[x]'", check=False
-        )
-        if r.returncode == 0:
-            return
-        time.sleep(1)
-    raise AssertionError("the upgrade's build never reached pip on the host")
-
-
-def killed_while_the_environment_is_built(base_env: str) -> None:
-    """#21 kill test: the deploy killed while the upgrade's environment is built on the host.
-
-    1. pyinfra SIGKILLed with its connection (a dropped connection, a closed laptop) once pip
-       runs on the host: the build runs on in its job unit, unmarked, `current` untouched;
-    2. then the build itself killed on the host (SIGKILL to the job unit's processes: a power
-       cut or the OOM killer): a half-built environment is left, and not marked complete.
-    Nothing of this may reach the service: `current`, and its last start, stay as they were.
-    The caller's next deploy must finish the build (from scratch) and the one after change nothing."""
-    before = sh(SERVICE_START).stdout
-    started = deploy_killed_at(f"Engine environment {UPGRADE_SET}-", 3.0, f"engine_set={UPGRADE_SET}",
-                               until=pip_installing)  # fmt: skip
-    assert not any(op.startswith("Switch engine current") for op in started), started
-    assert sh(f"systemctl is-active {BUILD_JOB}", check=False).stdout.strip() == "active", (
-        "the build died with the connection"
-    )
-    s = state()
-    new = [k for k in s["envs"] if k.startswith(UPGRADE_SET + "-")]
-    assert len(new) == 1 and s["envs"][new[0]] != "complete" and s["current"] == base_env, s
-    sh(f"systemctl kill -s KILL {BUILD_JOB}")
-    sh(f"for i in $(seq 300); do case $(systemctl show -p ActiveState --value {BUILD_JOB}) in "
-       "inactive|failed) break;; esac; sleep 0.1; done")  # fmt: skip
-    assert sh(f"systemctl is-active {BUILD_JOB}", check=False).stdout.strip() != "active"
-    half = f"{ENGINE}/envs/{new[0]}"
-    assert sh(f"test -x {half}/bin/python", check=False).returncode == 0, "no half-built environment was left"
-    assert sh(f"test -e {half}/.glm-flash-complete", check=False).returncode != 0, "half-built, marked complete"
-    s = state()
-    assert s["envs"][new[0]] != "complete" and s["current"] == base_env and s["previous"] != new[0], s
-    assert sh(SERVICE_START).stdout == before, "the service was touched"
-
-
 def test_upgrade_builds_beside_switches_and_rollback_switches_back(deployed, base_env, no_upgrade_env_yet):
-    killed_while_the_environment_is_built(base_env)  # the deploy below finishes what it left
     run = deploy(f"engine_set={UPGRADE_SET}")
     assert run.returncode == 0, run.stderr[-6000:]
     changed = changed_operations(run.stdout)

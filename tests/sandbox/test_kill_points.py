@@ -5,8 +5,8 @@ at the start of, or midway through, a named operation of a deploy that has work 
 - after a config upload, before the restart: the restart must still happen in the next run,
   decided from what the running service was started with (#10 item 2);
 - midway through the checkpoint download (a shard deleted first, so the hub is asked again);
-- right after the engine switch to another engine set (killed while that set's environment is
-  built: tests/sandbox/test_engine_upgrade.py, whose build CI always runs from scratch).
+- while the wheelhouse and engine environment of another engine set are built, and right
+  after the engine switch.
 After each kill: one deploy finishes, the next changes nothing, the service was (re)started
 after the files it reads changed. No GPU here: "started" is the start attempt the unit makes
 (its preflight then refuses, as tests/sandbox/test_unit_hardening.py shows).
