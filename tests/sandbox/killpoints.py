@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from tests.conftest import REPO, SANDBOX_INVENTORY
@@ -30,6 +31,8 @@ def deploy_killed_at(op: str, delay: float = 0.0, *data: str, timeout: int = 360
     """Run the sandbox deploy and kill it `delay` s after operation `op` starts (with `until`, a
     callable: once it returns, e.g. when a process of the operation runs on the host).
 
+    pyinfra's output is read by a thread of its own the whole time, so while `until` waits the
+    deploy never blocks on a full pipe (it would stall and the awaited process never start).
     Returns the operations started before the kill; raises NotReached if the deploy ended
     without starting `op` (a scenario that no longer reaches its kill point proves nothing).
     """
@@ -46,22 +49,30 @@ def deploy_killed_at(op: str, delay: float = 0.0, *data: str, timeout: int = 360
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
     )
     started: list[str] = []
-    deadline = time.monotonic() + timeout
-    try:
+    reached = threading.Event()
+
+    def read() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             m = START.search(line)
-            if m:
+            if m and not reached.is_set():
                 started.append(m.group("name"))
                 if op in m.group("name"):
-                    if until is not None:
-                        until()
-                    time.sleep(delay)
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                    return started
-            if time.monotonic() > deadline:
-                break
+                    reached.set()
+        reached.set()  # the deploy ended: wake the waiter (it tells a reached op from an ended run)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        reached.wait(timeout)
+        if started and op in started[-1]:
+            if until is not None:
+                until()
+            time.sleep(delay)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            reader.join(30)
+            return list(started)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
