@@ -43,8 +43,8 @@ from control.pypi_cache import FetchError, cache_root
 from control.report import skipped
 from control.run import dry_run
 from pyinfra_ext import memo
-from roles import fleet_artifacts
 from roles.facts.model import ModelCheck
+from roles.fleet import artifacts as fleet_artifacts
 from roles.operations import packages
 from roles.operations.checkpoint import (
     checkpoint_download_started,
@@ -221,7 +221,7 @@ def first_lock(profile: Profile, repo_id: str, revision: str, token: str | None)
 
 def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: str) -> None:
     """`repo_id` at `revision` (resolved through locks/model.json) downloaded into `path` and
-    sealed root's, waited for at once: the GB10 drafter (roles/engine_vllm.py)."""
+    sealed root's, waited for at once: the GB10 drafter (roles/engines/vllm/engine.py)."""
     plan = started(profile, repo_id, revision, path, unit)
     if plan is not None:
         waited(profile, plan)

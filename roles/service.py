@@ -8,13 +8,23 @@ from io import StringIO
 
 from pyinfra import host
 
-from control.layout import API_KEY, CONF_DIR, ENV_FILE, GPU_UNIT, LAUNCH_SPEC, SECRETS_DIR, UNIT, bin_dir, engine_root
+from control.layout import (
+    API_KEY,
+    CONF_DIR,
+    ENV_FILE,
+    GPU_UNIT,
+    LAUNCH_SPEC,
+    PATCH_SET_DIR,
+    SECRETS_DIR,
+    UNIT,
+    bin_dir,
+    engine_root,
+)
 from control.layout import service_home as state_dir
 from control.profile import Profile
 from control.report import skipped
 from pyinfra_ext import memo
-from roles.engine import EngineResult
-from roles.engine_patches import SET_DIR_NAME
+from roles.engines.common import EngineResult
 from roles.facts.service import SystemdVersion
 from roles.facts.system import Gpus
 from roles.operations import paths, units
@@ -72,7 +82,7 @@ def start_inputs(profile: Profile) -> list[str]:
         LAUNCH_SPEC,
         API_KEY,
         current,  # the link itself: its mtime is when the engine was switched
-        f"{current}/{SET_DIR_NAME}",  # the engine patch sets (replaced when the edits change)
+        f"{current}/{PATCH_SET_DIR}",  # the engine patch sets (replaced when the edits change)
     ]
 
 

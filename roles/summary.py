@@ -23,7 +23,7 @@ from control import layout
 from control.profile import Profile
 from control.report import REFUSED, SKIPPED
 from roles.facts.status import HostStatus
-from roles.fleet_artifacts import SEEDED_BY
+from roles.fleet.artifacts import SEEDED_BY
 from roles.operations.driver import reboot_reasons
 from roles.operations.status import gathered
 

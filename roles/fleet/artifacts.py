@@ -31,8 +31,8 @@ from control.fleet import PEER_PORT, WORKERS, worker_url
 from control.profile import Profile
 from control.pypi_cache import sha256_file
 from pyinfra_ext import memo
-from roles import engine_kt
-from roles import python as python_role
+from roles.engines.kt import engine as engine_kt
+from roles.engines.kt import interpreter
 from roles.facts.engine import PythonArtifact, WheelhouseFiles
 from roles.operations import packages, paths
 from roles.operations.checkpoint import checkpoint_exported, checkpoint_received
@@ -65,11 +65,11 @@ def engine_entries(profile: Profile) -> list[Entry]:
     """What deploy.py would upload to each worker from the control machine (L40S)."""
     if profile.platform != "l40s":
         return []
-    art = python_role.artifact(profile)
+    art = interpreter.artifact(profile)
     _, _, pins = engine_kt.plan(profile, art.sha256)
     out = [entry(art.path, "600", f"python/.{art.name}.tar.gz", art.sha256)]
     if memo.fact(host, PythonArtifact, path=art.host_dir(profile.install_root)) == art.sha256:
-        out = []  # installed: python.py uploads nothing
+        out = []  # installed: the interpreter role uploads nothing
     return out + [entry(w, "644", f"engine/wheelhouse/{w.name}") for w in fetch(pins)]
 
 

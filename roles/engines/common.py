@@ -1,8 +1,8 @@
 """What both engines share: where an environment lives, how it is built beside the serving
 one, and the `current` link the service runs through.
 
-An engine role (roles/engine_kt.py on the L40S box, roles/engine_vllm.py on the GB10 box;
-deploy.py picks one through roles/engines.py) builds its environment under
+An engine role (roles/engines/kt/engine.py on the L40S box, roles/engines/vllm/engine.py on the GB10 box;
+deploy.py picks one through roles/engines/__init__.py) builds its environment under
 install_root/engine/envs/<env>, patches it, has its flags checked by its own parser, and only
 then moves `current` to it with `current_engine` (the old one stays as `previous` for
 glm-flash-rollback; older ones are pruned). It returns an EngineResult: what the service
@@ -33,6 +33,12 @@ class EngineResult:
     launch_spec: dict  # what the service runs: python is current/bin/python, the flags the engine's parser accepted
     service_env: dict  # the engine's environment variables in the unit's environment file
     switch_op: Any  # the op that moves `current`; the service restarts when it changed
+
+
+def serving_args(profile: Profile) -> list[str]:
+    """What clients see, the same flags for both engines: the model's name, the address."""
+    p = profile
+    return ["--served-model-name", p.served_model_name, "--host", p.listen_host, "--port", str(p.port)]
 
 
 def env_dir(profile: Profile, env: str) -> str:
