@@ -12,6 +12,7 @@ from control import profile
 from control.fleet import GATEWAY, gateway_for_current_host
 from pyinfra_ext import host_failures, op_order
 from roles.fleet import artifacts as fleet_artifacts
+from roles.fleet import checkpoint as fleet_checkpoint
 from roles.fleet import gateway
 
 # As deploy.py (included below) does, before the fleet's own operations are defined.
@@ -24,4 +25,6 @@ else:
     p = profile.for_current_host()
     # The interpreter and the engine's wheels: from the control machine to one worker, from it to the others.
     fleet_artifacts.apply(p, fleet_artifacts.engine_entries(p))
+    # The checkpoint: one worker downloads, the others receive from it (when deploy.py's model role needs it).
+    fleet_checkpoint.share()
     local.include("deploy.py")

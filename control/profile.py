@@ -58,7 +58,8 @@ class HostRefused(Exception):
 
 
 class Profile:
-    """Read-only view of a host's resolved settings: `profile.tp_size`."""
+    """Read-only view of a host's resolved settings: `profile.tp_size`; what its platform runs
+    besides the engine: `profile.on_platform` (ON_PLATFORM below)."""
 
     def __init__(self, host: str, values: dict[str, Any]):
         object.__setattr__(self, "host", host)
@@ -75,6 +76,41 @@ class Profile:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self._values)
+
+    @property
+    def on_platform(self) -> PlatformFacts:
+        return ON_PLATFORM[self._values["platform"]]
+
+
+@dataclass(frozen=True)
+class PlatformFacts:
+    """What differs per platform for the code that is not its engine (roles/engines/ holds each
+    engine): the roles read these fields and never compare `platform` themselves
+    (tests/unit/test_layers.py fails a comparison outside this module and the engine dispatch)."""
+
+    engine_label: str  # the engine, for people: the unit's Description, the engine's result
+    engine_build: Callable[[Profile], str]  # what the end-of-run summary names the engine's build by
+    debian_sources: bool  # base.py writes Debian's apt sources (DGX OS keeps its own, Ubuntu's and NVIDIA's)
+    cpu_experts: bool  # the experts run in CPU threads: kt_cpuinfer is held against the cores (preflight)
+    fork_files: bool  # the fork's expert store and the drafter checkpoint: disk (preflight), uninstall
+
+
+ON_PLATFORM: dict[str, PlatformFacts] = {
+    "l40s": PlatformFacts(
+        "KTransformers + SGLang-kt",
+        lambda p: p.engine_set,
+        debian_sources=True,
+        cpu_experts=True,
+        fork_files=False,
+    ),
+    "gb10": PlatformFacts(
+        "vLLM",
+        lambda p: f"vllm-moet {p.vllm_ref[:12]}",
+        debian_sources=False,
+        cpu_experts=False,
+        fork_files=True,
+    ),
+}
 
 
 def _type_name(kind) -> str:

@@ -8,6 +8,8 @@ from pyinfra import host, logger
 SKIPPED: dict[str, list[tuple[str, str]]] = defaultdict(list)
 # host name -> [reason]: why the host was refused (pyinfra_ext/refusal.py).
 REFUSED: dict[str, list[str]] = defaultdict(list)
+# worker -> the seed it receives files from in this run (roles/fleet/; roles/summary.py names it).
+SEEDED_BY: dict[str, str] = {}
 
 
 def skipped(step: str, reason: str) -> None:

@@ -9,7 +9,7 @@ through untouched, so vLLM answers it as it would without us.
 
 N comes from the environment (GLM_FLASH_DEFAULT_THINKING_TOKEN_BUDGET, set by the unit);
 unset or empty: the middleware does nothing. Installed into the engine environment's
-site-packages by the deploy (roles/engines/vllm/engine.py).
+site-packages by the deploy (roles/engine_vllm.py).
 """
 
 from __future__ import annotations

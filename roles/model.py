@@ -28,11 +28,14 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from pyinfra import host, logger
+from pyinfra.api.state import State
+from pyinfra.context import state as state_proxy
 
 from control import layout, model_lock
 from control.engine_lock import cached, parse_lock
@@ -44,7 +47,6 @@ from control.report import skipped
 from control.run import dry_run
 from pyinfra_ext import memo
 from roles.facts.model import ModelCheck
-from roles.fleet import artifacts as fleet_artifacts
 from roles.operations import packages
 from roles.operations.checkpoint import (
     checkpoint_download_started,
@@ -77,6 +79,35 @@ class Plan:
 
 
 PLANS: dict[str, Plan | None] = {}  # host name -> its model download, set by apply() for ready()
+
+
+class Alone:
+    """How a single host shares its checkpoints: not at all. Another way (the fleet's,
+    roles/fleet/checkpoint.py) has the same two functions and is registered per run with shared_by()."""
+
+    @staticmethod
+    def plan(complete) -> tuple:
+        """(the host that downloads for the others, names of the hosts that receive from it)."""
+        return None, []
+
+    @staticmethod
+    def copied(
+        profile: Profile, seed, lacking: list[str], path: str, repo_id: str, commit: str, unit: str, fetch_user: str
+    ):
+        raise AssertionError("nobody lacks a checkpoint that is not shared")
+
+
+SHARING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pyinfra State -> how its run shares
+
+
+def shared_by(sharing) -> None:
+    """This run's checkpoints are shared as `sharing` says (its plan() and copied())."""
+    SHARING[state_proxy._get_module()] = sharing
+
+
+def sharing():
+    run = state_proxy._get_module()
+    return SHARING.get(run, Alone) if isinstance(run, State) else Alone
 
 
 def fetch_user(profile: Profile) -> str:
@@ -271,8 +302,9 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
         wheels=wheels,
         user=fetch_user(profile),
     )
-    # In a fleet one worker (the seed) downloads; the others that lack it receive it from the seed.
-    seed, lacking = fleet_artifacts.checkpoint_plan(
+    # In a fleet one worker (the seed) downloads; the others that lack it receive it from the seed
+    # (the fleet's sharing, registered for this run by roles/fleet/checkpoint.py).
+    seed, lacking = sharing().plan(
         lambda h: (
             memo.fact(h, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit, manifests="")["exit"] == 0
         )
@@ -305,6 +337,6 @@ def waited(profile: Profile, plan: Plan) -> None:
     if host.name not in plan.lacking:
         checkpoint_present(name=f"Checkpoint {d['repo_id']}@{d['commit']}{plan.locked_from} in {d['path']}", **d)
     if plan.lacking:
-        fleet_artifacts.checkpoint_copied(
+        sharing().copied(
             profile, plan.seed, plan.lacking, d["path"], d["repo_id"], d["commit"], d["unit"], fetch_user(profile)
         )

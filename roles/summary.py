@@ -21,9 +21,8 @@ from pyinfra.context import state as state_proxy
 
 from control import layout
 from control.profile import Profile
-from control.report import REFUSED, SKIPPED
+from control.report import REFUSED, SEEDED_BY, SKIPPED
 from roles.facts.status import HostStatus
-from roles.fleet.artifacts import SEEDED_BY
 from roles.operations.driver import reboot_reasons
 from roles.operations.status import gathered
 
@@ -153,7 +152,7 @@ def apply(profile: Profile) -> None:
         atexit.register(_print_at_exit)
     PLANNED[host.name] = {
         "endpoint": endpoint(profile, host.data.dict().get("ssh_hostname") or host.name),
-        "engine_set": profile.engine_set if profile.platform == "l40s" else f"vllm-moet {profile.vllm_ref[:12]}",
+        "engine_set": profile.on_platform.engine_build(profile),
         "driver_branch": profile.driver_branch if profile.driver_source == "nvidia-repo" else profile.driver_source,
         "cuda_version": profile.cuda_version,
         "model_id": profile.model_id,

@@ -60,7 +60,7 @@ def toolkit_dir(profile: Profile) -> str:
 
 
 def checkpoints(profile: Profile) -> list[str]:
-    return [profile.model_path, *([profile.drafter_path] if profile.platform == "gb10" else [])]
+    return [profile.model_path, *([profile.drafter_path] if profile.on_platform.fork_files else [])]
 
 
 def removed_paths(profile: Profile) -> list[str]:

@@ -15,10 +15,11 @@ state at run time through files/glm-flash-engine (`status --json`, the EngineEnv
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
 from control import layout
 from control.profile import Profile
+from roles import service
 from roles.operations import paths
 from roles.operations.engine import current_engine
 
@@ -26,13 +27,18 @@ ENGINE_TOOL = "glm-flash-engine"
 
 
 @dataclass(frozen=True)
-class EngineResult:
-    name: str  # for people (the unit's Description)
-    env: str  # <engine_set>-<hash> or vllm-moet-<ref12>-<hash>
-    env_dir: str  # install_root/engine/envs/<env>
-    launch_spec: dict  # what the service runs: python is current/bin/python, the flags the engine's parser accepted
-    service_env: dict  # the engine's environment variables in the unit's environment file
-    switch_op: Any  # the op that moves `current`; the service restarts when it changed
+class Upload:
+    """A file an engine uploads from the control machine: `src` there, `rel` under install_root
+    on the host, with its mode and (when the lock gives it) its sha256."""
+
+    src: Path
+    mode: str
+    rel: str
+    sha256: str | None = None
+
+
+# What an engine's apply() returns is what the service runs: the service role declares it.
+EngineResult = service.EngineResult
 
 
 def serving_args(profile: Profile) -> list[str]:

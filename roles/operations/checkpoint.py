@@ -19,7 +19,7 @@ one is needed, is put root-only by secret_commands and handed to the unit with L
 once the downloader has started, the unit (as root) deletes the file, again when the unit stops,
 and systemd removes the credential when the unit ends however it ends (SIGTERM, SIGKILL, failure).
 
-In a fleet the checkpoint crosses the outside link once (roles/fleet/artifacts.py): the seed
+In a fleet the checkpoint crosses the outside link once (roles/fleet/checkpoint.py): the seed
 downloads it with checkpoint_present, checkpoint_exported reads its verified marker over the
 seed's SSH connection (root's, so neither the engine's user on the seed nor the local network
 has a say in it), and checkpoint_received puts that marker on each worker that lacks the

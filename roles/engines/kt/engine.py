@@ -36,11 +36,10 @@ from control.run import dry_run
 from pyinfra_ext import memo
 from roles.engines import common, flag_check
 from roles.engines.kt import interpreter, launch, patches, triton_configs
+from roles.facts.engine import PythonArtifact
 from roles.facts.system import NumaNodes
 from roles.operations import paths, sandboxing
 from roles.operations.engine import environment_built, pin_asserted
-
-NAME = "KTransformers + SGLang-kt"
 
 
 def plan(profile: Profile, python_sha256: str) -> tuple[str, bytes, list]:
@@ -61,6 +60,17 @@ def plan(profile: Profile, python_sha256: str) -> tuple[str, bytes, list]:
                 f"expected {profile.engine_set}; regenerate it with make engine-locks"
             )
     return env_id(profile.engine_set, data, python_sha256), data, pins
+
+
+def artifacts(profile: Profile) -> list[common.Upload]:
+    """What apply() uploads from the control machine: the engine's CPython (unless the host has
+    it installed) and the lock's wheels."""
+    art = interpreter.artifact(profile)
+    _, _, pins = plan(profile, art.sha256)
+    out = [common.Upload(art.path, "600", f"python/.{art.name}.tar.gz", art.sha256)]
+    if memo.fact(host, PythonArtifact, path=art.host_dir(profile.install_root)) == art.sha256:
+        out = []  # installed: the interpreter role uploads nothing
+    return out + [common.Upload(w, "644", f"engine/wheelhouse/{w.name}") for w in fetch(pins)]
 
 
 def launch_spec(profile: Profile, numa_nodes: int) -> dict:
@@ -152,4 +162,6 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
     # the service then runs exactly this spec through current/.
     spec = launch.launch_spec(profile, memo.fact(host, NumaNodes))
     flag_check.apply(profile, {**spec, "python": f"{env_dir}/bin/python"})
-    return common.EngineResult(NAME, env, env_dir, spec, launch.kt_env(profile), common.switch(profile, env))
+    return common.EngineResult(
+        profile.on_platform.engine_label, env, env_dir, spec, launch.kt_env(profile), common.switch(profile, env)
+    )

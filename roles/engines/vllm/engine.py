@@ -50,7 +50,6 @@ from roles.operations import paths, sandboxing
 from roles.operations.engine import environment_built
 from roles.operations.uploads import host_tool
 
-NAME = "vLLM"
 LOCK_DIR = layout.LOCKS / "vllm"  # <version>-aarch64.txt: the engine's wheels, hash-locked (`make vllm-lock`)
 BUILD_TOOL = "glm-flash-vllm-build"
 FORK_PATCH_TOOL = "glm-flash-fork-patch"
@@ -144,6 +143,12 @@ def recognise(profile: Profile) -> Gb10View:
     return view
 
 
+def artifacts(profile: Profile) -> list[common.Upload]:
+    """Nothing from the control machine: the host fetches the locked wheels and the fork itself
+    (files/glm-flash-vllm-build), so the fleet has nothing of this engine to stage."""
+    return []
+
+
 def launch_spec(profile: Profile, numa_nodes: int) -> dict:
     return launch.launch_spec(profile)
 
@@ -204,4 +209,6 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
     # The flags against the patched engine's own parser, and the fork's settings against the
     # patched engine's files, before `current` is switched (roles/engines/flag_check.py).
     flag_check.apply(profile, {**spec, "python": f"{env_dir}/bin/python", "env": launch.engine_env_names(profile)})
-    return common.EngineResult(NAME, env, env_dir, spec, launch.vllm_env(profile), common.switch(profile, env))
+    return common.EngineResult(
+        profile.on_platform.engine_label, env, env_dir, spec, launch.vllm_env(profile), common.switch(profile, env)
+    )
