@@ -114,8 +114,8 @@ KNOBS: dict[str, Knob] = {
         choices=("8.6", "8.9", "9.0", "10.0", "12.0", "12.1"),
         platforms={
             "l40s": On(
-                "sm_121 is the GB10's own GPU; x86_64 cards report another",
-                choices=("8.6", "8.9", "9.0", "10.0", "12.0"),
+                "sglang-kt's GLM-5 config rejects sm_90 (Hopper); sm_121 is the GB10's own GPU",
+                choices=("8.6", "8.9", "10.0", "12.0"),
             ),
             "gb10": On("the GB10's GPU is sm_121", choices=("12.1",)),
         },

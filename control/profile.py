@@ -303,12 +303,6 @@ PLATFORM_RULES: dict[str, list[Rule]] = {
             "set tp_size to at most the number of GPUs",
         ),
         Rule(
-            "gpu_compute_capability",
-            lambda v: v["gpu_compute_capability"] == "9.0",
-            "sglang-kt's GLM-5 config rejects sm_90 (Hopper)",
-            "use 8.6, 8.9 or a Blackwell capability",
-        ),
-        Rule(
             "driver_source",
             lambda v: v["driver_source"] == "debian" and v["cuda_version"].startswith(("12.8", "12.9", "13.")),
             lambda v: f"Debian 13 ships driver 550, CUDA {v['cuda_version']} needs 570.26 or newer",
