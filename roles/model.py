@@ -28,16 +28,13 @@ from __future__ import annotations
 
 import os
 import re
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 from pyinfra import host, logger
-from pyinfra.api.state import State
-from pyinfra.context import state as state_proxy
 
-from control import layout, model_lock
+from control import layout, model_lock, run_record
 from control.engine_lock import cached, parse_lock
 from control.engine_lock import fetch as fetch_wheels
 from control.model_lock import ModelLockError, commit_for
@@ -78,9 +75,6 @@ class Plan:
     download: dict  # checkpoint_download_started's arguments (checkpoint_present takes the same)
 
 
-PLANS: dict[str, Plan | None] = {}  # host name -> its model download, set by apply() for ready()
-
-
 class Alone:
     """How a single host shares its checkpoints: not at all. Another way (the fleet's,
     roles/fleet/checkpoint.py) has the same two functions and is registered per run with shared_by()."""
@@ -97,17 +91,13 @@ class Alone:
         raise AssertionError("nobody lacks a checkpoint that is not shared")
 
 
-SHARING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pyinfra State -> how its run shares
-
-
 def shared_by(sharing) -> None:
     """This run's checkpoints are shared as `sharing` says (its plan() and copied())."""
-    SHARING[state_proxy._get_module()] = sharing
+    run_record.current().checkpoint_sharing = sharing
 
 
 def sharing():
-    run = state_proxy._get_module()
-    return SHARING.get(run, Alone) if isinstance(run, State) else Alone
+    return run_record.current().checkpoint_sharing or Alone
 
 
 def fetch_user(profile: Profile) -> str:
@@ -208,7 +198,9 @@ def apply(profile: Profile, unit: str = "glm-flash-model-download") -> None:
     work goes on while it runs)."""
     host_tool(FETCH, layout.bin_dir(profile))
     if profile.model_download:
-        PLANS[host.name] = started(profile, profile.model_id, profile.model_revision, profile.model_path, unit)
+        run_record.current().model_plans[host.name] = started(
+            profile, profile.model_id, profile.model_revision, profile.model_path, unit
+        )
 
 
 def ready(profile: Profile) -> None:
@@ -218,7 +210,7 @@ def ready(profile: Profile) -> None:
         tool = layout.tool(profile, FETCH)
         checkpoint_staged(name=f"Staged checkpoint in {profile.model_path}", tool=tool, path=profile.model_path)
         return
-    plan = PLANS.get(host.name)
+    plan = run_record.current().model_plans.get(host.name)
     if plan is not None:
         waited(profile, plan)
 

@@ -22,11 +22,10 @@ from pathlib import Path
 from pyinfra import host, inventory, state
 from pyinfra.operations import server
 
-from control import layout
+from control import layout, run_record
 from control.fleet import PEER_PORT, WORKERS, worker_url
 from control.profile import Profile
 from control.pypi_cache import sha256_file
-from control.report import SEEDED_BY
 from pyinfra_ext import memo
 from roles import engines
 from roles.facts.engine import WheelhouseFiles
@@ -133,7 +132,7 @@ def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root:
     peers_lack = [h.name for h in workers[1:] if lacking(h, root, entries)]
     if not peers_lack:
         return
-    SEEDED_BY.update(dict.fromkeys(peers_lack, seed.name))
+    run_record.current().seeded_by.update(dict.fromkeys(peers_lack, seed.name))
     # The next three operations are defined on every worker (empty where they do nothing), so they are
     # the same operations for pyinfra: it runs the seed's serving before any fetch, the fetches before
     # the seed stops.

@@ -19,10 +19,9 @@ import sys
 from pyinfra import host
 from pyinfra.operations import server
 
-from control import layout
+from control import layout, run_record
 from control.fleet import PEER_PORT
 from control.profile import Profile
-from control.report import SEEDED_BY
 from roles import model
 from roles.fleet.artifacts import UNIT, address, reached, serving, stopping
 from roles.operations.checkpoint import checkpoint_exported, checkpoint_received
@@ -52,7 +51,7 @@ def copied(
     (downloaded by an operation defined before this call). Defined on every worker (empty where
     they do nothing), so pyinfra runs the seed's serving before any receive, the receives before
     the seed stops."""
-    SEEDED_BY.update(dict.fromkeys(lacking, seed.name))
+    run_record.current().seeded_by.update(dict.fromkeys(lacking, seed.name))
     tool, peer = layout.tool(profile, "glm-flash-model-fetch"), layout.tool(profile, "glm-flash-peer")
     host_tool("glm-flash-peer", layout.bin_dir(profile))
     serve_unit, mfile, bind = f"{UNIT}-{unit}", f"{layout.fleet_dir(profile)}/{unit}.txt", address(seed)

@@ -39,7 +39,7 @@ from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import File
 
-from control import layout
+from control import layout, run_record
 from control.report import skipped
 from pyinfra_ext import memo
 from roles.facts.accounts import Account
@@ -51,7 +51,6 @@ from roles.operations.secrets import Secret, secret_commands
 COMMIT = re.compile(r"[0-9a-f]{40}")
 REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 UNIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9:_.-]*")
-RELAYED: dict[str, str] = {}  # checkpoint path -> the seed's verified marker, read in this run
 
 
 @operation()
@@ -370,14 +369,14 @@ def prepared_for(user: str, path: str, tool: str, unit: str) -> list[StringComma
 def _read_marker(state, host, path: str, command: StringCommand) -> bool:  # pyinfra passes state and host
     ok, output = host.run_shell_command(command, print_input=False)
     if ok:
-        RELAYED[path] = output.stdout
+        run_record.of(state).relayed[path] = output.stdout
     else:
         logger.error(f"[{host.name}] {path}: no verified checkpoint to send: {output.stdout or output.stderr}")
     return ok
 
 
 def _put_marker(state, host, path: str, dest: str, seed: str) -> bool:
-    marker = RELAYED.get(path)
+    marker = run_record.of(state).relayed.get(path)
     if marker is None:
         logger.error(
             f"[{host.name}] the fleet's seed {seed} sent no verified checkpoint in this run (it failed or was "
