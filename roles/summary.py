@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import re
 import socket
 import sys
 
@@ -44,17 +43,17 @@ def host_summary(planned: dict, status: dict, reboot: list[str]) -> dict:
         it = items.get(name)
         return f"{it['state']}: {it['detail']}" if it else "not reported"
 
-    engine = items.get("engine", {}).get("detail", "")
-    env = re.search(r"current (\S+?)[,;]", engine + ";")
-    commit = re.search(r"commit (\S.*)$", items.get("model", {}).get("detail", ""))
+    def field(name: str, key: str):  # a value the status tool emits as a field, never parsed from its detail
+        return items.get(name, {}).get("fields", {}).get(key)
+
     return {
         **planned,
         "serving": items.get("readiness", {}).get("state") == "ok",
         "service": detail("service"),
         "readiness": detail("readiness"),
-        "environment": env.group(1) if env else None,
+        "environment": field("engine", "current"),
         "engine": detail("engine"),
-        "model_commit": commit.group(1) if commit else None,
+        "model_commit": field("model", "commit"),
         "model": detail("model"),
         "driver": detail("driver"),
         "toolkit": detail("cuda toolkit"),
