@@ -1,5 +1,5 @@
 """Deploy a fleet (inventory/fleet.py): the gateway host gets the router, every worker the node
-(its artifacts cross the control machine's link once: roles/fleet_artifacts.py).
+(its artifacts cross the control machine's link once: roles/fleet/artifacts.py).
 
     pyinfra inventory/fleet.py deploy_fleet.py
 
@@ -11,7 +11,9 @@ from pyinfra import host, local
 from control import profile
 from control.fleet import GATEWAY, gateway_for_current_host
 from pyinfra_ext import host_failures, op_order
-from roles import fleet_artifacts, gateway
+from roles.fleet import artifacts as fleet_artifacts
+from roles.fleet import checkpoint as fleet_checkpoint
+from roles.fleet import gateway
 
 # As deploy.py (included below) does, before the fleet's own operations are defined.
 op_order.install()  # pyinfra's operation order without reading source text (pyinfra_ext/op_order.py)
@@ -23,4 +25,6 @@ else:
     p = profile.for_current_host()
     # The interpreter and the engine's wheels: from the control machine to one worker, from it to the others.
     fleet_artifacts.apply(p, fleet_artifacts.engine_entries(p))
+    # The checkpoint: one worker downloads, the others receive from it (when deploy.py's model role needs it).
+    fleet_checkpoint.share()
     local.include("deploy.py")

@@ -4,7 +4,7 @@ machine's link, one worker against all the fleet sandbox's workers (`make fleet-
 The artifacts are those of tests/fleet/deploy_artifacts.py (the gateway's 25 wheels, 36 MB: the
 engine's 5 GB would not fit on every worker here) and the checkpoint (the model role against the
 stand-in hub: a small stand-in, not 306 GiB, so its count is per file and per request, not
-its size's); the steps are roles/fleet_artifacts.py and roles/model.py, as in deploy_fleet.py.
+its size's); the steps are roles/fleet/artifacts.py, roles/fleet/checkpoint.py and roles/model.py, as in deploy_fleet.py.
 For each fleet size the workers' copies are removed, then the steps run:
 
 - control link: bytes the deploy process (pyinfra) sent and received over SSH to every host

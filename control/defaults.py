@@ -79,6 +79,10 @@ UNIT_NAME = dict(pattern=r"[A-Za-z0-9][A-Za-z0-9_.@-]*", shape="a systemd unit n
 IDENT = dict(pattern=r"[a-z][a-z0-9_]*", shape="a lowercase identifier (letters, digits, _)")
 ENV_NAME = dict(pattern=r"[A-Za-z_][A-Za-z0-9_]*", shape="an environment variable name (letters, digits, _)")
 USER_NAME = dict(pattern=r"[a-z][a-z0-9_-]{0,31}", shape="a Debian user name (lowercase letters, digits, _ -)")
+UNPRIVILEGED_USER = dict(  # the engine must not run as root
+    pattern=r"(?!root$)[a-z][a-z0-9_-]{0,31}",
+    shape="a Debian user name (lowercase letters, digits, _ -), not root: the engine must not run as root",
+)
 MODEL_NAME = dict(pattern=r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}", shape="a model name of letters, digits and . _ : / -")
 ALLOC_CONF = dict(
     pattern=r"[a-z_]+:[A-Za-z0-9.]+(?:,[a-z_]+:[A-Za-z0-9.]+)*",
@@ -110,8 +114,8 @@ KNOBS: dict[str, Knob] = {
         choices=("8.6", "8.9", "9.0", "10.0", "12.0", "12.1"),
         platforms={
             "l40s": On(
-                "sm_121 is the GB10's own GPU; x86_64 cards report another",
-                choices=("8.6", "8.9", "9.0", "10.0", "12.0"),
+                "sglang-kt's GLM-5 config rejects sm_90 (Hopper); sm_121 is the GB10's own GPU",
+                choices=("8.6", "8.9", "10.0", "12.0"),
             ),
             "gb10": On("the GB10's GPU is sm_121", choices=("12.1",)),
         },
@@ -144,6 +148,7 @@ KNOBS: dict[str, Knob] = {
         "nvidia-repo",
         "Debian 13 ships 550, CUDA 12.8 needs >= 570.26",
         choices=("nvidia-repo", "debian", "preinstalled"),
+        platforms={"gb10": On("the GB10 box runs the driver that DGX OS ships", choices=("preinstalled",))},
     ),
     "driver_branch": K(
         "590",
@@ -269,7 +274,13 @@ KNOBS: dict[str, Knob] = {
     "max_mamba_cache_size": K(16, "requests in flight; CUDA graphs above it are dropped", int, low=1, high=256),
     "cuda_graph_bs": K([1, 2, 4, 8, 16, 24], "decode without graphs collapses to 3.8 tok/s/user at n=5", list),
     "mem_fraction_static": K(0.55, "field value with TP=2 and the KV pool below", float, low=0.05, high=0.95),
-    "context_length": K(524288, "524k per request, no degradation measured at 200k", int, low=4096),
+    "context_length": K(
+        524288,
+        "524k per request, no degradation measured at 200k",
+        int,
+        low=4096,
+        platforms={"l40s": On("GLM-5.3-Flash is not known to serve beyond 1M tokens", high=1048576)},
+    ),
     "kv_cache_dtype": K(
         "fp8_e4m3",
         "~1.9M-token KV pool in fp8 (field report, Sept 4)",
@@ -319,7 +330,7 @@ KNOBS: dict[str, Knob] = {
     ),
     "served_model_name": K("glm-5.3-flash", "model name clients send", **MODEL_NAME),
     # --- service -------------------------------------------------------------------
-    "service_user": K("glm-flash", "the engine never runs as root", **USER_NAME),
+    "service_user": K("glm-flash", "the engine never runs as root", **UNPRIVILEGED_USER),
     "listen_host": K("127.0.0.1", "loopback unless an API key protects the port", **LISTEN),
     "port": K(30000, "SGLang's default port; the engine is unprivileged, so 1024 and up", int, low=1024, high=65535),
     "api_key_env": K(

@@ -52,7 +52,7 @@ SERVED = (
     "api_key_env",
 )
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
-# During a deploy the seed worker serves the fleet's artifacts to its peers here (roles/fleet_artifacts.py).
+# During a deploy the seed worker serves the fleet's artifacts to its peers here (roles/fleet/artifacts.py).
 PEER_PORT = 30080
 ANY = ("0.0.0.0", "::")
 

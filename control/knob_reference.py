@@ -52,12 +52,17 @@ def _value(value) -> str:
     return f"`{value}`"
 
 
+def _number(x) -> str:
+    """A bound as written: whole numbers in full (1048576, not 1.04858e+06), others short."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
 def _bounds(low, high) -> str:
     if low is not None and high is not None:
-        return f"{low:g} to {high:g}"
+        return f"{_number(low)} to {_number(high)}"
     if low is not None:
-        return f"at least {low:g}"
-    return f"at most {high:g}"
+        return f"at least {_number(low)}"
+    return f"at most {_number(high)}"
 
 
 def shape(knob: Knob) -> str:

@@ -31,7 +31,7 @@ CUDA_RUNFILE_CACHE = f"{CACHE_DIR}/cuda"  # files/glm-flash-nvidia-repo: NVIDIA'
 FETCH_CACHE = "/var/cache/glm-flash-fetch"  # the download unit's CacheDirectory= (made by systemd), its HF_HOME
 RUN_DIR = "/run/glm-flash"  # tmpfs: a reboot empties it
 CUDA_HEADER_LOG = f"{LOG_DIR}/cuda-header.log"  # the dpkg hook's runs of the header fix
-# The fleet's router (roles/gateway.py); its environment lives under the gateway_dir knob.
+# The fleet's router (roles/fleet/gateway.py); its environment lives under the gateway_dir knob.
 GATEWAY_CONF_DIR = "/etc/glm-flash-gateway"
 GATEWAY_UNIT = "/etc/systemd/system/glm-flash-gateway.service"
 # The GB10 memory guard's drop-in on earlyoom's own unit (roles/memory_guard.py).
@@ -61,7 +61,7 @@ def cuda_patch_set(profile) -> str:
 
 
 def fleet_dir(profile) -> str:
-    """The fleet's manifests and markers (roles/fleet_artifacts.py)."""
+    """The fleet's manifests and markers (roles/fleet/artifacts.py)."""
     return f"{profile.install_root}/fleet"
 
 
@@ -103,6 +103,7 @@ def service_home(profile) -> str:
 # (tests/unit/test_root_state_paths.py keeps them equal).
 ROOT_STATE = "/var/lib/glm-flash-deploy"
 PATCH_STATE = f"{ROOT_STATE}/patches"  # glm-flash-patch: manifests/, originals/
+PATCH_SET_DIR = "glm-flash-patches"  # in an engine environment: the patch sets applied to it
 FLAG_CHECKS = f"{ROOT_STATE}/flag-checks"  # glm-flash-check-flags: launch specs the engine's parser accepted
 ENGINE_CHECKS = f"{ROOT_STATE}/engine-checks"  # glm-flash-engine status: owner checks of unchanged files
 INITRAMFS_MARKER = f"{ROOT_STATE}/initramfs-nouveau.sha256"  # blacklist the initramfs was built with

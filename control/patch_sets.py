@@ -1,5 +1,5 @@
-"""Patch sets read and rendered on the control machine (patches/; uploaded by roles/engine_patches.py
-and roles/engine_vllm.py as the JSON the host's glm-flash-patch reads).
+"""Patch sets read and rendered on the control machine (patches/; uploaded by roles/engines/kt/patches.py
+and roles/engines/vllm/engine.py as the JSON the host's glm-flash-patch reads).
 
 A set's edits marked `template: true` have their replace text rendered from the host profile
 (jinja2, strict: an unknown name is an error).

@@ -58,7 +58,8 @@ class HostRefused(Exception):
 
 
 class Profile:
-    """Read-only view of a host's resolved settings: `profile.tp_size`."""
+    """Read-only view of a host's resolved settings: `profile.tp_size`; what its platform runs
+    besides the engine: `profile.on_platform` (ON_PLATFORM below)."""
 
     def __init__(self, host: str, values: dict[str, Any]):
         object.__setattr__(self, "host", host)
@@ -75,6 +76,41 @@ class Profile:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self._values)
+
+    @property
+    def on_platform(self) -> PlatformFacts:
+        return ON_PLATFORM[self._values["platform"]]
+
+
+@dataclass(frozen=True)
+class PlatformFacts:
+    """What differs per platform for the code that is not its engine (roles/engines/ holds each
+    engine): the roles read these fields and never compare `platform` themselves
+    (tests/unit/test_layers.py fails a comparison outside this module and the engine dispatch)."""
+
+    engine_label: str  # the engine, for people: the unit's Description, the engine's result
+    engine_build: Callable[[Profile], str]  # what the end-of-run summary names the engine's build by
+    debian_sources: bool  # base.py writes Debian's apt sources (DGX OS keeps its own, Ubuntu's and NVIDIA's)
+    cpu_experts: bool  # the experts run in CPU threads: kt_cpuinfer is held against the cores (preflight)
+    fork_files: bool  # the fork's expert store and the drafter checkpoint: disk (preflight), uninstall
+
+
+ON_PLATFORM: dict[str, PlatformFacts] = {
+    "l40s": PlatformFacts(
+        "KTransformers + SGLang-kt",
+        lambda p: p.engine_set,
+        debian_sources=True,
+        cpu_experts=True,
+        fork_files=False,
+    ),
+    "gb10": PlatformFacts(
+        "vLLM",
+        lambda p: f"vllm-moet {p.vllm_ref[:12]}",
+        debian_sources=False,
+        cpu_experts=False,
+        fork_files=True,
+    ),
+}
 
 
 def _type_name(kind) -> str:
@@ -267,12 +303,6 @@ PLATFORM_RULES: dict[str, list[Rule]] = {
             "set tp_size to at most the number of GPUs",
         ),
         Rule(
-            "gpu_compute_capability",
-            lambda v: v["gpu_compute_capability"] == "9.0",
-            "sglang-kt's GLM-5 config rejects sm_90 (Hopper)",
-            "use 8.6, 8.9 or a Blackwell capability",
-        ),
-        Rule(
             "driver_source",
             lambda v: v["driver_source"] == "debian" and v["cuda_version"].startswith(("12.8", "12.9", "13.")),
             lambda v: f"Debian 13 ships driver 550, CUDA {v['cuda_version']} needs 570.26 or newer",
@@ -304,12 +334,6 @@ PLATFORM_RULES: dict[str, list[Rule]] = {
             lambda v: v["kt_gpu_prefill_token_threshold"] > v["chunked_prefill_size"],
             "is larger than chunked_prefill_size, so GPU prefill never runs",
             "keep it at or below chunked_prefill_size",
-        ),
-        Rule(
-            "context_length",
-            lambda v: v["context_length"] > 1048576,
-            "GLM-5.3-Flash is not known to serve beyond 1M tokens",
-            "use 524288 or less",
         ),
         Rule(
             "python_release",
@@ -354,12 +378,6 @@ PLATFORM_RULES: dict[str, list[Rule]] = {
             "set vllm_ref to the commit of the vLLM-Moet fork to build",
         ),
         Rule(
-            "driver_source",
-            lambda v: v["driver_source"] != "preinstalled",
-            "the GB10 box runs the driver that DGX OS ships",
-            "use driver_source: 'preinstalled'",
-        ),
-        Rule(
             "accept_drafter_license",
             lambda v: not v["accept_drafter_license"],
             lambda v: (
@@ -388,12 +406,6 @@ AFTER = [
             "it would travel in clear"
         ),
         "use the hub's https:// address, or unset the token for a mirror that needs none",
-    ),
-    Rule(
-        "service_user",
-        lambda v: v["service_user"] == "root",
-        "the engine must not run as root",
-        "use an unprivileged name such as glm-flash",
     ),
 ]
 

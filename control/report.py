@@ -1,16 +1,13 @@
-"""Say plainly what a run did not do on this host, and why; kept for the end-of-deploy summary."""
-
-from collections import defaultdict
+"""Say plainly what a run did not do on this host, and why; kept in the run's record
+(control/run_record.py) for the end-of-deploy summary (roles/summary.py prints them)."""
 
 from pyinfra import host, logger
 
-# host name -> [(step, reason)], in the order they were reported (roles/summary.py prints them).
-SKIPPED: dict[str, list[tuple[str, str]]] = defaultdict(list)
-# host name -> [reason]: why the host was refused (pyinfra_ext/refusal.py).
-REFUSED: dict[str, list[str]] = defaultdict(list)
+from control import run_record
 
 
 def skipped(step: str, reason: str) -> None:
     logger.warning(f"[{host.name}] skipped: {step}: {reason}")
-    if (step, reason) not in SKIPPED[host.name]:
-        SKIPPED[host.name].append((step, reason))
+    done = run_record.current().skipped[host.name]
+    if (step, reason) not in done:
+        done.append((step, reason))

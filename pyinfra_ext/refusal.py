@@ -21,15 +21,15 @@ from pyinfra import host, logger, state
 from pyinfra.api import FunctionCommand, OperationError, operation
 from pyinfra.api.state import StateHostMeta
 
+from control import run_record
 from control.problems import Problem
 from control.profile import HOST_ONLY, HostRefused
-from control.report import REFUSED
 
 
 def _fail_this_host(state, host, reasons: str) -> bool:  # pyinfra passes state and host by name
     for line in reasons.splitlines():
         host.log_styled(f"refused: {line}", fg="red", log_func=logger.error)
-    REFUSED[host.name].extend(reasons.splitlines())  # for the end-of-deploy summary
+    run_record.of(state).refused[host.name].extend(reasons.splitlines())  # for the end-of-deploy summary
     return False
 
 

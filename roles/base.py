@@ -16,7 +16,7 @@ from roles.operations.uploads import template
 def apply(profile: Profile) -> None:
     # Before any apt command: a killed earlier run may have left dpkg half-way (roles/operations/packages.py).
     packages.dpkg_recovered(name="dpkg: nothing left interrupted (dpkg --configure -a if it was)")
-    if profile.platform == "gb10":
+    if not profile.on_platform.debian_sources:
         # DGX OS (Ubuntu 24.04) keeps its own apt sources (Ubuntu's and NVIDIA's): only the packages are ours.
         packages.installed(profile.base_packages, name="Base packages", update=True, no_recommends=True)
         return

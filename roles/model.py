@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 from pyinfra import host, logger
 
-from control import layout, model_lock
+from control import layout, model_lock, run_record
 from control.engine_lock import cached, parse_lock
 from control.engine_lock import fetch as fetch_wheels
 from control.model_lock import ModelLockError, commit_for
@@ -43,7 +43,6 @@ from control.pypi_cache import FetchError, cache_root
 from control.report import skipped
 from control.run import dry_run
 from pyinfra_ext import memo
-from roles import fleet_artifacts
 from roles.facts.model import ModelCheck
 from roles.operations import packages
 from roles.operations.checkpoint import (
@@ -76,7 +75,29 @@ class Plan:
     download: dict  # checkpoint_download_started's arguments (checkpoint_present takes the same)
 
 
-PLANS: dict[str, Plan | None] = {}  # host name -> its model download, set by apply() for ready()
+class Alone:
+    """How a single host shares its checkpoints: not at all. Another way (the fleet's,
+    roles/fleet/checkpoint.py) has the same two functions and is registered per run with shared_by()."""
+
+    @staticmethod
+    def plan(complete) -> tuple:
+        """(the host that downloads for the others, names of the hosts that receive from it)."""
+        return None, []
+
+    @staticmethod
+    def copied(
+        profile: Profile, seed, lacking: list[str], path: str, repo_id: str, commit: str, unit: str, fetch_user: str
+    ):
+        raise AssertionError("nobody lacks a checkpoint that is not shared")
+
+
+def shared_by(sharing) -> None:
+    """This run's checkpoints are shared as `sharing` says (its plan() and copied())."""
+    run_record.current().checkpoint_sharing = sharing
+
+
+def sharing():
+    return run_record.current().checkpoint_sharing or Alone
 
 
 def fetch_user(profile: Profile) -> str:
@@ -177,7 +198,9 @@ def apply(profile: Profile, unit: str = "glm-flash-model-download") -> None:
     work goes on while it runs)."""
     host_tool(FETCH, layout.bin_dir(profile))
     if profile.model_download:
-        PLANS[host.name] = started(profile, profile.model_id, profile.model_revision, profile.model_path, unit)
+        run_record.current().model_plans[host.name] = started(
+            profile, profile.model_id, profile.model_revision, profile.model_path, unit
+        )
 
 
 def ready(profile: Profile) -> None:
@@ -187,7 +210,7 @@ def ready(profile: Profile) -> None:
         tool = layout.tool(profile, FETCH)
         checkpoint_staged(name=f"Staged checkpoint in {profile.model_path}", tool=tool, path=profile.model_path)
         return
-    plan = PLANS.get(host.name)
+    plan = run_record.current().model_plans.get(host.name)
     if plan is not None:
         waited(profile, plan)
 
@@ -221,7 +244,7 @@ def first_lock(profile: Profile, repo_id: str, revision: str, token: str | None)
 
 def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: str) -> None:
     """`repo_id` at `revision` (resolved through locks/model.json) downloaded into `path` and
-    sealed root's, waited for at once: the GB10 drafter (roles/engine_vllm.py)."""
+    sealed root's, waited for at once: the GB10 drafter (roles/engines/vllm/engine.py)."""
     plan = started(profile, repo_id, revision, path, unit)
     if plan is not None:
         waited(profile, plan)
@@ -271,8 +294,9 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
         wheels=wheels,
         user=fetch_user(profile),
     )
-    # In a fleet one worker (the seed) downloads; the others that lack it receive it from the seed.
-    seed, lacking = fleet_artifacts.checkpoint_plan(
+    # In a fleet one worker (the seed) downloads; the others that lack it receive it from the seed
+    # (the fleet's sharing, registered for this run by roles/fleet/checkpoint.py).
+    seed, lacking = sharing().plan(
         lambda h: (
             memo.fact(h, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit, manifests="")["exit"] == 0
         )
@@ -305,6 +329,6 @@ def waited(profile: Profile, plan: Plan) -> None:
     if host.name not in plan.lacking:
         checkpoint_present(name=f"Checkpoint {d['repo_id']}@{d['commit']}{plan.locked_from} in {d['path']}", **d)
     if plan.lacking:
-        fleet_artifacts.checkpoint_copied(
+        sharing().copied(
             profile, plan.seed, plan.lacking, d["path"], d["repo_id"], d["commit"], d["unit"], fetch_user(profile)
         )

@@ -4,17 +4,28 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from io import StringIO
+from typing import Any
 
 from pyinfra import host
 
-from control.layout import API_KEY, CONF_DIR, ENV_FILE, GPU_UNIT, LAUNCH_SPEC, SECRETS_DIR, UNIT, bin_dir, engine_root
+from control.layout import (
+    API_KEY,
+    CONF_DIR,
+    ENV_FILE,
+    GPU_UNIT,
+    LAUNCH_SPEC,
+    PATCH_SET_DIR,
+    SECRETS_DIR,
+    UNIT,
+    bin_dir,
+    engine_root,
+)
 from control.layout import service_home as state_dir
 from control.profile import Profile
 from control.report import skipped
 from pyinfra_ext import memo
-from roles.engine import EngineResult
-from roles.engine_patches import SET_DIR_NAME
 from roles.facts.service import SystemdVersion
 from roles.facts.system import Gpus
 from roles.operations import paths, units
@@ -31,6 +42,18 @@ LOG_FILTER_SYSTEMD = 253  # LogFilterPatterns= (systemd.exec(5), "Added in versi
 SERVICE_RECORD = ".glm-flash-service"
 
 
+@dataclass(frozen=True)
+class EngineResult:
+    """What an engine role deployed (roles/engines/): the service runs exactly this."""
+
+    name: str  # for people (the unit's Description)
+    env: str  # <engine_set>-<hash> or vllm-moet-<ref12>-<hash>
+    env_dir: str  # install_root/engine/envs/<env>
+    launch_spec: dict  # what the service runs: python is current/bin/python, the flags the engine's parser accepted
+    service_env: dict  # the engine's environment variables in the unit's environment file
+    switch_op: Any  # the op that moves `current`; the service restarts when it changed
+
+
 def state_directory(profile: Profile) -> str:
     """The service's state directory as StateDirectory= takes it: relative to /var/lib."""
     path = state_dir(profile)
@@ -41,7 +64,7 @@ def state_directory(profile: Profile) -> str:
 
 def unit_context(profile: Profile, api_key: bool, systemd_version: int = LOG_FILTER_SYSTEMD) -> dict:
     return dict(
-        engine="KTransformers + SGLang-kt" if profile.platform == "l40s" else "vLLM",
+        engine=profile.on_platform.engine_label,
         service_user=profile.service_user,
         state_dir=state_dir(profile),
         state_directory=state_directory(profile),
@@ -72,7 +95,7 @@ def start_inputs(profile: Profile) -> list[str]:
         LAUNCH_SPEC,
         API_KEY,
         current,  # the link itself: its mtime is when the engine was switched
-        f"{current}/{SET_DIR_NAME}",  # the engine patch sets (replaced when the edits change)
+        f"{current}/{PATCH_SET_DIR}",  # the engine patch sets (replaced when the edits change)
     ]
 
 

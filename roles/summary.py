@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import re
 import socket
 import sys
 
@@ -19,20 +18,16 @@ from pyinfra import host
 from pyinfra.api.state import State
 from pyinfra.context import state as state_proxy
 
-from control import layout
+from control import layout, run_record
 from control.profile import Profile
-from control.report import REFUSED, SKIPPED
 from roles.facts.status import HostStatus
-from roles.fleet_artifacts import SEEDED_BY
 from roles.operations.driver import reboot_reasons
 from roles.operations.status import gathered
 
 __all__ = ["HostStatus", "apply", "host_summary", "render", "summaries"]
 
 SUMMARY_ENV = "GLM_FLASH_SUMMARY_JSON"
-GATHERED: dict[str, dict] = {}  # host name -> what the last operation read
-PLANNED: dict[str, dict] = {}  # host name -> the profile values the summary names
-_STATE: list = []  # pyinfra's State of this run, kept for the exit hook
+_STATE: list = []  # pyinfra's State of this run, kept for the exit hook (which runs outside its context)
 
 
 def endpoint(profile: Profile, address: str) -> str:
@@ -48,17 +43,17 @@ def host_summary(planned: dict, status: dict, reboot: list[str]) -> dict:
         it = items.get(name)
         return f"{it['state']}: {it['detail']}" if it else "not reported"
 
-    engine = items.get("engine", {}).get("detail", "")
-    env = re.search(r"current (\S+?)[,;]", engine + ";")
-    commit = re.search(r"commit (\S.*)$", items.get("model", {}).get("detail", ""))
+    def field(name: str, key: str):  # a value the status tool emits as a field, never parsed from its detail
+        return items.get(name, {}).get("fields", {}).get(key)
+
     return {
         **planned,
         "serving": items.get("readiness", {}).get("state") == "ok",
         "service": detail("service"),
         "readiness": detail("readiness"),
-        "environment": env.group(1) if env else None,
+        "environment": field("engine", "current"),
         "engine": detail("engine"),
-        "model_commit": commit.group(1) if commit else None,
+        "model_commit": field("model", "commit"),
         "model": detail("model"),
         "driver": detail("driver"),
         "toolkit": detail("cuda toolkit"),
@@ -70,21 +65,22 @@ def host_summary(planned: dict, status: dict, reboot: list[str]) -> dict:
 def summaries() -> dict[str, dict]:
     """Every host of the run: its summary, or why it has none."""
     run = _STATE[0] if _STATE else None
+    record = run_record.of(run)
     # The hosts this run was for (not those --limit left out), unreachable ones included: those
     # that never answered are not activated, only failed.
     hosts = (
         {h.name: h for h in run.inventory if h in run.activated_hosts or h in run.failed_hosts}
         if run
-        else dict.fromkeys(PLANNED)
+        else dict.fromkeys(record.planned)
     )
     failed = {h.name for h in run.failed_hosts} if run else set()
-    gone = {name: unreachable(h) for name, h in hosts.items() if name in failed and not REFUSED.get(name)}
+    gone = {name: unreachable(h) for name, h in hosts.items() if name in failed and not record.refused.get(name)}
     out = {}
     for name in hosts:
-        s = dict(GATHERED.get(name) or PLANNED.get(name, {}))
-        s["skipped"] = [{"step": step, "reason": why} for step, why in SKIPPED.get(name, [])]
-        s["refused"] = REFUSED.get(name, [])
-        seed = SEEDED_BY.get(name)
+        s = dict(record.gathered.get(name) or record.planned.get(name, {}))
+        s["skipped"] = [{"step": step, "reason": why} for step, why in record.skipped.get(name, [])]
+        s["refused"] = record.refused.get(name, [])
+        seed = record.seeded_by.get(name)
         if gone.get(name):
             s["result"] = f"unreachable: {gone[name]} (the other hosts went on without it)"
         elif name in failed and gone.get(seed):
@@ -94,7 +90,7 @@ def summaries() -> dict[str, dict]:
             )
         elif name in failed:
             s["result"] = "refused" if s["refused"] else "failed (see the errors above)"
-        elif name in GATHERED:
+        elif name in record.gathered:
             s["result"] = "deployed"
         else:
             s["result"] = "not run to the end (dry run, or stopped before the last operation)"
@@ -135,7 +131,7 @@ def render(all_hosts: dict[str, dict]) -> str:
 
 
 def _print_at_exit() -> None:
-    if not PLANNED:
+    if not _STATE or not run_record.of(_STATE[0]).planned:
         return
     all_hosts = summaries()
     print(render(all_hosts), file=sys.stderr, flush=True)
@@ -151,9 +147,10 @@ def apply(profile: Profile) -> None:
     if isinstance(run, State) and not _STATE:  # a pyinfra run (not a plan test): print when it ends
         _STATE.append(run)
         atexit.register(_print_at_exit)
-    PLANNED[host.name] = {
+    record = run_record.current()
+    record.planned[host.name] = {
         "endpoint": endpoint(profile, host.data.dict().get("ssh_hostname") or host.name),
-        "engine_set": profile.engine_set if profile.platform == "l40s" else f"vllm-moet {profile.vllm_ref[:12]}",
+        "engine_set": profile.on_platform.engine_build(profile),
         "driver_branch": profile.driver_branch if profile.driver_source == "nvidia-repo" else profile.driver_source,
         "cuda_version": profile.cuda_version,
         "model_id": profile.model_id,
@@ -162,8 +159,8 @@ def apply(profile: Profile) -> None:
     gathered(
         name="Summary: what this host serves now",
         tool=layout.tool(profile, "glm-flash"),
-        planned=PLANNED[host.name],
-        into=GATHERED,
+        planned=record.planned[host.name],
+        into=record.gathered,
         reboot=reboot_reasons if profile.driver_source != "preinstalled" else None,
         summarize=host_summary,
     )

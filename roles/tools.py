@@ -12,8 +12,8 @@ TOOLS = [
     "glm-flash-ready",
     "glm-flash-nvidia-repo",
     "glm-flash",
-    "glm-flash-engine",  # engine environments: build, switch, rollback, status (roles/engine.py)
-    "glm-flash-check-flags",  # launch flags against the engine's own parser (roles/flag_check.py)
+    "glm-flash-engine",  # engine environments: build, switch, rollback, status (roles/engines/common.py)
+    "glm-flash-check-flags",  # launch flags against the engine's own parser (roles/engines/flag_check.py)
     "glm-flash-job",  # hours-long steps as transient units that survive a dropped SSH (roles/operations/job.py)
 ]
 

@@ -34,7 +34,7 @@ from pyinfra.operations import server
 
 from control import layout
 from control.profile import Profile
-from roles import cuda_header, gateway, headless, model, service
+from roles import cuda_header, headless, model, service
 from roles.facts.apt import LEGACY_SOURCES
 from roles.facts.leftovers import Leftovers
 from roles.operations import driver as driver_ops
@@ -60,17 +60,17 @@ def toolkit_dir(profile: Profile) -> str:
 
 
 def checkpoints(profile: Profile) -> list[str]:
-    return [profile.model_path, *([profile.drafter_path] if profile.platform == "gb10" else [])]
+    return [profile.model_path, *([profile.drafter_path] if profile.on_platform.fork_files else [])]
 
 
 def removed_paths(profile: Profile) -> list[str]:
     """What the uninstall deletes, files and whole directories, always."""
-    units = [service.UNIT, service.GPU_UNIT, gateway.UNIT]
+    units = [service.UNIT, service.GPU_UNIT, layout.GATEWAY_UNIT]
     return [
         *units,
         *(f"{u}.d" for u in units),
         layout.CONF_DIR,
-        gateway.CONF_DIR,
+        layout.GATEWAY_CONF_DIR,
         profile.install_root,
         layout.ROOT_STATE,
         layout.service_home(profile),

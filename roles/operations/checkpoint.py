@@ -1,6 +1,6 @@
 """A checkpoint from the hub on the host: the downloader installed, the checkpoint present.
 
-Shared by the model role and the GB10 drafter (roles/engine_vllm.py): each decides on the
+Shared by the model role and the GB10 drafter (roles/engines/vllm/engine.py): each decides on the
 host's state at run time and does nothing when it holds.
 
 downloader_installed: a system user of its own (not the service user: the engine must not
@@ -19,7 +19,7 @@ one is needed, is put root-only by secret_commands and handed to the unit with L
 once the downloader has started, the unit (as root) deletes the file, again when the unit stops,
 and systemd removes the credential when the unit ends however it ends (SIGTERM, SIGKILL, failure).
 
-In a fleet the checkpoint crosses the outside link once (roles/fleet_artifacts.py): the seed
+In a fleet the checkpoint crosses the outside link once (roles/fleet/checkpoint.py): the seed
 downloads it with checkpoint_present, checkpoint_exported reads its verified marker over the
 seed's SSH connection (root's, so neither the engine's user on the seed nor the local network
 has a say in it), and checkpoint_received puts that marker on each worker that lacks the
@@ -39,7 +39,7 @@ from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import File
 
-from control import layout
+from control import layout, run_record
 from control.report import skipped
 from pyinfra_ext import memo
 from roles.facts.accounts import Account
@@ -51,7 +51,6 @@ from roles.operations.secrets import Secret, secret_commands
 COMMIT = re.compile(r"[0-9a-f]{40}")
 REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 UNIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9:_.-]*")
-RELAYED: dict[str, str] = {}  # checkpoint path -> the seed's verified marker, read in this run
 
 
 @operation()
@@ -370,14 +369,14 @@ def prepared_for(user: str, path: str, tool: str, unit: str) -> list[StringComma
 def _read_marker(state, host, path: str, command: StringCommand) -> bool:  # pyinfra passes state and host
     ok, output = host.run_shell_command(command, print_input=False)
     if ok:
-        RELAYED[path] = output.stdout
+        run_record.of(state).relayed[path] = output.stdout
     else:
         logger.error(f"[{host.name}] {path}: no verified checkpoint to send: {output.stdout or output.stderr}")
     return ok
 
 
 def _put_marker(state, host, path: str, dest: str, seed: str) -> bool:
-    marker = RELAYED.get(path)
+    marker = run_record.of(state).relayed.get(path)
     if marker is None:
         logger.error(
             f"[{host.name}] the fleet's seed {seed} sent no verified checkpoint in this run (it failed or was "

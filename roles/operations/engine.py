@@ -1,4 +1,4 @@
-"""Operations on engine environments (roles/engine.py, roles/engine_kt.py, roles/engine_vllm.py):
+"""Operations on engine environments (roles/engines/common.py, roles/engines/kt/engine.py, roles/engines/vllm/engine.py):
 built beside the others, pins put back when they drifted, `current` switched. Each reads the
 environments through files/glm-flash-engine (`status --json`, the EngineEnvs fact) when it runs.
 """

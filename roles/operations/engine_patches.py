@@ -1,4 +1,4 @@
-"""Patch sets applied (roles/engine_patches.py, roles/engine_vllm.py): one `glm-flash-patch apply`
+"""Patch sets applied (roles/engines/kt/patches.py, roles/engines/vllm/engine.py): one `glm-flash-patch apply`
 over every set of the run, only when the host's check says something is pending."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The launch flags against the installed engine's own parser (roles/flag_check.py): a refusal
+"""The launch flags against the installed engine's own parser (roles/engines/flag_check.py): a refusal
 fails the host before the launch spec is written and the unit restarted."""
 
 from __future__ import annotations

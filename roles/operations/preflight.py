@@ -78,7 +78,7 @@ def disk_needs(profile: Profile, c: Capacity, paths: tuple, toolkit: bool = Fals
                 f"the CUDA toolkit ({profile.preflight_cuda_toolkit_gib:g} GiB)",
             ),
         ]
-    if profile.platform == "gb10":  # after the toolkit's, in paths and in sized (where() below)
+    if profile.on_platform.fork_files:  # after the toolkit's, in paths and in sized (where() below)
         at, sz = (5, 3) if toolkit else (2, 2)
         if profile.moe_w2_store:
             store = profile.preflight_moe_store_gib * GIB
@@ -110,7 +110,7 @@ def disk_needs(profile: Profile, c: Capacity, paths: tuple, toolkit: bool = Fals
 
 def shortfalls(profile: Profile, c: Capacity, paths: tuple, toolkit: bool = False) -> list[str]:
     found = disk_needs(profile, c, paths, toolkit)
-    if profile.platform == "l40s" and profile.kt_cpuinfer > c.cores:
+    if profile.on_platform.cpu_experts and profile.kt_cpuinfer > c.cores:
         found.append(
             f"kt_cpuinfer: {profile.kt_cpuinfer} CPU-expert threads, the box has {c.cores} physical cores "
             f"({c.cpus} logical CPUs). Fix: set kt_cpuinfer to at most {c.cores}, leaving a few for the OS"
@@ -136,7 +136,7 @@ def where(profile: Profile, toolkit: bool = False) -> tuple[tuple, tuple]:
     engine = layout.engine_root(profile)
     paths = (profile.model_path, profile.install_root) + (cuda_paths(profile) if toolkit else ())
     sized = (profile.model_path, f"{engine}/wheelhouse") + ((CUDA_RUNFILE_CACHE,) if toolkit else ())
-    if profile.platform == "gb10":  # the fork's expert store and the drafter
+    if profile.on_platform.fork_files:  # the fork's expert store and the drafter
         paths += (layout.moe_store_dir(profile), profile.drafter_path)
         sized += (layout.moe_store_dir(profile), profile.drafter_path)
     return paths, sized

@@ -66,7 +66,7 @@ def host(tmp_path, wheel):
 
 
 def upload(h, prof=None, name="sets"):
-    """The rendered sets as JSON files, as roles/engine_patches.py uploads them."""
+    """The rendered sets as JSON files, as roles/engines/kt/patches.py uploads them."""
     d = h.tmp / name
     d.mkdir(exist_ok=True)
     out = []

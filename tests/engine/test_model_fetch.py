@@ -218,7 +218,7 @@ def test_config_edited_by_the_engine_patch_stays_and_the_hub_is_not_asked_again(
     with FakeHub(REPO_ID, files) as hub:
         code, out, err, _ = fetch(hub_python, hub, dest, tmp_path, manifests=manifests)
         assert code == 0, out + err
-        # the real patch tool with the real model patch set, as roles/engine_patches.py runs it
+        # the real patch tool with the real model patch set, as roles/engines/kt/patches.py runs it
         pset = patch_sets.render(
             yaml.safe_load((REPO / "patches/model/glm-5.3-flash-index-share.yaml").read_text()),
             {},

@@ -3,7 +3,7 @@
 The file names and directories the engine computes are taken from the real wheels'
 source (fused_moe_triton_config.get_config_file_name, run with the device name an L40S
 reports, since there is no GPU here; fp8_kernel's block-FP8 file-name f-string) and
-compared with roles/triton_configs.placements. The tuned contents from the field are not
+compared with roles/engines/kt/triton_configs.placements. The tuned contents from the field are not
 published: the files here are small valid configs made up for the test.
 """
 
@@ -27,7 +27,7 @@ import pypi  # noqa: E402
 
 from control import profile  # noqa: E402
 from control.engine_lock import load_lock, pin_of  # noqa: E402
-from roles import triton_configs  # noqa: E402
+from roles.engines.kt import triton_configs  # noqa: E402
 
 MOE = "E=288,N=1024,device_name=NVIDIA_L40S,dtype=fp8_w8a8,block_shape=[128, 128].json"
 GEMM = "N=4096,K=7168,device_name=NVIDIA_L40S,dtype=fp8_w8a8,block_shape=[128, 128].json"

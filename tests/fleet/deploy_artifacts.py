@@ -1,4 +1,4 @@
-"""The fleet's transfer steps only: artifacts (roles/fleet_artifacts.py) and the checkpoint (roles/model.py).
+"""The fleet's transfer steps only: artifacts (roles/fleet/artifacts.py) and the checkpoint (roles/model.py).
 
 The artifacts are the gateway's wheels (36 MB): the engine's 5 GB would not fit three times on the
 test machine. The mechanism, the paths under install_root and the checks are those of a full
@@ -7,10 +7,14 @@ fleet deploy. The checkpoint is the real model role against the single sandbox's
 """
 
 from control import profile
-from roles import fleet_artifacts, gateway, model
+from roles import model
+from roles.fleet import artifacts as fleet_artifacts
+from roles.fleet import checkpoint as fleet_checkpoint
+from roles.fleet import gateway
 
 p = profile.for_current_host()
 entries = [fleet_artifacts.entry(w, "644", f"fleet-test/wheelhouse/{w.name}") for w in gateway.wheels(p)]
 fleet_artifacts.apply(p, entries)
+fleet_checkpoint.share()  # as deploy_fleet.py does
 model.apply(p)
 model.ready(p)  # the download started above, waited for (the workers that lack it receive it)

@@ -1,5 +1,5 @@
 """Artifacts cross the control machine's link once and the checkpoint the outside link once
-(roles/fleet_artifacts.py, roles/model.py), on the fleet sandbox.
+(roles/fleet/artifacts.py, roles/model.py), on the fleet sandbox.
 
 tests/fleet/deploy_artifacts.py runs only the transfer steps, with the gateway's 25 wheels
 (36 MB) as the artifacts (the engine's 5 GB would not fit three times here): the seed worker

@@ -105,7 +105,7 @@ def test_a_seed_gone_before_it_sent_what_a_worker_lacks_is_named_in_that_workers
     seed, peer = deployed_fleet[1]["name"], deployed_fleet[-1]["name"]
     ssh = ["ssh", "-F", str(REPO / ".sandbox/fleet/ssh_config")]
     wheelhouse = "/opt/glm-flash/engine/wheelhouse"
-    # One wheel the peer lacks: the seed is to send it (roles/fleet_artifacts.py).
+    # One wheel the peer lacks: the seed is to send it (roles/fleet/artifacts.py).
     subprocess.run([*ssh, peer, f"rm {wheelhouse}/$(ls {wheelhouse} | grep -m1 whl)"], check=True)
     # planned: the peer is to receive from the seed
     summary = summary_of_a_run_losing(seed, lambda lines: "Beginning operation run" in lines[-1])

@@ -1,4 +1,4 @@
-"""The gateway on the fleet sandbox: sglang-router deployed by roles/gateway.py on node1, in front of
+"""The gateway on the fleet sandbox: sglang-router deployed by roles/fleet/gateway.py on node1, in front of
 the workers node2.. (`make fleet-up N=3`; booted here when it is not up, and removed after).
 
 Simulated: no GPU here, so each worker's engine is an OpenAI-compatible stand-in

@@ -223,8 +223,8 @@ def test_the_lock_carries_pypis_digest_of_the_release():
 
 
 def test_the_launch_module_is_the_servers_of_the_release(release):
-    """roles/vllm_launch.py runs `python -m VLLM_MODULE`: it must be a runnable module of vLLM 0.24.0."""
-    from roles.vllm_launch import VLLM_MODULE
+    """roles/engines/vllm/launch.py runs `python -m VLLM_MODULE`: it must be a runnable module of vLLM 0.24.0."""
+    from roles.engines.vllm.launch import VLLM_MODULE
 
     path = release / (VLLM_MODULE.replace(".", "/") + ".py")
     assert path.is_file(), f"vLLM 0.24.0 has no {VLLM_MODULE}"

@@ -1,4 +1,4 @@
-"""The GB10 launch flags (roles/vllm_launch.py) against vLLM 0.24.0's own serve parser (the
+"""The GB10 launch flags (roles/engines/vllm/launch.py) against vLLM 0.24.0's own serve parser (the
 release the vLLM-Moet fork patches), and the thinking-budget default through vLLM's own app
 over real HTTP.
 
@@ -28,7 +28,7 @@ import pytest
 from vllm_wheel import parser_python
 
 from control.profile import build
-from roles import vllm_launch
+from roles.engines.vllm import launch as vllm_launch
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -22,7 +22,7 @@ import pytest
 from vllm_wheel import parser_python
 
 from control.profile import build
-from roles import vllm_launch
+from roles.engines.vllm import launch as vllm_launch
 
 HERE = Path(__file__).resolve().parent
 LAUNCH = HERE.parents[1] / "files" / "glm-flash-launch"

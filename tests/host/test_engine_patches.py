@@ -1,6 +1,6 @@
 """Engine and model patches, tuned Triton configs and the model on a deployed node.
 
-Checks what roles/engine_patches.py, roles/triton_configs.py and roles/model.py leave:
+Checks what roles/engines/kt/patches.py, roles/engines/kt/triton_configs.py and roles/model.py leave:
 the current engine environment's patch sets are fully applied (the host's own
 glm-flash-patch check says so), the manifests name the installed version and their hashes
 match the files on disk, the model's config.json carries the edit where the engine version
@@ -18,7 +18,9 @@ import pytest
 
 from control import layout, patch_sets
 from control.engine_lock import load_lock, pin_of
-from roles import engine_patches, model, triton_configs
+from roles import model
+from roles.engines.kt import patches as engine_patches
+from roles.engines.kt import triton_configs
 
 STATE = engine_patches.STATE_DIR
 

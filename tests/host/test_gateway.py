@@ -1,4 +1,4 @@
-"""Host checks of a fleet's gateway (roles/gateway.py): run against the gateway host.
+"""Host checks of a fleet's gateway (roles/fleet/gateway.py): run against the gateway host.
 
     pytest tests/host/test_gateway.py --no-deploy --inventory inventory/fleet.py --hosts ssh://root@gw.lan
 
@@ -16,7 +16,7 @@ import runpy
 import pytest
 
 from control.fleet import GATEWAY, gateway_profile
-from roles.gateway import CONF_DIR
+from roles.fleet.gateway import CONF_DIR
 from tests.conftest import REPO
 
 UNIT = "glm-flash-gateway.service"

@@ -14,7 +14,8 @@ import shlex
 import pytest
 
 from control import layout
-from roles import engine_vllm, vllm_launch
+from roles.engines.vllm import engine as engine_vllm
+from roles.engines.vllm import launch as vllm_launch
 from roles.facts.driver import version_at_least
 from roles.facts.gb10 import GB10_CAPABILITY
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from control import profile
-from roles import launch
+from roles.engines.kt import launch
 from tests.conftest import REPO
 
 TOOL = REPO / "files" / "glm-flash-check-flags"

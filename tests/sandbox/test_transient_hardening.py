@@ -53,7 +53,7 @@ def wait_active(unit: str) -> None:
 @pytest.fixture
 def build_job(profile):
     """A one-pin environment built by glm-flash-engine in a glm-flash-job unit, exactly as the
-    deploy's engine build (roles/engine_kt.py) but for its lock; removed afterwards."""
+    deploy's engine build (roles/engines/kt/engine.py) but for its lock; removed afterwards."""
     root = layout.engine_root(profile)
     env, name = "sandboxing-test-000000000000", "sandboxing-test"
     lock = f"{root}/locks/{env}.json"

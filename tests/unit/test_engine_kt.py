@@ -13,7 +13,7 @@ from fakehost import F, FakeHost, commands, on, render
 from control.engine_lock import LockError
 from control.profile import build
 from control.python_pack import _included, pack
-from roles.engine_kt import plan
+from roles.engines.kt.engine import plan
 from roles.facts.engine import EngineEnvs, EngineState, WheelhouseFiles
 from roles.operations import engine
 from roles.operations.engine import pin_asserted

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from control.fleet import fleet, gateway_profile
-from roles.gateway import router_args
+from roles.fleet.gateway import router_args
 from tests.conftest import REPO
 
 COMMIT = "a" * 40

@@ -1,6 +1,6 @@
 """The gateway's venv replaced with a kill at every step: `venv` is always a whole environment.
 
-roles/gateway.py venv_commands builds the new lock's environment beside the running one and
+roles/fleet/gateway.py venv_commands builds the new lock's environment beside the running one and
 swaps the `venv` link in one rename (the first time, from the real directory an older deploy
 left, in one renameat2 exchange). Run here for real on scratch directories, with real venvs
 and a real wheel from the engine lock (the router's own wheels are for Debian 13's Python;
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from control.engine_lock import fetch, load_lock
-from roles import gateway
+from roles.fleet import gateway
 
 SHA = "ab" * 32
 # Runs the swap script with a SIGKILL at its Nth executed line (a kill at that point).

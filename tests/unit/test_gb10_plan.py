@@ -25,7 +25,7 @@ from pyinfra.facts.server import Arch
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from control.profile import build
-from roles import engine_vllm
+from roles.engines.vllm import engine as engine_vllm
 from roles.facts.accounts import Account, AccountInfo
 from roles.facts.capacity import BoxCapacity
 from roles.facts.driver import Kernels, NvidiaLoadedModule, NvidiaModuleOnDisk, NvidiaPciDevices, RebootRequired
@@ -149,7 +149,7 @@ def run_deploy(
     import pyinfra_ext
     import roles.operations
 
-    ours = [f"roles.{i.name}" for i in pkgutil.iter_modules(roles.__path__)]
+    ours = [i.name for i in pkgutil.walk_packages(roles.__path__, "roles.")]
     ours += [f"roles.operations.{i.name}" for i in pkgutil.iter_modules(roles.operations.__path__)]
     ours += [f"pyinfra_ext.{i.name}" for i in pkgutil.iter_modules(pyinfra_ext.__path__)]
     for name in ours:

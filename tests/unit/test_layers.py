@@ -2,7 +2,13 @@
 operation, nor our pyinfra extensions; the extensions (pyinfra_ext/) import no role, fact or
 operation, and only they replace anything of pyinfra's; facts (roles/facts/) import no operation
 or role; operations (roles/operations/) import no role; and no import circle joins our modules.
-Read from the source with ast."""
+
+The roles sit in three rooms, each known from its folder: single-host roles (roles/*.py, each
+an apply(profile, ...) that deploy.py composes) import no engine and nothing of the fleet; the
+engines (roles/engines/, one package per engine behind the dispatch's contract) import nothing of
+the fleet nor of each other, and nothing outside their room imports an engine's package; the
+fleet (roles/fleet/) is imported by nothing of ours. Only the engine dispatch and the profile's
+per-platform tables compare `platform`. Read from the source with ast."""
 
 import ast
 import importlib.util
@@ -112,7 +118,7 @@ def defines_operations_or_facts(path: Path) -> list[str]:
 
 def test_roles_keep_only_their_composition():
     """Operations live in roles/operations/, facts in roles/facts/; a role module only composes them."""
-    roles = sorted(REPO.glob("roles/*.py"))
+    roles = sorted(p for p in REPO.glob("roles/**/*.py") if p.parent.name not in ("facts", "operations"))
     assert roles, "no role modules found"
     assert {p.name: defines_operations_or_facts(p) for p in roles if defines_operations_or_facts(p)} == {}
     # The check sees both kinds where they belong.
@@ -197,5 +203,139 @@ def test_only_pyinfra_ext_replaces_pyinfra_internals():
     try:
         probe.write_text("import pyinfra\nfrom pyinfra.api import util\nutil.x = 1\nsetattr(pyinfra, 'y', 2)\n")
         assert pyinfra_patches(probe) == ["_probe_patch.py:3", "_probe_patch.py:4"]
+    finally:
+        probe.unlink()
+
+
+def room(name: str) -> str:
+    """The room of one of our modules under roles/: facts, operations, engines (the dispatch and
+    shared parts), engines.<engine> (one engine's package), fleet, or role (a single-host role)."""
+    parts = name.split(".")
+    if parts[0] != "roles" or len(parts) == 1:
+        return parts[0]
+    if parts[1] in ("facts", "operations", "fleet"):
+        return parts[1]
+    if parts[1] == "engines":
+        return f"engines.{parts[2]}" if len(parts) > 3 else "engines"
+    return "role"
+
+
+def room_breaches(ours: dict[str, Path]) -> list[str]:
+    found = []
+    for name, path in ours.items():
+        mine = room(name)
+        for dep in sorted(imports(path, ours)):
+            theirs = room(dep)
+            if theirs == mine:
+                continue
+            if mine == "role" and (theirs.startswith("engines") or theirs == "fleet"):
+                found.append(f"{name} (a single-host role) imports {dep}")
+            elif mine.startswith("engines") and theirs == "fleet":
+                found.append(f"{name} (an engine) imports {dep} (the fleet)")
+            elif theirs.startswith("engines.") and not mine.startswith("engines"):
+                found.append(f"{name} imports {dep}: outside roles/engines/, only the dispatch (roles.engines)")
+            elif mine.startswith("engines.") and theirs.startswith("engines.") and mine != theirs:
+                found.append(f"{name} imports {dep}: one engine's package imports another's")
+            elif theirs == "fleet":
+                found.append(f"{name} imports {dep}: nothing of ours imports the fleet (deploy_fleet.py does)")
+    return found
+
+
+def test_each_room_keeps_its_rule():
+    ours = modules()
+    assert {room(n) for n in ours if n.startswith("roles.")} >= {
+        "role",
+        "engines",
+        "engines.kt",
+        "engines.vllm",
+        "fleet",
+    }
+    assert room_breaches(ours) == []
+
+
+def test_the_room_check_sees_a_breach(tmp_path):
+    src = tmp_path / "x.py"
+    src.write_text("from roles.fleet import artifacts\nfrom roles.engines.kt import launch\n")
+    empty = tmp_path / "empty.py"
+    empty.write_text("")
+    ours = {"roles.model": src, "roles.fleet.artifacts": empty, "roles.engines.kt.launch": empty}
+    assert room_breaches(ours) == [
+        "roles.model (a single-host role) imports roles.engines.kt.launch",
+        "roles.model (a single-host role) imports roles.fleet.artifacts",
+    ]
+    ours = {"roles.engines.vllm.engine": src, "roles.fleet.artifacts": empty, "roles.engines.kt.launch": empty}
+    assert len(room_breaches(ours)) == 2
+
+
+def test_single_host_roles_apply_a_profile():
+    """Each single-host role has apply(profile, ...): deploy.py composes them, one call each."""
+    lacking = []
+    for path in sorted(REPO.glob("roles/*.py")):
+        if path.name == "__init__.py":
+            continue
+        tree = ast.parse(path.read_text())
+        applies = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "apply"]
+        if not applies or applies[0].args.args[0].arg != "profile":
+            lacking.append(path.name)
+    assert lacking == []
+
+
+def test_engines_keep_one_contract():
+    """Each engine's engine.py has the dispatch's contract (roles/engines/__init__.py), the same
+    parameters, so deploy.py and the fleet ask the engine and never the platform."""
+    from roles import engines
+
+    shapes = {}
+    for platform, engine in engines.BY_PLATFORM.items():
+        tree = ast.parse(Path(engine.__file__).read_text())
+        defs = {n.name: [a.arg for a in n.args.args] for n in tree.body if isinstance(n, ast.FunctionDef)}
+        shapes[platform] = {k: defs.get(k) for k in ("apply", "launch_spec", "artifacts")}
+    assert shapes["l40s"] == shapes["gb10"]
+    assert all(shapes["l40s"].values())
+    assert {Path(e.__file__).parent.name for e in engines.BY_PLATFORM.values()} == {"kt", "vllm"}
+
+
+# Where `platform` may be compared: the engine dispatch and the profile's per-platform tables.
+PLATFORM_ALLOWED = {"roles/engines/__init__.py", "control/profile.py"}
+
+
+def platform_comparisons(path: Path) -> list[int]:
+    """Lines that compare, or look up by, `platform`: x.platform == ..., v["platform"] in ...,
+    TABLE[x.platform]."""
+
+    def is_platform(node) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "platform") or (
+            isinstance(node, ast.Subscript) and getattr(node.slice, "value", None) == "platform"
+        )
+
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare) and any(is_platform(n) for n in [node.left, *node.comparators]):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Subscript) and is_platform(node.slice):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_platform_comparison_outside_the_dispatch_and_the_profile():
+    sources = [
+        *REPO.glob("*.py"),
+        *REPO.glob("control/*.py"),
+        *REPO.glob("pyinfra_ext/*.py"),
+        *REPO.glob("roles/**/*.py"),
+    ]
+    found = {
+        str(p.relative_to(REPO)): platform_comparisons(p)
+        for p in sources
+        if str(p.relative_to(REPO)) not in PLATFORM_ALLOWED and platform_comparisons(p)
+    }
+    assert found == {}
+    # the check sees them where they are allowed
+    assert platform_comparisons(REPO / "roles/engines/__init__.py")
+    assert platform_comparisons(REPO / "control/profile.py")
+    probe = REPO / "tests" / "unit" / "data" / "_probe_platform.py"
+    try:
+        probe.write_text('a = p.platform == "gb10"\nb = v["platform"] != "l40s"\nc = T[p.platform]\nd = p.platform_x\n')
+        assert platform_comparisons(probe) == [1, 2, 3]
     finally:
         probe.unlink()

@@ -14,9 +14,9 @@ LAYOUT = REPO / "control" / "layout.py"
 # Ours on the host, outside install_root: configuration, units, root's state, logs.
 # Where a join onto install_root stays, and why.
 JOINS_ALLOWED = {
-    "roles/fleet_artifacts.py": "a staged file's place, its set's root (install_root or the checkpoint's path) "
+    "roles/fleet/artifacts.py": "a staged file's place, its set's root (install_root or the checkpoint's path) "
     "and the entry's relative path, which its manifest carries; the entries' relative paths are spelled "
-    "in fleet_artifacts.engine_entries (not yet from layout: that module is being reworked)",
+    "in the engines' artifacts() (not yet from layout: that module is being reworked)",
 }
 OUR_HOST_PATH = re.compile(
     r"/(?:etc/glm-flash|etc/systemd/system/glm-flash|var/lib/glm-flash|var/log/glm-flash|var/cache/glm-flash|run/glm-flash)"

@@ -1,5 +1,5 @@
 """A refusal does not return: `refuse` and `fail` are typed NoReturn and always raise, so a type
-checker knows a caller's names are bound after them (roles/engine_kt.py's `env` after
+checker knows a caller's names are bound after them (roles/engines/kt/engine.py's `env` after
 `except LockError: refuse(...)`), and no statement of ours follows one of them in its block
 (such a statement never runs). Read from the source with ast, as mypy would see it."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from control import profile
 from control.problems import Problem
-from roles import python
+from roles.engines.kt import interpreter
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = [*REPO.glob("*.py"), *REPO.glob("control/*.py"), *REPO.glob("pyinfra_ext/*.py"), *REPO.glob("roles/**/*.py")]
@@ -54,7 +54,7 @@ def dead_after_no_return(path: Path, names: set[str]) -> list[int]:
 
 
 def test_refusals_are_typed_no_return():
-    for func in (profile.fail, profile.refuse, python.refuse):
+    for func in (profile.fail, profile.refuse, interpreter.refuse):
         assert typing.get_type_hints(func)["return"] is typing.NoReturn, func.__qualname__
     assert {"fail", "refuse"} <= no_return_functions()
 

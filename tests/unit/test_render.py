@@ -5,7 +5,8 @@ from pathlib import Path
 import jinja2
 
 from control.profile import build
-from roles import launch, service
+from roles import service
+from roles.engines.kt import launch
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 

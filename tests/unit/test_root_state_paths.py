@@ -14,7 +14,7 @@ import pytest
 
 from control import layout
 from control.profile import build
-from roles import engine_patches
+from roles.engines.kt import patches as engine_patches
 from roles.operations import driver as driver_ops
 
 TOOLS = Path(layout.FILES)

@@ -187,6 +187,25 @@ def test_model():
     assert st.decide_model(cfg(), 1, gone)["fix"].startswith("run the deploy")
 
 
+
+def test_the_summary_reads_fields_not_the_detail_text():
+    """The deploy's summary takes the engine's current environment and the model's commit from
+    the fields `glm-flash status --json` emits; a detail worded differently changes nothing, and
+    an item without the field gives None rather than a guess."""
+    from roles.summary import host_summary
+
+    state = st.last_json(data("status/engine-status.json"))
+    engine = st.decide_engine(cfg(), 0, state)
+    assert engine["fields"] == {"current": state["current"], "previous": state.get("previous")}
+    model = st.decide_model(cfg(**SANDBOX), 0, st.last_json(data("status/model-check.json")))
+    assert model["fields"]["commit"] and model["fields"]["commit"] in model["detail"]
+    reworded = [dict(engine, detail="env is elsewhere, current other-env;"), dict(model, detail="commit deadbeef")]
+    s = host_summary({}, {"items": reworded}, [])
+    assert s["environment"] == state["current"] and s["model_commit"] == model["fields"]["commit"]
+    bare = [{k: v for k, v in it.items() if k != "fields"} for it in (engine, model)]
+    s = host_summary({}, {"items": bare}, [])
+    assert s["environment"] is None and s["model_commit"] is None
+
 # --- service, readiness, disk, output --------------------------------------------------------------
 
 

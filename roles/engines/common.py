@@ -1,8 +1,8 @@
 """What both engines share: where an environment lives, how it is built beside the serving
 one, and the `current` link the service runs through.
 
-An engine role (roles/engine_kt.py on the L40S box, roles/engine_vllm.py on the GB10 box;
-deploy.py picks one through roles/engines.py) builds its environment under
+An engine role (roles/engines/kt/engine.py on the L40S box, roles/engines/vllm/engine.py on the GB10 box;
+deploy.py picks one through roles/engines/__init__.py) builds its environment under
 install_root/engine/envs/<env>, patches it, has its flags checked by its own parser, and only
 then moves `current` to it with `current_engine` (the old one stays as `previous` for
 glm-flash-rollback; older ones are pruned). It returns an EngineResult: what the service
@@ -15,10 +15,11 @@ state at run time through files/glm-flash-engine (`status --json`, the EngineEnv
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
 from control import layout
 from control.profile import Profile
+from roles import service
 from roles.operations import paths
 from roles.operations.engine import current_engine
 
@@ -26,13 +27,24 @@ ENGINE_TOOL = "glm-flash-engine"
 
 
 @dataclass(frozen=True)
-class EngineResult:
-    name: str  # for people (the unit's Description)
-    env: str  # <engine_set>-<hash> or vllm-moet-<ref12>-<hash>
-    env_dir: str  # install_root/engine/envs/<env>
-    launch_spec: dict  # what the service runs: python is current/bin/python, the flags the engine's parser accepted
-    service_env: dict  # the engine's environment variables in the unit's environment file
-    switch_op: Any  # the op that moves `current`; the service restarts when it changed
+class Upload:
+    """A file an engine uploads from the control machine: `src` there, `rel` under install_root
+    on the host, with its mode and (when the lock gives it) its sha256."""
+
+    src: Path
+    mode: str
+    rel: str
+    sha256: str | None = None
+
+
+# What an engine's apply() returns is what the service runs: the service role declares it.
+EngineResult = service.EngineResult
+
+
+def serving_args(profile: Profile) -> list[str]:
+    """What clients see, the same flags for both engines: the model's name, the address."""
+    p = profile
+    return ["--served-model-name", p.served_model_name, "--host", p.listen_host, "--port", str(p.port)]
 
 
 def env_dir(profile: Profile, env: str) -> str:

@@ -8,7 +8,7 @@ engine does not know, or a value it refuses, fails this operation with the tool'
 which stops the host's deploy before the launch spec is written and the unit restarted.
 Nothing changes on the host when the flags are fine, so a second run reports no change.
 
-The engine roles (roles/engine_kt.py, roles/engine_vllm.py) call apply(profile, spec) on the environment it is about
+The engine roles (roles/engines/kt/engine.py, roles/engines/vllm/engine.py) call apply(profile, spec) on the environment it is about
 to switch to; roles/service.py then writes exactly that spec (through `current`).
 """
 

@@ -13,8 +13,8 @@ whole run (message: package, version, file, patch) and leaves every file as it w
 The manifests (package version, file hashes) land in root's own state directory
 (control/layout.py PATCH_STATE), which the service user cannot write.
 
-roles/engine_kt.py calls apply(profile, env_dir, version) on the environment it deploys, before
-it switches `current`, on every run (a no-op unless something drifted); roles/engine_vllm.py
+roles/engines/kt/engine.py calls apply(profile, env_dir, version) on the environment it deploys, before
+it switches `current`, on every run (a no-op unless something drifted); roles/engines/vllm/engine.py
 uploads its one set and calls engine_patched itself.
 """
 
@@ -28,7 +28,7 @@ from control.profile import Profile
 from roles.operations import paths
 from roles.operations.engine_patches import engine_patched
 
-SET_DIR_NAME = "glm-flash-patches"
+SET_DIR_NAME = layout.PATCH_SET_DIR
 STATE_DIR = layout.PATCH_STATE  # glm-flash-patch's own default; kept in sync by tests/unit/test_root_state_paths.py
 
 

@@ -8,16 +8,11 @@ from __future__ import annotations
 
 from control.layout import engine_python
 from control.profile import Profile
+from roles.engines.common import serving_args
+from roles.engines.kt.triton_configs import moe_env
 from roles.toolkit import toolkit_env
-from roles.triton_configs import moe_env
 
 SGLANG_MODULE = "sglang.launch_server"
-
-
-def serving_args(profile: Profile) -> list[str]:
-    """What clients see, the same flags for both engines: the model's name, the address."""
-    p = profile
-    return ["--served-model-name", p.served_model_name, "--host", p.listen_host, "--port", str(p.port)]
 
 
 def kt_args(profile: Profile, numa_nodes: int) -> list[str]:

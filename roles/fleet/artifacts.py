@@ -9,10 +9,7 @@ them, so those roles find them present (pyinfra's files.put compares checksums w
 send nothing. A worker with a complete copy sends and receives nothing; a fleet where nobody
 lacks anything starts no server.
 
-The checkpoint (checkpoint_plan, checkpoint_copied; called by roles/model.py): the seed is a
-worker that already holds it verified, else the first reached worker, which downloads it from the
-hub as a single host does; the workers that lack it receive it from the seed, checked against
-the seed's verified marker (roles/operations/checkpoint.py says how it travels and who writes).
+The checkpoint travels the same way (roles/fleet/checkpoint.py, with this module's server).
 """
 
 from __future__ import annotations
@@ -25,21 +22,17 @@ from pathlib import Path
 from pyinfra import host, inventory, state
 from pyinfra.operations import server
 
-from control import layout
-from control.engine_lock import fetch
+from control import layout, run_record
 from control.fleet import PEER_PORT, WORKERS, worker_url
 from control.profile import Profile
 from control.pypi_cache import sha256_file
 from pyinfra_ext import memo
-from roles import engine_kt
-from roles import python as python_role
-from roles.facts.engine import PythonArtifact, WheelhouseFiles
+from roles import engines
+from roles.facts.engine import WheelhouseFiles
 from roles.operations import packages, paths
-from roles.operations.checkpoint import checkpoint_exported, checkpoint_received
 from roles.operations.uploads import host_tool
 
 UNIT = "glm-flash-peer-serve"  # -<name> of the set
-SEEDED_BY: dict[str, str] = {}  # worker -> the seed it receives files from in this run (for the summary)
 
 
 @dataclass(frozen=True)
@@ -62,15 +55,8 @@ def entry(src: Path, mode: str, rel: str, sha256: str | None = None) -> Entry:
 
 
 def engine_entries(profile: Profile) -> list[Entry]:
-    """What deploy.py would upload to each worker from the control machine (L40S)."""
-    if profile.platform != "l40s":
-        return []
-    art = python_role.artifact(profile)
-    _, _, pins = engine_kt.plan(profile, art.sha256)
-    out = [entry(art.path, "600", f"python/.{art.name}.tar.gz", art.sha256)]
-    if memo.fact(host, PythonArtifact, path=art.host_dir(profile.install_root)) == art.sha256:
-        out = []  # installed: python.py uploads nothing
-    return out + [entry(w, "644", f"engine/wheelhouse/{w.name}") for w in fetch(pins)]
+    """What deploy.py's engine would upload to each worker from the control machine (its artifacts())."""
+    return [entry(u.src, u.mode, u.rel, u.sha256) for u in engines.for_profile(profile).artifacts(profile)]
 
 
 def lacking(target, root: str, entries: list[Entry]) -> list[Entry]:
@@ -116,51 +102,6 @@ def stopping(unit: str) -> list[str]:
     ]
 
 
-def checkpoint_plan(complete) -> tuple:
-    """(seed, names of the workers that lack the checkpoint); (None, []) outside a fleet of two or
-    more reached workers. complete(host): whether that host holds the checkpoint verified."""
-    workers = reached()
-    if host not in workers or len(workers) < 2:
-        return None, []
-    have = [h for h in workers if complete(h)]
-    seed = have[0] if have else workers[0]
-    return seed, [h.name for h in workers if h is not seed and h not in have]
-
-
-def checkpoint_copied(
-    profile: Profile, seed, lacking: list[str], path: str, repo_id: str, commit: str, unit: str, fetch_user: str
-) -> None:
-    """The workers in `lacking` receive the checkpoint in `path` from `seed`, which has it by now
-    (downloaded by an operation defined before this call). Defined on every worker (empty where
-    they do nothing), so pyinfra runs the seed's serving before any receive, the receives before
-    the seed stops."""
-    SEEDED_BY.update(dict.fromkeys(lacking, seed.name))
-    tool, peer = layout.tool(profile, "glm-flash-model-fetch"), layout.tool(profile, "glm-flash-peer")
-    host_tool("glm-flash-peer", layout.bin_dir(profile))
-    serve_unit, mfile, bind = f"{UNIT}-{unit}", f"{layout.fleet_dir(profile)}/{unit}.txt", address(seed)
-    originals = f" --originals {layout.PATCH_STATE}/originals"
-    checkpoint = dict(seed=seed.name, path=path, tool=tool, repo_id=repo_id, commit=commit)
-    checkpoint_exported(
-        name=f"Serve the checkpoint from {seed.name} on {bind}:{PEER_PORT} (to {', '.join(lacking)})",
-        manifest=mfile,
-        serve=serving(serve_unit, peer, path, mfile, bind, originals),
-        **checkpoint,
-    )
-    checkpoint_received(
-        name=f"Receive the checkpoint from {seed.name} on the local network (checked against its verified hashes)",
-        lacking=lacking,
-        **checkpoint,
-        source=f"http://{bind}:{PEER_PORT}",
-        peer_tool=peer,
-        marker=f"{layout.fleet_dir(profile)}/{unit}.json",
-        fetch_user=fetch_user,
-        unit=f"{unit}-peer",
-    )
-    server.shell(
-        name=f"Stop serving the checkpoint on {seed.name}", commands=stopping(serve_unit) if host == seed else []
-    )
-
-
 def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root: str | None = None) -> None:
     """Every reached worker ends with `entries` under `root` (install_root by default). `name` tells
     sets apart (their manifests and servers): e.g. "artifacts" here, "checkpoint" for a model role
@@ -191,7 +132,7 @@ def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root:
     peers_lack = [h.name for h in workers[1:] if lacking(h, root, entries)]
     if not peers_lack:
         return
-    SEEDED_BY.update(dict.fromkeys(peers_lack, seed.name))
+    run_record.current().seeded_by.update(dict.fromkeys(peers_lack, seed.name))
     # The next three operations are defined on every worker (empty where they do nothing), so they are
     # the same operations for pyinfra: it runs the seed's serving before any fetch, the fetches before
     # the seed stops.

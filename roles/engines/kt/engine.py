@@ -13,9 +13,9 @@ Per run, for the profile's `engine_set`:
    then every version is checked and a completion marker written;
 4. host: `pins asserted`: the environment's cuDNN version and the owner of transformers/ are
    read on every run and put back when they drifted;
-5. the patch sets (roles/engine_patches.py) and tuned Triton configs (roles/triton_configs.py)
+5. the patch sets (roles/engines/kt/patches.py) and tuned Triton configs (roles/engines/kt/triton_configs.py)
    go into the new environment, the engine's own parser checks the launch flags
-   (roles/flag_check.py), and only then `current` is switched (roles/engine.py).
+   (roles/engines/flag_check.py), and only then `current` is switched (roles/engines/common.py).
 A failed build stops the host's deploy before the switch: `current` and the running service
 are untouched. Building needs no network on the host.
 """
@@ -34,12 +34,12 @@ from control.pypi_cache import FetchError
 from control.report import skipped
 from control.run import dry_run
 from pyinfra_ext import memo
-from roles import engine, engine_patches, flag_check, launch, python, triton_configs
+from roles.engines import common, flag_check
+from roles.engines.kt import interpreter, launch, patches, triton_configs
+from roles.facts.engine import PythonArtifact
 from roles.facts.system import NumaNodes
 from roles.operations import paths, sandboxing
 from roles.operations.engine import environment_built, pin_asserted
-
-NAME = "KTransformers + SGLang-kt"
 
 
 def plan(profile: Profile, python_sha256: str) -> tuple[str, bytes, list]:
@@ -62,6 +62,17 @@ def plan(profile: Profile, python_sha256: str) -> tuple[str, bytes, list]:
     return env_id(profile.engine_set, data, python_sha256), data, pins
 
 
+def artifacts(profile: Profile) -> list[common.Upload]:
+    """What apply() uploads from the control machine: the engine's CPython (unless the host has
+    it installed) and the lock's wheels."""
+    art = interpreter.artifact(profile)
+    _, _, pins = plan(profile, art.sha256)
+    out = [common.Upload(art.path, "600", f"python/.{art.name}.tar.gz", art.sha256)]
+    if memo.fact(host, PythonArtifact, path=art.host_dir(profile.install_root)) == art.sha256:
+        out = []  # installed: the interpreter role uploads nothing
+    return out + [common.Upload(w, "644", f"engine/wheelhouse/{w.name}") for w in fetch(pins)]
+
+
 def launch_spec(profile: Profile, numa_nodes: int) -> dict:
     return launch.launch_spec(profile, numa_nodes)
 
@@ -80,9 +91,9 @@ def _wheels(profile: Profile, pins: list) -> list:
     return have
 
 
-def apply(profile: Profile, checkpoint_ready=lambda: None) -> engine.EngineResult:
+def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResult:
     """checkpoint_ready(): waits for the checkpoint (roles/model.py ready), before the patches edit its config.json."""
-    art = python.apply(profile)  # the interpreter the environment is built with
+    art = interpreter.apply(profile)  # the interpreter the environment is built with
     try:
         env, _, pins = plan(profile, art.sha256 if art else "")
         wheels = _wheels(profile, pins)
@@ -98,9 +109,9 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> engine.EngineResul
     if art is None:
         env = f"{profile.engine_set}-(interpreter not packed yet)"
     root = layout.engine_root(profile)
-    env_dir = engine.env_dir(profile, env)
-    lock_dest, wheelhouse, tool = f"{root}/locks/{env}.json", f"{root}/wheelhouse", engine.engine_tool(profile)
-    engine.layout_on_host(profile)
+    env_dir = common.env_dir(profile, env)
+    lock_dest, wheelhouse, tool = f"{root}/locks/{env}.json", f"{root}/wheelhouse", common.engine_tool(profile)
+    common.layout_on_host(profile)
     for d in (f"{root}/locks", wheelhouse):
         paths.directory(name=f"Directory {d}", path=d, mode="755")
     paths.put(name=f"Lock of {env}", src=io.StringIO(lock_json(pins)), dest=lock_dest, mode="644")
@@ -140,7 +151,7 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> engine.EngineResul
         )
     checkpoint_ready()  # the checkpoint (downloading since early in the run): the patches edit its config.json
     try:
-        engine_patches.apply(profile, env_dir, pin_of(pins, "sglang-kt").version)
+        patches.apply(profile, env_dir, pin_of(pins, "sglang-kt").version)
         triton = pin_of(pins, "triton")
         triton_configs.apply(profile, layout.site_packages(profile, env_dir), triton.version if triton else None)
     except PatchSetError as e:
@@ -151,4 +162,6 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> engine.EngineResul
     # the service then runs exactly this spec through current/.
     spec = launch.launch_spec(profile, memo.fact(host, NumaNodes))
     flag_check.apply(profile, {**spec, "python": f"{env_dir}/bin/python"})
-    return engine.EngineResult(NAME, env, env_dir, spec, launch.kt_env(profile), engine.switch(profile, env))
+    return common.EngineResult(
+        profile.on_platform.engine_label, env, env_dir, spec, launch.kt_env(profile), common.switch(profile, env)
+    )

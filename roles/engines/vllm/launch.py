@@ -1,7 +1,7 @@
 """The GB10 engine's command line and environment (vLLM 0.24.0 with the vLLM-Moet fork's patch).
 
 Every flag is checked against vLLM 0.24.0's own serve parser in tests/gb10/test_vllm_args.py, and on
-the host against the patched engine's parser before each switch (roles/flag_check.py).
+the host against the patched engine's parser before each switch (roles/engines/flag_check.py).
 Values are the GB10 field report's (docs/sources.md §1) and docs/sources.md §8:
 - 204,800-token context, one stream at a time (DFlash2 k=7 leaves room for one);
 - prefix caching with `--mamba-cache-mode align` (the KDA state is checkpointed per block);
@@ -23,7 +23,7 @@ import json
 
 from control.layout import engine_python, engine_root, moe_store_dir
 from control.profile import Profile
-from roles.launch import serving_args
+from roles.engines.common import serving_args
 
 # `python -m` entry of the OpenAI server of vLLM 0.24.0, the release the fork patches
 # (vllm/entrypoints/openai/api_server.py, `if __name__ == "__main__"`; 0.24.0 has no

@@ -19,14 +19,14 @@ Per run (platform gb10):
    apply; recorded in the environment), the scheduler fix of the field report verified in the
    patched scheduler, the kernels copied beside it. The same commit is never built twice; a new
    commit builds a new environment while the old one keeps serving
-   (the `environment built` operation of roles/engine.py reads the host at run time);
+   (the `environment built` operation of roles/engines/common.py reads the host at run time);
 3. the thinking-budget middleware (files/glm_flash_defaults.py) goes into its site-packages,
    and the launch flags are parsed by the patched engine's own parser, which must also read
-   each VLLM_* setting of the unit (roles/flag_check.py);
+   each VLLM_* setting of the unit (roles/engines/flag_check.py);
 4. the drafter (licence shown in the log, accepted by the profile) is downloaded and
    verified by the model role's downloader at its pinned commit;
 5. only then `current` is switched by files/glm-flash-engine (`previous` kept for
-   glm-flash-rollback, older environments pruned), as on the L40S box (roles/engine.py).
+   glm-flash-rollback, older environments pruned), as on the L40S box (roles/engines/common.py).
 """
 
 from __future__ import annotations
@@ -41,14 +41,15 @@ from pyinfra.facts.server import Arch
 from control import layout
 from control.profile import Problem, Profile, ProfileError, fail, refuse
 from pyinfra_ext import memo
-from roles import engine, flag_check, model, vllm_launch
+from roles import model
+from roles.engines import common, flag_check
+from roles.engines.vllm import launch
 from roles.facts.gb10 import Gb10View, MemTotalKiB, OsRelease
 from roles.facts.system import Gpus
 from roles.operations import paths, sandboxing
 from roles.operations.engine import environment_built
 from roles.operations.uploads import host_tool
 
-NAME = "vLLM"
 LOCK_DIR = layout.LOCKS / "vllm"  # <version>-aarch64.txt: the engine's wheels, hash-locked (`make vllm-lock`)
 BUILD_TOOL = "glm-flash-vllm-build"
 FORK_PATCH_TOOL = "glm-flash-fork-patch"
@@ -142,11 +143,17 @@ def recognise(profile: Profile) -> Gb10View:
     return view
 
 
+def artifacts(profile: Profile) -> list[common.Upload]:
+    """Nothing from the control machine: the host fetches the locked wheels and the fork itself
+    (files/glm-flash-vllm-build), so the fleet has nothing of this engine to stage."""
+    return []
+
+
 def launch_spec(profile: Profile, numa_nodes: int) -> dict:
-    return vllm_launch.launch_spec(profile)
+    return launch.launch_spec(profile)
 
 
-def apply(profile: Profile, checkpoint_ready=lambda: None) -> engine.EngineResult:
+def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResult:
     """checkpoint_ready(): waits for the model's checkpoint (roles/model.py ready)."""
     view = recognise(profile)
     try:
@@ -162,10 +169,10 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> engine.EngineResul
         f"{len(view.gpus)} GPU sm_{profile.gpu_compute_capability.replace('.', '')}, "
         f"{view.unified_gib} GiB unified memory"
     )
-    env_dir = engine.env_dir(profile, env)
+    env_dir = common.env_dir(profile, env)
     host_tool(BUILD_TOOL, layout.bin_dir(profile))
     host_tool(FORK_PATCH_TOOL, layout.bin_dir(profile))
-    engine.layout_on_host(profile)
+    common.layout_on_host(profile)
     paths.directory(
         name=f"Directory {layout.engine_root(profile)}/locks", path=f"{layout.engine_root(profile)}/locks", mode="755"
     )
@@ -175,7 +182,7 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> engine.EngineResul
             f"vLLM {profile.vllm_version} + vLLM-Moet {profile.vllm_ref[:12]} built into {env} "
             "(beside the serving environment)"
         ),
-        tool=engine.engine_tool(profile),
+        tool=common.engine_tool(profile),
         env=env,
         build=build_argv(profile, env),
         wheelhouse=f"{layout.engine_root(profile)}/wheelhouse",
@@ -198,8 +205,10 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> engine.EngineResul
         profile, profile.drafter_model, profile.drafter_revision, profile.drafter_path, "glm-flash-drafter-download"
     )
 
-    spec = vllm_launch.launch_spec(profile)
+    spec = launch.launch_spec(profile)
     # The flags against the patched engine's own parser, and the fork's settings against the
-    # patched engine's files, before `current` is switched (roles/flag_check.py).
-    flag_check.apply(profile, {**spec, "python": f"{env_dir}/bin/python", "env": vllm_launch.engine_env_names(profile)})
-    return engine.EngineResult(NAME, env, env_dir, spec, vllm_launch.vllm_env(profile), engine.switch(profile, env))
+    # patched engine's files, before `current` is switched (roles/engines/flag_check.py).
+    flag_check.apply(profile, {**spec, "python": f"{env_dir}/bin/python", "env": launch.engine_env_names(profile)})
+    return common.EngineResult(
+        profile.on_platform.engine_label, env, env_dir, spec, launch.vllm_env(profile), common.switch(profile, env)
+    )

@@ -1,0 +1,78 @@
+"""The checkpoint crosses the outside link once per fleet: the seed is a worker that already holds
+it verified, else the first reached worker, which downloads it from the hub as a single host does;
+the workers that lack it receive it from the seed, checked against the seed's verified marker
+(roles/operations/checkpoint.py says how it travels and who writes), over the same server as the
+fleet's artifacts (roles/fleet/artifacts.py).
+
+The model role (roles/model.py) knows nothing of a fleet: it downloads alone unless the run has
+registered another way to share its checkpoints (model.shared_by). deploy_fleet.py registers
+this module's, through share(), before the single-host deploy runs; the model role then asks it
+who seeds (plan) and, once the seed's download is verified, lets it copy (copied), at the same
+point of the run as before, so the seed serves only a verified tree. The checkpoint lands where
+deploy.py's model role puts it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pyinfra import host
+from pyinfra.operations import server
+
+from control import layout, run_record
+from control.fleet import PEER_PORT
+from control.profile import Profile
+from roles import model
+from roles.fleet.artifacts import UNIT, address, reached, serving, stopping
+from roles.operations.checkpoint import checkpoint_exported, checkpoint_received
+from roles.operations.uploads import host_tool
+
+
+def share() -> None:
+    """This run's checkpoints are shared among the fleet's workers (plan and copied below)."""
+    model.shared_by(sys.modules[__name__])
+
+
+def plan(complete) -> tuple:
+    """(seed, names of the workers that lack the checkpoint); (None, []) outside a fleet of two or
+    more reached workers. complete(host): whether that host holds the checkpoint verified."""
+    workers = reached()
+    if host not in workers or len(workers) < 2:
+        return None, []
+    have = [h for h in workers if complete(h)]
+    seed = have[0] if have else workers[0]
+    return seed, [h.name for h in workers if h is not seed and h not in have]
+
+
+def copied(
+    profile: Profile, seed, lacking: list[str], path: str, repo_id: str, commit: str, unit: str, fetch_user: str
+) -> None:
+    """The workers in `lacking` receive the checkpoint in `path` from `seed`, which has it by now
+    (downloaded by an operation defined before this call). Defined on every worker (empty where
+    they do nothing), so pyinfra runs the seed's serving before any receive, the receives before
+    the seed stops."""
+    run_record.current().seeded_by.update(dict.fromkeys(lacking, seed.name))
+    tool, peer = layout.tool(profile, "glm-flash-model-fetch"), layout.tool(profile, "glm-flash-peer")
+    host_tool("glm-flash-peer", layout.bin_dir(profile))
+    serve_unit, mfile, bind = f"{UNIT}-{unit}", f"{layout.fleet_dir(profile)}/{unit}.txt", address(seed)
+    originals = f" --originals {layout.PATCH_STATE}/originals"
+    checkpoint = dict(seed=seed.name, path=path, tool=tool, repo_id=repo_id, commit=commit)
+    checkpoint_exported(
+        name=f"Serve the checkpoint from {seed.name} on {bind}:{PEER_PORT} (to {', '.join(lacking)})",
+        manifest=mfile,
+        serve=serving(serve_unit, peer, path, mfile, bind, originals),
+        **checkpoint,
+    )
+    checkpoint_received(
+        name=f"Receive the checkpoint from {seed.name} on the local network (checked against its verified hashes)",
+        lacking=lacking,
+        **checkpoint,
+        source=f"http://{bind}:{PEER_PORT}",
+        peer_tool=peer,
+        marker=f"{layout.fleet_dir(profile)}/{unit}.json",
+        fetch_user=fetch_user,
+        unit=f"{unit}-peer",
+    )
+    server.shell(
+        name=f"Stop serving the checkpoint on {seed.name}", commands=stopping(serve_unit) if host == seed else []
+    )
