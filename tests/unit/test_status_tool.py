@@ -187,7 +187,6 @@ def test_model():
     assert st.decide_model(cfg(), 1, gone)["fix"].startswith("run the deploy")
 
 
-
 def test_the_summary_reads_fields_not_the_detail_text():
     """The deploy's summary takes the engine's current environment and the model's commit from
     the fields `glm-flash status --json` emits; a detail worded differently changes nothing, and
@@ -205,6 +204,7 @@ def test_the_summary_reads_fields_not_the_detail_text():
     bare = [{k: v for k, v in it.items() if k != "fields"} for it in (engine, model)]
     s = host_summary({}, {"items": bare}, [])
     assert s["environment"] is None and s["model_commit"] is None
+
 
 # --- service, readiness, disk, output --------------------------------------------------------------
 
