@@ -31,6 +31,7 @@ class Knob:
     high: float | None = None
     optional: bool = False  # None is allowed (and "" for a string with a pattern)
     pattern: str = ""  # regular expression a whole string (or each string of a list) must match
+    items: type | None = None  # a list's item type; low and high then bound each item
     shape: str = ""  # what `pattern` means, for the message: "an absolute path ..."
     platforms: dict[str, On] = field(default_factory=dict)  # what differs per platform
 
@@ -272,7 +273,9 @@ KNOBS: dict[str, Knob] = {
     ),
     "chunked_prefill_size": K(32768, "measured optimum on sm_89; 40960 runs out of memory", int, low=1024),
     "max_mamba_cache_size": K(16, "requests in flight; CUDA graphs above it are dropped", int, low=1, high=256),
-    "cuda_graph_bs": K([1, 2, 4, 8, 16, 24], "decode without graphs collapses to 3.8 tok/s/user at n=5", list),
+    "cuda_graph_bs": K(
+        [1, 2, 4, 8, 16, 24], "decode without graphs collapses to 3.8 tok/s/user at n=5", list, items=int, low=1
+    ),
     "mem_fraction_static": K(0.55, "field value with TP=2 and the KV pool below", float, low=0.05, high=0.95),
     "context_length": K(
         524288,

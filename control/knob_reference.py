@@ -68,11 +68,11 @@ def _bounds(low, high) -> str:
 def shape(knob: Knob) -> str:
     """What an inventory may set, in words: type, closed set, bounds or pattern."""
     kinds = knob.kind if isinstance(knob.kind, tuple) else (knob.kind,)
-    parts = [" or ".join(k.__name__ for k in kinds)]
+    parts = [" or ".join(k.__name__ for k in kinds) + (f" of {knob.items.__name__}" if knob.items else "")]
     if knob.choices:
         parts.append("one of " + ", ".join(f"`{c}`" for c in knob.choices))
     if knob.low is not None or knob.high is not None:
-        parts.append(_bounds(knob.low, knob.high))
+        parts.append(("each " if knob.items else "") + _bounds(knob.low, knob.high))
     if knob.shape:
         parts.append(("each item " if list in kinds else "") + knob.shape)
     if knob.optional:
