@@ -54,7 +54,7 @@ def dead_after_no_return(path: Path, names: set[str]) -> list[int]:
 
 
 def test_refusals_are_typed_no_return():
-    for func in (profile.fail, profile.refuse, interpreter.refuse):
+    for func in (profile.fail, profile.refuse, interpreter.refuse_interpreter):
         assert typing.get_type_hints(func)["return"] is typing.NoReturn, func.__qualname__
     assert {"fail", "refuse"} <= no_return_functions()
 

@@ -21,8 +21,7 @@ from __future__ import annotations
 from typing import NoReturn
 
 from control import layout
-from control.profile import Profile
-from control.profile import refuse as profile_refuse
+from control.profile import Profile, refuse
 from control.pypi_cache import FetchError
 from control.python_pack import Artifact, PythonSourceError, artifact, cached_artifact
 from control.report import skipped
@@ -31,7 +30,7 @@ from roles.operations import packages, paths
 from roles.operations.python import interpreter_installed
 
 
-def refuse(profile: Profile, e: Exception) -> NoReturn:
+def refuse_interpreter(profile: Profile, e: Exception) -> NoReturn:
     """Stop this host's deploy: the interpreter could not be had on the control machine."""
     if profile.python_source:
         key = "python_source"
@@ -45,7 +44,7 @@ def refuse(profile: Profile, e: Exception) -> NoReturn:
             "check this machine's internet access (or set UV_PYTHON_INSTALL_MIRROR), "
             "or set python_source to a CPython install tree on this machine"
         )
-    profile_refuse(key, str(e), fix)
+    refuse(key, str(e), fix)
 
 
 def apply(profile: Profile) -> Artifact | None:
@@ -54,7 +53,7 @@ def apply(profile: Profile) -> Artifact | None:
     try:
         art = cached_artifact(profile) if dry_run() else artifact(profile)
     except (PythonSourceError, FetchError) as e:
-        refuse(profile, e)
+        refuse_interpreter(profile, e)
     packages.installed(
         list(profile.python_runtime_packages) + ["python3"],
         name="Libraries the engine's CPython links against",
