@@ -121,6 +121,8 @@ KEPT_ALWAYS = (
 KEPT_IF_PRESENT = {
     f"{LEGACY_SOURCES}.glm-flash-orig": "the old apt sources the deploy moved aside",
     DEFAULT_TARGET: f"the boot target the deploy set ({headless.TARGET})",
+    # prometheus-node-exporter's own (its maintainer script made it), kept with the package
+    "/var/lib/prometheus": "prometheus-node-exporter's state directory (the package stays, stopped)",
 }
 
 
