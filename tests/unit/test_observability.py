@@ -576,3 +576,31 @@ def test_sglang_defines_the_metrics_the_dashboard_names():
         pytest.skip("the sglang-kt wheel is not in the cache (make fetch)")
     for name in (m for m in DOCUMENTED if m.startswith("sglang:")):
         assert f'name="{name}"' in text, name
+
+
+# --- glm-flash status: the last failure ----------------------------------------------------------
+
+
+def test_status_shows_the_last_failure_with_its_lines(tmp_path):
+    from tests.unit.test_status_tool import _load
+
+    st = _load()
+    assert st.decide_last_failure(None)["detail"] == "none recorded"
+    path = tmp_path / "last-failure.json"
+    record = {
+        "unit": "glm-flash.service",
+        "time": "T",
+        "result": "start-limit-hit",
+        "restarting": False,
+        "word_to": ["webhook"],
+        "lines": [f"line {i}" for i in range(30)],
+    }
+    path.write_text(json.dumps(record))
+    it = st.decide_last_failure(st.load_last_failure(str(path)))
+    assert it["state"] == "ok" and it["lines"][-1] == "line 29"
+    assert it["detail"].startswith(
+        "glm-flash.service failed at T (start-limit-hit), it stayed failed; word went to the webhook"
+    )
+    assert it["detail"].endswith("line 25 | line 26 | line 27 | line 28 | line 29")
+    path.write_text("{half")
+    assert st.load_last_failure(str(path)) is None
