@@ -64,7 +64,16 @@ def config(module: dict) -> dict:
     return {
         "global": {"scrape_interval": SCRAPE_INTERVAL, "evaluation_interval": SCRAPE_INTERVAL},
         "scrape_configs": [
-            {"job_name": job, "metrics_path": "/metrics", "static_configs": [{"targets": sorted(set(targets))}]}
+            {
+                "job_name": job,
+                "metrics_path": "/metrics",
+                # The engines' names have colons (sglang:..., vllm:...). Offered OpenMetrics, their
+                # prometheus_client (0.26 in sglang-kt's lock) escapes them to underscores, and the
+                # dashboard's queries find nothing (seen with Debian 13's Prometheus 2.53,
+                # tests/sandbox/test_observability.py): ask for the text format, which keeps them.
+                **({"scrape_protocols": ["PrometheusText0.0.4"]} if job == "glm-flash-engine" else {}),
+                "static_configs": [{"targets": sorted(set(targets))}],
+            }
             for job, targets in jobs
             if targets
         ],

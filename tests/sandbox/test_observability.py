@@ -7,7 +7,8 @@ failed unit is told once, its webhook secret nowhere it should not be.
   inventory/sandbox.py (interval shortened). Simulated: the engine. The sandbox has no GPU, so a
   stand-in serves the engine's port: the installed sglang-kt's own metric collectors
   (sglang.srt.observability.metrics_collector, from the engine environment), fed one request's
-  numbers, exported with prometheus_client on 127.0.0.1:<port>. The host and GPU metrics are the
+  numbers, exported with prometheus_client on 127.0.0.1:<port> (one module it imports, which loads
+  CUDA kernels, is stubbed: see STAND_IN). The host and GPU metrics are the
   real node-exporter's and the real collector's (n/a: no GPU).
 - Word on failure: the notifier's part of the deploy (tests/sandbox/notify_deploy.py, the same
   roles/watch.py code) runs with a canary webhook URL in GLM_FLASH_NOTIFY_WEBHOOK; a listener on
@@ -44,12 +45,28 @@ def sh(cmd: str, check: bool = True, timeout: int = 600):
 
 
 STAND_IN = """
-import sys, time
+import enum, sys, time, types
+# metrics_collector imports ForwardMode from a module that loads sgl_kernel's CUDA ops (libcuda: no
+# GPU here); it only names it in a helper. A stand-in enum takes its place; the collectors are real.
+fb = types.ModuleType("sglang.srt.model_executor.forward_batch_info")
+fb.ForwardMode = enum.IntEnum("ForwardMode", "EXTEND DECODE MIXED IDLE")
+sys.modules[fb.__name__] = fb
 from prometheus_client import start_http_server
 from sglang.srt.observability.metrics_collector import SchedulerMetricsCollector, SchedulerStats, TokenizerMetricsCollector
+from sglang.srt.server_args import ServerArgs
+import dataclasses
+# The engine's defaults without __post_init__ (that probes GPUs), as tests/sandbox/test_unit_secrets.py builds them.
+args = object.__new__(ServerArgs)
+for f in dataclasses.fields(ServerArgs):
+    default = f.default if f.default is not dataclasses.MISSING else (
+        f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+    object.__setattr__(args, f.name, default)
 labels = {"model_name": "glm-5.3-flash"}
-scheduler = SchedulerMetricsCollector(labels=labels)
-tokenizer = TokenizerMetricsCollector(labels=labels)
+# The scheduler's labels as sglang's scheduler_metrics_mixin.py sets them for TP rank 0.
+scheduler = SchedulerMetricsCollector(
+    labels={**labels, "engine_type": "unified", "tp_rank": 0, "pp_rank": 0, "moe_ep_rank": 0}, server_args=args
+)
+tokenizer = TokenizerMetricsCollector(server_args=args, labels=labels)
 stats = SchedulerStats()
 stats.num_running_reqs, stats.num_queue_reqs, stats.token_usage, stats.gen_throughput = 1, 2, 0.25, 24.0
 stats.spec_accept_length = 5.5
@@ -151,7 +168,7 @@ def test_prometheus_scrapes_the_node(sandbox):
         # The engine stand-in: every sglang metric the dashboard names, from the installed engine's own collectors.
         sglang = {m for m in DOCUMENTED if m.startswith("sglang:")}
         scraped = {n.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count") for n in names}
-        assert sglang <= scraped, sglang - scraped
+        assert sglang <= scraped, (sglang - scraped, sorted(n for n in names if "sglang" in n)[:20], len(names))
         assert [r["value"][1] for r in query("sglang:num_queue_reqs")] == ["2"]
     finally:
         sh(
@@ -230,7 +247,7 @@ def test_a_failed_unit_is_told_once_and_the_secret_stays_roots(sandbox):
         ).stdout.splitlines()
         assert len(notifier_lines) >= 2, notifier_lines  # every failure runs it ...
         told = [line for line in notifier_lines if "; told:" in line]
-        assert len(told) == 1 and "told: command, webhook" in told[0], notifier_lines  # ... word goes once
+        assert len(told) == 1 and "told: command (exit 0), webhook" in told[0], notifier_lines  # ... word goes once
         posts = [json.loads(line) for line in sh(f"cat {TEST_DIR}/posts.jsonl").stdout.splitlines()]
         assert len(posts) == 1 and posts[0]["path"] == hashlib.sha256(f"/hooks/{CANARY}".encode()).hexdigest(), posts
         assert posts[0]["body"]["unit"] == FAILING and "fail-line-two" in "\n".join(posts[0]["body"]["lines"])

@@ -356,6 +356,9 @@ def test_scrape_config_of_a_fleet_names_engines_exporters_and_the_router(monkeyp
         "glm-flash-node": ["10.0.0.1:9100"],  # w2: metrics false
         "glm-flash-gateway": ["10.0.0.9:29000"],
     }
+    # The engines' colon names survive only the text format (tests/sandbox/test_observability.py).
+    protocols = {j["job_name"]: j.get("scrape_protocols") for j in cfg["scrape_configs"]}
+    assert protocols["glm-flash-engine"] == ["PrometheusText0.0.4"] and protocols["glm-flash-node"] is None
 
 
 def test_scrape_config_of_one_loopback_node():
