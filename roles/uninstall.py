@@ -196,7 +196,11 @@ def apply(profile: Profile) -> None:
     if layout.NODE_EXPORTER_DROP_IN in gone:
         server.shell(
             name="prometheus-node-exporter stopped and disabled (the package stays)",
-            commands=["systemctl disable --now prometheus-node-exporter.service 2>/dev/null || true"],
+            commands=[
+                "systemctl disable --now prometheus-node-exporter.service 2>/dev/null || true",
+                # the drop-in's directory, ours, unless someone else's drop-in sits there too
+                f"rmdir --ignore-fail-on-non-empty {q(os.path.dirname(layout.NODE_EXPORTER_DROP_IN))} 2>/dev/null || true",
+            ],
         )
     if p.uninstall_driver and driver_ops.SOURCES_FILE in gone:
         server.shell(name="apt lists refreshed without NVIDIA's repository", commands=["apt-get update -qq"])
