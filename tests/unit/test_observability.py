@@ -268,6 +268,7 @@ def test_host_tools_carry_layouts_paths():
     assert notify_c["CONF"] == layout.NOTIFY_CONF and notify_c["STATE"] == layout.NOTIFY_STATE
     assert f"{notify_c['STATE']}/{notify_c['RECORD']}" == layout.LAST_FAILURE
     assert constants(REPO / "files" / "glm-flash")["LAST_FAILURE"] == layout.LAST_FAILURE
+    assert constants(REPO / "files" / "glm-flash")["GPU_METRICS_FILE"] == layout.GPU_METRICS_FILE
 
 
 def test_sglang_gets_enable_metrics_only_when_metrics_are_on():
@@ -607,3 +608,19 @@ def test_status_shows_the_last_failure_with_its_lines(tmp_path):
     assert it["detail"].endswith("line 25 | line 26 | line 27 | line 28 | line 29")
     path.write_text("{half")
     assert st.load_last_failure(str(path)) is None
+
+
+def test_status_says_whether_the_node_can_be_watched(tmp_path):
+    from tests.unit.test_status_tool import _load
+
+    st = _load()
+    assert st.decide_metrics({"metrics": False}, "", None)["state"] == "n/a"
+    down = st.decide_metrics({"metrics": True}, "failed", None)
+    assert down["state"] == "problem" and "prometheus-node-exporter.service is failed" in down["detail"]
+    assert st.decide_metrics({"metrics": True}, "active", None)["state"] == "problem"
+    _, na, _ = collect(tmp_path, gpus=0, smi=None)
+    assert st.decide_metrics({"metrics": True}, "active", na)["detail"].endswith("GPU collector: no GPU (n/a)")
+    broken = st.decide_metrics(
+        {"metrics": True}, "active", na.replace('reason="no GPU"} 1', 'reason="nvidia-smi failed"} 0')
+    )
+    assert broken["state"] == "problem" and "(nvidia-smi failed)" in broken["detail"]
