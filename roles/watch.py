@@ -33,10 +33,8 @@ import os
 import re
 from io import StringIO
 
-from pyinfra.api import OperationError
-
 from control import layout
-from control.profile import Profile
+from control.profile import Profile, refuse
 from control.report import skipped
 from roles.operations import packages, paths, units
 from roles.operations.secrets import Secret, secret_file
@@ -85,9 +83,10 @@ def webhook_secret(env_name: str) -> Secret | None:
     if not url:
         return None
     if not WEBHOOK_RE.fullmatch(url):
-        raise OperationError(
-            f"{env_name} is not an http:// or https:// URL on one line (its value is not shown); "
-            f"fix: export {env_name}=https://... or unset it"
+        refuse(
+            "notify_webhook_env",
+            f"{env_name} is not an http:// or https:// URL on one line (its value is not shown)",
+            f"export {env_name}=https://... or unset it",
         )
     return Secret(url)
 

@@ -21,6 +21,7 @@ import tempfile
 import threading
 import zipfile
 from pathlib import Path
+from unittest import mock
 
 import jinja2
 import pytest
@@ -314,11 +315,13 @@ def test_notify_command_words_are_shape_checked():
         build("gpu1", {"notify_command": ["/bin/sh", "-c", "curl $HOOK"]})
 
 
-def test_webhook_url_shape_is_checked_without_showing_it(monkeypatch):
+def test_webhook_url_shape_is_checked_without_showing_it(monkeypatch, capsys):
     monkeypatch.setenv("HOOK", "https://hooks.example/s3cr3t\nX-Injected: 1")
-    with pytest.raises(Exception) as e:
+    with mock.patch("control.profile.current_host") as h, pytest.raises(SystemExit):
+        h.name = "gpu1"
         watch.webhook_secret("HOOK")
-    assert "s3cr3t" not in str(e.value)
+    said = capsys.readouterr()
+    assert "notify_webhook_env" in said.err and "s3cr3t" not in said.err + said.out
     monkeypatch.setenv("HOOK", "https://hooks.example/s3cr3t")
     assert "s3cr3t" not in repr(watch.webhook_secret("HOOK"))
 
