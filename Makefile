@@ -93,6 +93,13 @@ bench-lock: venv  ## regenerate locks/bench.txt from locks/bench.in (uv pinned i
 	$$($(BIN)/python -c 'from control.engine_lock import tools_bin; print(tools_bin())')/uv pip compile \
 	  --generate-hashes --no-config --python-version 3.11 --no-header --quiet locks/bench.in -o locks/bench.txt
 
+.PHONY: scrape-config dashboard
+scrape-config: venv  ## Prometheus scrape config (engine, node-exporter, gateway) for INVENTORY's hosts, on stdout
+	@$(BIN)/python scripts/scrape_config.py $(if $(filter-out file,$(origin INVENTORY)),'$(INVENTORY)',inventory/l40s.py)
+
+dashboard: venv  ## regenerate dashboards/glm-flash.json from scripts/dashboard.py (a unit test fails when it is stale)
+	$(BIN)/python scripts/dashboard.py
+
 .PHONY: fetch
 fetch: venv  ## fetch the engine's CPython and wheels into the cache for INVENTORY's hosts (the deploy uploads them)
 	$(BIN)/python scripts/fetch.py $(if $(filter-out file,$(origin INVENTORY)),'$(INVENTORY)',inventory/l40s.py)

@@ -23,6 +23,7 @@ from roles import (
     toolkit,
     tools,
     users,
+    watch,
 )
 
 op_order.install()  # pyinfra's operation order without reading source text (pyinfra_ext/op_order.py)
@@ -34,6 +35,7 @@ with refusal.host_refusals():  # a refusal decided from this host's facts fails 
 
     base.apply(p)  # apt sources, base packages
     tools.apply(p)  # our host commands
+    watch.apply(p)  # word when a unit fails; host, GPU metrics (before the long jobs, whose failures it reports)
     model.apply(p)  # the checkpoint's download starts in the background; waited for before the engine patches it
     driver.apply(p, layout.bin_dir(p))  # NVIDIA repo (key, branch checked), pinned branch, DKMS; reboots when needed
     toolkit.apply(p, layout.bin_dir(p))  # CUDA cuda_version under /usr/local/cuda-X.Y (repository or runfile)

@@ -342,6 +342,31 @@ KNOBS: dict[str, Knob] = {
     "startup_timeout_s": K(3600, "loading 306 GiB and capturing graphs takes long", int, low=60),
     "restart_limit": K(3, "restarts within restart_window_s before systemd gives up", int, low=1, high=100),
     "restart_window_s": K(3600, "window for restart_limit", int, low=60),
+    # --- watching the node (roles/watch.py, docs/observability.md) --------------------
+    "metrics": K(
+        True,
+        "engine /metrics, node-exporter and the GPU collector, listening only where listen_host does: "
+        "a node nobody can watch fails unseen, and they cost a few MB and one nvidia-smi call per interval",
+        bool,
+    ),
+    "node_exporter_port": K(9100, "prometheus-node-exporter's own default port", int, low=1024, high=65535),
+    "gpu_metrics_interval_s": K(
+        15, "how often the GPU collector runs nvidia-smi: Prometheus' usual scrape interval", int, low=5, high=3600
+    ),
+    "notify_command": K(
+        [],
+        "run (no shell, as nobody) when a unit gives up: its name as the last argument, its journal lines on "
+        "stdin; empty: the failure is only recorded for glm-flash status",
+        list,
+        pattern=r"[A-Za-z0-9._+=:,/@-]+",
+        shape="a command word of letters, digits and . _ + = : , / @ - (no spaces, quotes, $ or %)",
+    ),
+    "notify_webhook_env": K(
+        "GLM_FLASH_NOTIFY_WEBHOOK",
+        "control-machine variable holding the webhook URL (a secret: sent like the API key), read at deploy time",
+        **ENV_NAME,
+    ),
+    "notify_journal_lines": K(20, "the failed unit's last journal lines sent with the word", int, low=1, high=500),
     # --- GB10 path: the vLLM-Moet fork on the official vLLM release (docs/sources.md §20, §8, §1) ---
     "vllm_repo_url": K(
         "https://github.com/lrozewicz/vLLM-Moet-GB10",

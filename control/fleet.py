@@ -86,7 +86,18 @@ GATEWAY_KNOBS: dict[str, Knob] = {
     ),
     "gateway_dir": K("/opt/glm-flash-gateway", "the router's environment and its wheels", **HOST_PATH),
     "gateway_workers": K([], "worker URLs; filled in by control.fleet.fleet() from the worker entries", list, **URL),
+    "gateway_metrics_port": K(
+        29000,
+        "the router's own Prometheus port (sglang-router's default), on gateway_listen_host",
+        int,
+        low=1024,
+        high=65535,
+    ),
     "api_key_env": KNOBS["api_key_env"],
+    # Word when the gateway fails (roles/watch.py), as on a worker.
+    "notify_command": KNOBS["notify_command"],
+    "notify_webhook_env": KNOBS["notify_webhook_env"],
+    "notify_journal_lines": KNOBS["notify_journal_lines"],
 }
 
 

@@ -36,6 +36,22 @@ GATEWAY_CONF_DIR = "/etc/glm-flash-gateway"
 GATEWAY_UNIT = "/etc/systemd/system/glm-flash-gateway.service"
 # The GB10 memory guard's drop-in on earlyoom's own unit (roles/memory_guard.py).
 EARLYOOM_DROP_IN = "/etc/systemd/system/earlyoom.service.d/glm-flash.conf"
+# Watching the node (roles/watch.py): node-exporter's drop-in, our textfile directory and the
+# GPU collector's units; the failure notifier's template unit, its settings, secret and record.
+NODE_EXPORTER_DROP_IN = "/etc/systemd/system/prometheus-node-exporter.service.d/glm-flash.conf"
+NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"  # the Debian package's binary
+TEXTFILE_DIR = "/var/lib/glm-flash-metrics"  # node-exporter's textfile collector reads *.prom here
+GPU_METRICS_FILE = f"{TEXTFILE_DIR}/glm_flash_gpu.prom"
+GPU_METRICS_SERVICE = "/etc/systemd/system/glm-flash-gpu-metrics.service"
+GPU_METRICS_TIMER = "/etc/systemd/system/glm-flash-gpu-metrics.timer"
+NOTIFY_UNIT = "/etc/systemd/system/glm-flash-notify@.service"
+NOTIFY_CONF_DIR = "/etc/glm-flash-notify"  # root's, 0755: the command (not secret) and the webhook (0600)
+NOTIFY_CONF = f"{NOTIFY_CONF_DIR}/notify.json"
+NOTIFY_WEBHOOK = f"{NOTIFY_CONF_DIR}/webhook"
+NOTIFY_STAGE_DIR = f"{NOTIFY_CONF_DIR}/.secrets"  # root only: the webhook before its rename
+NOTIFY_STATE = "/var/lib/glm-flash-notify"  # the notifier's StateDirectory=
+LAST_FAILURE = f"{NOTIFY_STATE}/last-failure.json"  # read by `glm-flash status` (files/glm-flash)
+NOTIFY_TOOL_DIR = "/usr/local/lib/glm-flash-notify"  # the notifier itself, on worker and gateway hosts alike
 
 
 def bin_dir(profile) -> str:

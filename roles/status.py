@@ -42,6 +42,7 @@ KEYS = (
     "vllm_ref",
     "fork_patch",
     "memory_guard_gib",
+    "metrics",
 )
 
 

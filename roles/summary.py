@@ -58,6 +58,8 @@ def host_summary(planned: dict, status: dict, reboot: list[str]) -> dict:
         "driver": detail("driver"),
         "toolkit": detail("cuda toolkit"),
         "reboot_pending": reboot,
+        "last_failure": detail("last failure"),
+        "last_failure_lines": items.get("last failure", {}).get("lines", []),
         "problems": [f"{it['item']}: {it['detail']}" for it in items.values() if it["state"] == "problem"],
     }
 
@@ -123,6 +125,10 @@ def render(all_hosts: dict[str, dict]) -> str:
         for key in ("model_commit", "model", "driver_branch", "driver", "toolkit", "reboot_pending"):
             if key in s:
                 lines.append(f"        {key}: {s[key] if s[key] not in ([], None) else 'none'}")
+        if s.get("last_failure"):
+            lines.append(f"        last_failure: {s['last_failure']}")
+        for line in s.get("last_failure_lines", [])[-10:]:
+            lines.append(f"            {line}")
         for p in s.get("problems", []):
             lines.append(f"        problem: {p}")
         for sk in s["skipped"]:

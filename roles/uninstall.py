@@ -77,6 +77,16 @@ def removed_paths(profile: Profile) -> list[str]:
         FETCH_CACHE,
         cuda_header.HOOK,
         layout.EARLYOOM_DROP_IN,  # earlyoom itself (a Debian package) stays, on its own defaults
+        # roles/watch.py: the notifier (unit, tool, settings, webhook, its record), the GPU collector's
+        # units and our textfile directory, node-exporter's drop-in (the package stays, stopped below)
+        layout.NOTIFY_UNIT,
+        layout.NOTIFY_TOOL_DIR,
+        layout.NOTIFY_CONF_DIR,
+        layout.NOTIFY_STATE,
+        layout.GPU_METRICS_SERVICE,
+        layout.GPU_METRICS_TIMER,
+        layout.TEXTFILE_DIR,
+        layout.NODE_EXPORTER_DROP_IN,
         LOG_DIR,
         RUNFILE_CACHE,
         *(f"{layout.SBIN}/{tool}" for tool in host_tools()),
@@ -104,11 +114,15 @@ KEPT_ALWAYS = (
     "/etc/apt/sources.list.d/debian.sources (Debian's own sources; the deploy added contrib, non-free)",
     "Debian packages the deploy installed (base_packages: other software may use them)",
     "the display managers the deploy disabled",
+    "prometheus-node-exporter (a Debian package), stopped and disabled: without our drop-in it would "
+    "listen on every interface",
 )
 # Kept and named when present: what the deploy changed of the system's own.
 KEPT_IF_PRESENT = {
     f"{LEGACY_SOURCES}.glm-flash-orig": "the old apt sources the deploy moved aside",
     DEFAULT_TARGET: f"the boot target the deploy set ({headless.TARGET})",
+    # prometheus-node-exporter's own (its maintainer script made it), kept with the package
+    "/var/lib/prometheus": "prometheus-node-exporter's state directory (the package stays, stopped)",
 }
 
 
@@ -128,7 +142,8 @@ def apply(profile: Profile) -> None:
     )
     kept = [f"{path} ({why})" for path, why in KEPT_IF_PRESENT.items() if path in found.paths]
 
-    units = sorted(found.units)
+    # A template (glm-flash-notify@.service) is no unit to stop: named, it would fail the whole command.
+    units = sorted(u for u in found.units if "@." not in u)
     if units:
         server.shell(
             name=f"Stop and disable {', '.join(units)}",
@@ -178,6 +193,15 @@ def apply(profile: Profile) -> None:
         server.shell(name=f"Removed {shown}", commands=["rm -rf -- " + " ".join(q(g) for g in gone)])
     if units or any(path.startswith("/etc/systemd/") for path in gone):
         server.shell(name="systemd reloaded", commands=["systemctl daemon-reload"])
+    if layout.NODE_EXPORTER_DROP_IN in gone:
+        server.shell(
+            name="prometheus-node-exporter stopped and disabled (the package stays)",
+            commands=[
+                "systemctl disable --now prometheus-node-exporter.service 2>/dev/null || true",
+                # the drop-in's directory, ours, unless someone else's drop-in sits there too
+                f"rmdir --ignore-fail-on-non-empty {q(os.path.dirname(layout.NODE_EXPORTER_DROP_IN))} 2>/dev/null || true",
+            ],
+        )
     if p.uninstall_driver and driver_ops.SOURCES_FILE in gone:
         server.shell(name="apt lists refreshed without NVIDIA's repository", commands=["apt-get update -qq"])
     if p.uninstall_driver and driver_ops.BLACKLIST_FILE in gone:

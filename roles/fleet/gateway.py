@@ -33,6 +33,7 @@ from control.engine_lock import LockError, fetch, parse_lock
 from control.profile import Profile, refuse
 from control.pypi_cache import cache_root
 from pyinfra_ext import memo
+from roles import watch
 from roles.facts.engine import WheelhouseFiles
 from roles.operations import packages, paths
 from roles.operations.secrets import Secret, secret_file
@@ -99,6 +100,11 @@ def router_args(p: Profile) -> list[str]:
         str(p.gateway_breaker_open_s),
         "--log-level",
         "warn",
+        # The router's own metrics (smg_*), where its API listens (its default is 0.0.0.0:29000).
+        "--prometheus-host",
+        p.gateway_listen_host,
+        "--prometheus-port",
+        str(p.gateway_metrics_port),
     ]
 
 
@@ -149,6 +155,7 @@ def apply(p: Profile) -> None:
             commands=venv_commands(d, wheelhouse, lock_dest, lock_sha),
         )
     host_tool("glm-flash-gateway-launch", bin_dir)
+    watch.notifier(p.notify_command, p.notify_journal_lines, p.notify_webhook_env)  # OnFailure= of the unit
     paths.directory(name=f"Directory {CONF_DIR}", path=CONF_DIR, user="root", group="root", mode="755")
     paths.put(
         name="Router flags",

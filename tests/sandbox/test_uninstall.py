@@ -46,7 +46,8 @@ RUNTIME = re.compile(
 # Written by the maintainer scripts of the Debian packages the deploy installed (kept on purpose,
 # docs/uninstall.md), so dpkg's file lists do not name them.
 PACKAGE_SCRIPTS = re.compile(
-    r"^/(etc/(\.updated|inputrc|modules|networks|python3(/.*)?|systemd/user/sockets\.target\.wants(/.*)?)"
+    r"^/(etc/(\.updated|inputrc|modules|networks|python3(/.*)?|systemd/user/sockets\.target\.wants(/.*)?"
+    r"|rc[0-6S]\.d/[KS][0-9]{2}prometheus-node-exporter)"
     r"|usr/local/lib/python3\.\d+(/dist-packages)?)$"
 )
 # The sandbox's own parts (sandbox/sandbox.py, sandbox/nvidia_standin.py), not the deploy's.

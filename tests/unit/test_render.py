@@ -53,6 +53,9 @@ def test_unit_with_api_key_and_allocator_setting():
 def test_launch_flags_are_the_field_reports_plus_what_it_omitted():
     p = build("gpu1", {})
     args = launch.kt_args(p, numa_nodes=1)  # the report's box: NPS1, one NUMA node
+    # Ours, not the report's: Prometheus metrics (roles/watch.py), the one flag without a value.
+    assert args[-1] == "--enable-metrics"
+    args = args[:-1]
     pairs = dict(zip(args[::2], args[1::2]))
     assert len(args) == 2 * len(pairs), "every flag takes one value"
     assert pairs["--tp-size"] == "2" and pairs["--kt-method"] == "FP8" and pairs["--kt-cpuinfer"] == "152"

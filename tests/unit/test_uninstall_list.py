@@ -29,6 +29,7 @@ NOT_CREATED = {
     "/usr/local/cuda-X.Y",  # the toolkit directory, in prose
     "/usr/local/cuda-12",  # the header fix's glob over toolkits (files/glm-flash-fix-cuda-header)
     "/etc/dgx-release",  # read (roles/facts/gb10.py)
+    "/etc/systemd/system/glm-flash-notify",  # the notifier's template unit (...@.service), cut at the @
     "/var/lib/dpkg/updates",  # dpkg's own journal, read to tell an interrupted dpkg (roles/facts/apt.py)
 }
 

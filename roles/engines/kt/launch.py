@@ -50,6 +50,8 @@ def kt_args(profile: Profile, numa_nodes: int) -> list[str]:
         p.tool_call_parser,
         "--reasoning-parser",
         p.reasoning_parser,
+        # Prometheus metrics at /metrics on the API's port (roles/watch.py), not behind the key.
+        *(["--enable-metrics"] if p.metrics else []),
     ]
 
 
