@@ -92,7 +92,7 @@ def webhook_secret(env_name: str) -> Secret | None:
 
 
 def notifier(command: list[str], lines: int, webhook_env: str) -> None:
-    """The notifier, its settings and its webhook secret: workers (apply) and the gateway (roles/gateway.py)."""
+    """The notifier, its settings and its webhook secret: workers (apply) and the gateway (roles/fleet/gateway.py)."""
     paths.directory(layout.NOTIFY_TOOL_DIR, mode="755", name="Notifier directory")
     host_tool(NOTIFY_TOOL, layout.NOTIFY_TOOL_DIR)
     paths.directory(layout.NOTIFY_CONF_DIR, user="root", group="root", mode="755", name="Notifier settings")

@@ -29,7 +29,9 @@ import pytest
 from control import layout
 from control.fleet import fleet
 from control.profile import ProfileError, build
-from roles import gateway, launch, watch
+from roles import watch
+from roles.engines.kt import launch
+from roles.fleet import gateway
 from scripts import dashboard, scrape_config
 
 REPO = Path(__file__).resolve().parents[2]
