@@ -104,13 +104,20 @@ def test_a_worker_unreachable_mid_run_leaves_the_others_converged_and_is_named(d
 def test_a_seed_gone_before_it_sent_what_a_worker_lacks_is_named_in_that_workers_summary(deployed_fleet):
     seed, peer = deployed_fleet[1]["name"], deployed_fleet[-1]["name"]
     ssh = ["ssh", "-F", str(REPO / ".sandbox/fleet/ssh_config")]
-    wheelhouse = "/opt/glm-flash/engine/wheelhouse"
-    # One wheel the peer lacks: the seed is to send it (roles/fleet/artifacts.py).
-    subprocess.run([*ssh, peer, f"rm {wheelhouse}/$(ls {wheelhouse} | grep -m1 whl)"], check=True)
+    # One wheel the peer lacks: the seed is to send it (roles/fleet/artifacts.py). Taken from the
+    # fleet's manifest (what this run's lock needs), not from the wheelhouse, which may also hold
+    # the wheels of another engine set that no run of this lock sends.
+    manifest = subprocess.run(
+        [*ssh, peer, "cat /opt/glm-flash/fleet/artifacts.txt"], capture_output=True, text=True, check=True
+    ).stdout
+    rel = next(line.split()[3] for line in manifest.splitlines() if "/wheelhouse/" in line)
+    subprocess.run([*ssh, peer, f"rm /opt/glm-flash/{rel}"], check=True)
     # planned: the peer is to receive from the seed
     summary = summary_of_a_run_losing(seed, lambda lines: "Beginning operation run" in lines[-1])
     assert f"[{seed}] unreachable: SSH to" in summary, summary
-    assert f"[{peer}] failed: it was to receive files from the fleet's seed {seed}, which became unreachable" in summary
+    assert (
+        f"[{peer}] failed: it was to receive files from the fleet's seed {seed}, which became unreachable" in summary
+    ), summary
     boot(len(deployed_fleet))
     rc, out, _ = deploy()  # the seed back: the peer receives what it lacks
     assert rc == 0, out[-4000:]
