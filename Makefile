@@ -147,7 +147,7 @@ clean: sandbox-down fleet-down
 # Fleet sandbox (issue 14): N Debian 13 machines on 127.A.B.2.. (this checkout's own subnet) sharing one read-only image.
 N ?= 3
 .PHONY: bench-cold
-# make bench-cold [SIZE_MIB=1536] [RATE_MIB=2]: a fresh sandbox deployed cold over a rate-limited stand-in hub,
+# make bench-cold [SIZE_MIB=3072] [RATE_MIB=2]: a fresh sandbox deployed cold over a rate-limited stand-in hub,
 # next to the download alone over the same link; prints both times and their ratio (target 1.1x). Rebuilds the sandbox.
 bench-cold: deps venv
 	$(BIN)/python benchmark/cold_bench.py $(if $(SIZE_MIB),--size-mib '$(SIZE_MIB)') $(if $(RATE_MIB),--rate-mib '$(RATE_MIB)')

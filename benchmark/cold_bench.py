@@ -1,6 +1,6 @@
 """`make bench-cold`: a cold deploy next to the checkpoint download alone, over the same slow link.
 
-    python benchmark/cold_bench.py [--size-mib 1536] [--rate-mib 2] [--shards 6] [--keep]
+    python benchmark/cold_bench.py [--size-mib 3072] [--rate-mib 2] [--shards 6] [--keep]
 
 The deploy starts the download in the background after the driver role and waits for it only
 where the checkpoint is needed (#21 item 6), so on a box whose link is the bottleneck a cold
@@ -76,7 +76,7 @@ def minutes(s: float) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size-mib", type=int, default=1536, help="the stand-in checkpoint's size")
+    ap.add_argument("--size-mib", type=int, default=3072, help="the stand-in checkpoint's size")
     ap.add_argument("--rate-mib", type=float, default=2.0, help="MiB/s all downloads share")
     ap.add_argument("--shards", type=int, default=6)
     ap.add_argument("--alone-only", action="store_true", help="on the deployed sandbox: only the download alone")
