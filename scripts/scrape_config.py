@@ -70,7 +70,7 @@ def config(module: dict) -> dict:
                 # The engines' names have colons (sglang:..., vllm:...). Offered OpenMetrics, their
                 # prometheus_client (0.26 in sglang-kt's lock) escapes them to underscores, and the
                 # dashboard's queries find nothing (seen with Debian 13's Prometheus 2.53,
-                # tests/sandbox/test_observability.py): ask for the text format, which keeps them.
+                # tests/sandbox/test_prometheus_scrape.py): ask for the text format, which keeps them.
                 **({"scrape_protocols": ["PrometheusText0.0.4"]} if job == "glm-flash-engine" else {}),
                 "static_configs": [{"targets": sorted(set(targets))}],
             }

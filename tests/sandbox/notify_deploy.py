@@ -1,4 +1,4 @@
-"""The notifier's part of deploy.py alone (tests/sandbox/test_observability.py): its settings, its
+"""The notifier's part of deploy.py alone (tests/sandbox/test_prometheus_scrape.py): its settings, its
 webhook secret from the control machine's environment, its unit; seconds, not a whole deploy."""
 
 from control import profile

@@ -362,7 +362,7 @@ def test_scrape_config_of_a_fleet_names_engines_exporters_and_the_router(monkeyp
         "glm-flash-node": ["10.0.0.1:9100"],  # w2: metrics false
         "glm-flash-gateway": ["10.0.0.9:29000"],
     }
-    # The engines' colon names survive only the text format (tests/sandbox/test_observability.py).
+    # The engines' colon names survive only the text format (tests/sandbox/test_prometheus_scrape.py).
     protocols = {j["job_name"]: j.get("scrape_protocols") for j in cfg["scrape_configs"]}
     assert protocols["glm-flash-engine"] == ["PrometheusText0.0.4"] and protocols["glm-flash-node"] is None
 
@@ -492,7 +492,7 @@ def test_dashboard_loads_and_matches_its_generator():
 
 
 # Every metric a panel names, and where it comes from. "scrape": the sandbox's Prometheus scraped it
-# from the deployed node (tests/sandbox/test_observability.py checks that list); the others are
+# from the deployed node (tests/sandbox/test_prometheus_scrape.py checks that list); the others are
 # documented by their engine.
 SGLANG = "sglang-kt 0.7.0.post1 wheel, sglang/srt/observability/metrics_collector.py (the engine_set's wheel)"
 VLLM = "https://docs.vllm.ai/en/stable/usage/metrics/ and docs/design/metrics.md (v1 metrics)"
@@ -528,7 +528,7 @@ DOCUMENTED = {
     "glm_flash_gpu_ecc_corrected_errors": COLLECTOR,
     "glm_flash_gpu_ecc_uncorrected_errors": COLLECTOR,
 }
-# Scraped from the GPU-less sandbox by tests/sandbox/test_observability.py (node-exporter, the collector's n/a).
+# Scraped from the GPU-less sandbox by tests/sandbox/test_prometheus_scrape.py (node-exporter, the collector's n/a).
 SCRAPED_IN_SANDBOX = {
     "node_memory_MemAvailable_bytes",
     "node_memory_MemTotal_bytes",
