@@ -567,22 +567,18 @@ def test_the_collector_writes_every_gpu_metric_the_dashboard_names(tmp_path):
     assert {m for m in panel_metrics() if m.startswith("glm_flash_gpu_")} <= written
 
 
-def wheel_text(pattern: str, member: str) -> str | None:
-    from control.pypi_cache import cache_root
-
-    for whl in sorted(cache_root().glob(pattern)):
-        with zipfile.ZipFile(whl) as z:
-            names = [n for n in z.namelist() if n.endswith(member)]
-            if names:
-                return z.read(names[-1]).decode(errors="replace")
-    return None
-
-
 def test_sglang_defines_the_metrics_the_dashboard_names():
-    """Against the engine's own wheel when the control machine's cache holds it (`make fetch`)."""
-    text = wheel_text("wheelhouse/sglang_kt-*.whl", "sglang/srt/observability/metrics_collector.py")
-    if text is None:
-        pytest.skip("the sglang-kt wheel is not in the cache (make fetch)")
+    """Against the engine's own wheel: sglang-kt of the default engine set, fetched into the
+    control machine's cache when it is not there yet (sha256 checked against the lock), never
+    skipped."""
+    from control.defaults import KNOBS
+    from control.engine_lock import fetch, load_lock, pin_of
+
+    _, pins = load_lock(KNOBS["engine_set"].default)
+    (whl,) = fetch([pin_of(pins, "sglang-kt")])
+    with zipfile.ZipFile(whl) as z:
+        # the module pip installs (the wheel also carries stale build/lib/... copies of it)
+        text = z.read("sglang/srt/observability/metrics_collector.py").decode(errors="replace")
     for name in (m for m in DOCUMENTED if m.startswith("sglang:")):
         assert f'name="{name}"' in text, name
 
