@@ -60,6 +60,10 @@ KEY_URL = dict(
     shape="an https:// URL, or file:///path for a key staged on the host (letters, digits, . _ ~ + - /)",
 )
 LISTEN = dict(pattern=rf"{_HOST}|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*", shape="an IP address or a host name")
+IP_ADDRESS = dict(
+    pattern=r"(?:[0-9]{1,3}\.){3}[0-9]{1,3}|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*",
+    shape="an IP address (IPv4 dotted, or IPv6), not a host name",
+)
 REF = dict(  # git check-ref-format, narrowed: also the Hugging Face hub's revisions
     pattern=r"(?![-/.])(?!.*\.\.)(?!.*//)(?!.*/\.)(?!.*\.lock(?:/|$))[A-Za-z0-9._/-]+(?<![./])",
     shape="a git branch, tag or commit (letters, digits and . _ / -; no '..', no leading - or .)",
@@ -327,6 +331,22 @@ KNOBS: dict[str, Knob] = {
     ),
     "download_progress_s": K(
         30, "seconds between the checkpoint download's progress lines (bytes, rate, ETA)", int, low=1, high=3600
+    ),
+    # --- a fleet's transfers (roles/fleet/artifacts.py, docs/fleet.md) -----------------
+    "fleet_address": K(
+        "",
+        "the worker's address on the fleet's private network: its peer file server binds there and the "
+        "other workers fetch from there; empty: its SSH address (a cloud fleet's public one)",
+        optional=True,
+        **IP_ADDRESS,
+    ),
+    "fleet_peer_idle_s": K(
+        120,
+        "a worker's peer file server stops itself after this many seconds without a request "
+        "(after a killed deploy); it is stopped at the transfer's end anyway",
+        int,
+        low=5,
+        high=3600,
     ),
     "huggingface_hub_version": K(
         "1.33.0", "the downloader on the host; the engine locks pin the same version", **PEP440

@@ -12,6 +12,7 @@ while the inventory loads, before any host is contacted, like every other profil
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from typing import Any
@@ -134,6 +135,33 @@ def fleet_problems(
                 )
     if not workers:
         problems.append(Problem("(fleet)", "workers", "is empty", "list at least one worker"))
+    seen: dict[str, str] = {}
+    for name, data in workers:
+        where = {**data, **shared}.get("fleet_address")
+        if not where or not isinstance(where, str):
+            continue
+        try:
+            ipaddress.ip_address(where)
+        except ValueError:
+            problems.append(
+                Problem(
+                    name,
+                    "fleet_address",
+                    f"{where!r} is not an IP address",
+                    "set the worker's IP address on the fleet's private network, or leave it unset (its SSH address)",
+                )
+            )
+            continue
+        if where in seen:
+            problems.append(
+                Problem(
+                    name,
+                    "fleet_address",
+                    f"{where} is also {seen[where]}'s",
+                    "give every worker its own address (set fleet_address per worker, not in shared=)",
+                )
+            )
+        seen.setdefault(where, name)
     merged = [(name, {**data, **shared}) for name, data in workers]
     revision = merged[0][1].get("model_revision", KNOBS["model_revision"].default) if merged else ""
     downloads = any(d.get("model_download", KNOBS["model_download"].default) for _, d in merged)

@@ -1,20 +1,32 @@
 """Artifacts cross the control machine's link once per fleet, not once per worker.
 
-The control machine uploads what a worker needs from it (the engine's CPython, the engine's
-wheels) to one worker, the seed (the first of the `workers` group that the run reached); the seed serves exactly
-those files (files/glm-flash-peer, a manifest of `sha256 size mode relpath`) on its worker
-address while the others fetch what they lack from it, each file checked against the sha256 the
-control machine took from the lock, then stops. The files land where deploy.py's roles upload
-them, so those roles find them present (pyinfra's files.put compares checksums when it runs) and
-send nothing. A worker with a complete copy sends and receives nothing; a fleet where nobody
-lacks anything starts no server.
+The transfer list (a manifest of `sha256 size mode relpath`) is the same on every worker: the
+engine's CPython archive (kept, 0644, after it is unpacked) and its wheels, each with the hash the
+control machine took from the lock. A file no reached worker holds goes from the control machine
+to the first reached worker (the first that lacks it), only to that one. Then every worker that
+lacks files fetches them from every worker that holds them (files/glm-flash-peer: aria2 with a
+Metalink of one URL per holder, each file checked against the manifest before its rename), so no
+one worker's uplink carries every copy. The files land where deploy.py's roles upload them, so
+those roles find them present (pyinfra's files.put compares checksums when it runs) and send
+nothing. A worker with a complete copy receives nothing; a fleet where nobody lacks anything
+starts no server.
+
+The servers (serving()): a transient unit per holder with its own dynamic user, no capabilities,
+the system read-only, the transfer's random token as a systemd credential (a root-only file on
+server and receivers, never in argv or the journal; 401 without it), the receivers' addresses
+only (IPAddressAllow=, and the server's own 403: containers may not enforce the former), bound
+to the worker's `fleet_address` (its SSH address when unset). It is stopped after the transfer,
+stops itself after IDLE_S without a request (a killed deploy) and lives RUNTIME_MAX_S at most.
 
 The checkpoint travels the same way (roles/fleet/checkpoint.py, with this module's server).
 """
 
 from __future__ import annotations
 
+import ipaddress
+import secrets
 import shlex
+import socket
 from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
@@ -30,9 +42,53 @@ from pyinfra_ext import memo
 from roles import engines
 from roles.facts.engine import WheelhouseFiles
 from roles.operations import packages, paths
+from roles.operations.secrets import Secret, secret_file
 from roles.operations.uploads import host_tool
 
 UNIT = "glm-flash-peer-serve"  # -<name> of the set
+IDLE_S = 120  # a server with no request for this long stops itself (a killed deploy leaves none)
+# The longest a server lives: one copy of 306 GiB at 1 Gbit/s takes about 45 min; a transfer cut
+# here fails its run, and the next run resumes it (aria2 keeps what it received).
+RUNTIME_MAX_S = 3600
+CREDENTIAL = "peer-token"
+PACKAGES = ["python3", "aria2"]  # glm-flash-peer and the multi-source downloader it drives
+# The server's unit: its own dynamic user, nothing writable, no privileges (systemd-analyze security
+# rates it; tests/fleet/test_peer_server.py holds the figure).
+SERVER_PROPERTIES = [
+    "DynamicUser=yes",
+    "NoNewPrivileges=yes",
+    "ProtectSystem=strict",
+    "ProtectHome=read-only",
+    "PrivateTmp=yes",
+    "PrivateDevices=yes",
+    "PrivateUsers=yes",
+    "PrivateIPC=yes",
+    "ProtectKernelTunables=yes",
+    "ProtectKernelModules=yes",
+    "ProtectKernelLogs=yes",
+    "ProtectControlGroups=yes",
+    "ProtectClock=yes",
+    "ProtectHostname=yes",
+    "ProtectProc=invisible",
+    "ProcSubset=pid",
+    "RestrictNamespaces=yes",
+    "RestrictRealtime=yes",
+    "RestrictSUIDSGID=yes",
+    "LockPersonality=yes",
+    "MemoryDenyWriteExecute=yes",
+    "RemoveIPC=yes",
+    "KeyringMode=private",
+    "DevicePolicy=closed",
+    "UMask=0077",
+    "SystemCallArchitectures=native",
+    "SystemCallFilter=@system-service",
+    "SystemCallFilter=~@privileged @resources",
+    "CapabilityBoundingSet=",
+    "AmbientCapabilities=",
+    "RestrictAddressFamilies=AF_INET AF_INET6",
+    "IPAddressDeny=any",
+]
+_TOKENS: dict = {}
 
 
 @dataclass(frozen=True)
@@ -55,7 +111,8 @@ def entry(src: Path, mode: str, rel: str, sha256: str | None = None) -> Entry:
 
 
 def engine_entries(profile: Profile) -> list[Entry]:
-    """What deploy.py's engine would upload to each worker from the control machine (its artifacts())."""
+    """What deploy.py's engine would upload to each worker from the control machine (its artifacts()):
+    the same list on every worker."""
     return [entry(u.src, u.mode, u.rel, u.sha256) for u in engines.for_profile(profile).artifacts(profile)]
 
 
@@ -78,39 +135,116 @@ def reached() -> list:
 
 
 def address(worker) -> str:
-    return worker_url(worker.name, worker.data.dict()).split("//")[1].rsplit(":", 1)[0].strip("[]")
+    """Where the fleet's workers reach this one: its `fleet_address`, else its SSH address."""
+    data = worker.data.dict()
+    if data.get("fleet_address"):
+        return str(data["fleet_address"])
+    return worker_url(worker.name, data).split("//")[1].rsplit(":", 1)[0].strip("[]")
 
 
-def serving(unit: str, tool: str, root: str, mfile: str, bind: str, extra: str = "") -> list[str]:
-    """Start glm-flash-peer's server as a transient unit: read-only to everything but the network."""
+def ips(worker) -> list[str]:
+    """The worker's fleet address as IP addresses (a host name resolved here, on the control machine)."""
+    where = address(worker)
+    try:
+        return [str(ipaddress.ip_address(where))]
+    except ValueError:
+        pass
+    try:
+        return sorted({i[4][0] for i in socket.getaddrinfo(where, None, proto=socket.IPPROTO_TCP)})
+    except OSError as e:
+        raise SystemExit(
+            f"glm-flash: {worker.name}: its address {where} does not resolve here ({e}); "
+            "set fleet_address to its IP address on the fleet's network"
+        ) from None
+
+
+def url(worker) -> str:
+    where = address(worker)
+    return f"http://[{where}]:{PEER_PORT}" if ":" in where else f"http://{where}:{PEER_PORT}"
+
+
+def token(name: str) -> Secret:
+    """The transfer's token: random, one per set and run, shared by its servers and receivers."""
+    key = (id(state), name)
+    if key not in _TOKENS:
+        _TOKENS[key] = Secret(secrets.token_urlsafe(32))
+    return _TOKENS[key]
+
+
+def token_path(profile: Profile, name: str) -> str:
+    return f"{layout.fleet_dir(profile)}/tokens/{name}.token"
+
+
+def token_placed(profile: Profile, name: str) -> None:
+    """The transfer's token root-only (0600) here, in a directory only root may enter."""
+    tokens = f"{layout.fleet_dir(profile)}/tokens"
+    paths.directory(name="Fleet tokens directory (root only)", path=tokens, user="root", group="root", mode="700")
+    secret_file(
+        name=f"The token of this run's {name} transfer (root only)",
+        dest=token_path(profile, name),
+        secret=token(name),
+        stage_dir=tokens,
+        mode="600",
+    )
+
+
+def serving(
+    unit: str,
+    tool: str,
+    root: str,
+    mfile: str,
+    bind: str,
+    allow: list[str],
+    token_file: str,
+    extra: str = "",
+    idle: int = IDLE_S,
+) -> list[str]:
+    """Start glm-flash-peer's server as a transient unit: its own dynamic user, no privileges, the
+    receivers' addresses only; the token a credential (the root-only file is removed once read)."""
     q = shlex.quote
+    props = [*SERVER_PROPERTIES, f"RuntimeMaxSec={RUNTIME_MAX_S}", f"LoadCredential={CREDENTIAL}:{token_file}"]
+    props.append("IPAddressAllow=" + " ".join(allow))
+    allowed = "".join(f" --allow {q(a)}" for a in allow)
     return [
         f"systemctl stop {unit} 2>/dev/null; systemctl reset-failed {unit} 2>/dev/null; "
-        f"systemd-run -q --unit {unit} -p RuntimeMaxSec=3h -p NoNewPrivileges=yes "
-        f"-p ProtectSystem=strict -p ProtectHome=yes -p PrivateTmp=yes "
-        f"-p CapabilityBoundingSet=CAP_DAC_READ_SEARCH "
-        f"{q(tool)} serve {q(root)} {q(mfile)} --bind {q(bind)} --port {PEER_PORT}{extra}"
+        f"systemd-run -q --collect --service-type=exec --unit {unit} "
+        + " ".join(f"-p {q(p)}" for p in props)
+        + f" -- /usr/bin/python3 {q(tool)} serve {q(root)} {q(mfile)} --bind {q(bind)} --port {PEER_PORT}"
+        f" --token-credential {CREDENTIAL} --idle {int(idle)}{allowed}{extra}"
+        f" && rm -f {q(token_file)}"
     ]
 
 
-def stopping(unit: str) -> list[str]:
+def stopping(unit: str, token_file: str = "") -> list[str]:
     # --sync: the server's last line ("sent N bytes", printed as it stops) may still sit in
     # journald's stream socket when the stop returns; systemd >= 256 reads it in before returning.
+    rm = f"rm -f {shlex.quote(token_file)}; " if token_file else ""
     return [
-        f"systemctl stop {unit}; journalctl --sync 2>/dev/null; "
+        f"{rm}systemctl stop {unit} 2>/dev/null; journalctl --sync 2>/dev/null; "
         f"journalctl -u {unit} -o cat --no-pager | grep -F sent | tail -n 1"
     ]
 
 
+def fetching(tool: str, root: str, mfile: str, sources: list, receiver, token_file: str) -> list[str]:
+    q = shlex.quote
+    froms = "".join(f" --source {q(url(s))}" for s in sources)
+    return [
+        f"/usr/bin/python3 {q(tool)} fetch {q(root)} {q(mfile)}{froms} --token-file {q(token_file)}"
+        f" --interface {q(address(receiver))}; rc=$?; rm -f {q(token_file)}; exit $rc"
+    ]
+
+
+def idle_seconds(profile: Profile) -> int:
+    return int(getattr(profile, "fleet_peer_idle_s", IDLE_S) or IDLE_S)
+
+
 def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root: str | None = None) -> None:
     """Every reached worker ends with `entries` under `root` (install_root by default). `name` tells
-    sets apart (their manifests and servers): e.g. "artifacts" here, "checkpoint" for a model role
-    whose seed downloads the files (entries without src) in an operation defined before this call."""
+    sets apart (their manifests and servers): e.g. "artifacts" here."""
     workers = reached()
     if not entries or host not in workers:
         return
-    seed, root, q = workers[0], root or profile.install_root, shlex.quote
-    seed_address = address(seed)
+    root, first = root or profile.install_root, workers[0]
     fleet_dir, bin_dir = layout.fleet_dir(profile), layout.bin_dir(profile)
     tool, mfile, unit = layout.tool(profile, "glm-flash-peer"), f"{fleet_dir}/{name}.txt", f"{UNIT}-{name}"
     paths.directory(name="Fleet directory", path=fleet_dir, mode="755")
@@ -122,28 +256,42 @@ def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root:
         dest=mfile,
         mode="644",
     )
-    packages.installed(["python3"], name="python3 for glm-flash-peer", update=True)
-    if host == seed:
-        mine = [e for e in lacking(host, root, entries) if e.src is not None]
+    packages.installed(PACKAGES, name="python3 and aria2 for glm-flash-peer", update=True)
+    lacks = {h: {e.rel for e in lacking(h, root, entries)} for h in workers}
+    # Files nobody holds come from the control machine to the first reached worker, only to it.
+    nobody = [e for e in entries if all(e.rel in lacks[h] for h in workers)]
+    if host == first:
+        mine = [e for e in nobody if e.src is not None]
         for d in sorted({str(Path(root, e.rel).parent) for e in mine}):
             paths.directory(name=f"Directory {d}", path=d, mode="755")
         for e in mine:
             paths.put(name=f"From the control machine: {e.rel}", src=str(e.src), dest=f"{root}/{e.rel}", mode=e.mode)
-    peers_lack = [h.name for h in workers[1:] if lacking(h, root, entries)]
-    if not peers_lack:
+    holds = {h: {e.rel for e in entries} - lacks[h] for h in workers}
+    holds[first] |= {e.rel for e in nobody}
+    receivers = [h for h in workers if lacks[h] - {e.rel for e in nobody if h is first}]
+    if not receivers:
         return
-    run_record.current().seeded_by.update(dict.fromkeys(peers_lack, seed.name))
+    wanted = set().union(*(lacks[r] for r in receivers))
+    servers = [h for h in workers if holds[h] & wanted and any(lacks[r] & holds[h] for r in receivers if r is not h)]
+    sources_of = {r: [s for s in servers if s is not r and lacks[r] & holds[s]] for r in receivers}
+    run_record.current().seeded_by.update({r.name: ", ".join(s.name for s in sources_of[r]) for r in receivers})
+    tfile = token_path(profile, name)
+    if host in servers or host in receivers:
+        token_placed(profile, name)
+    allow = sorted({ip for r in receivers for ip in ips(r)})
     # The next three operations are defined on every worker (empty where they do nothing), so they are
-    # the same operations for pyinfra: it runs the seed's serving before any fetch, the fetches before
-    # the seed stops.
+    # the same operations for pyinfra: it runs every server's start before any fetch, the fetches
+    # before the servers stop.
     server.shell(
-        name=f"Serve the {name} from {seed.name} on {seed_address}:{PEER_PORT} (to {', '.join(peers_lack)})",
-        commands=serving(unit, tool, root, mfile, seed_address) if host == seed else [],
-    )
-    server.shell(
-        name=f"Fetch the {name} missing here from {seed.name} on the local network (hashes checked)",
-        commands=[f"{q(tool)} fetch http://{seed_address}:{PEER_PORT} {q(root)} {q(mfile)}"]
-        if host.name in peers_lack
+        name=f"Serve the {name} from {', '.join(s.name for s in servers)} (to {', '.join(r.name for r in receivers)})",
+        commands=serving(unit, tool, root, mfile, address(host), allow, tfile, idle=idle_seconds(profile))
+        if host in servers
         else [],
     )
-    server.shell(name=f"Stop serving the {name} on {seed.name}", commands=stopping(unit) if host == seed else [])
+    server.shell(
+        name=f"Fetch the {name} missing here from the fleet's workers that hold them (hashes checked)",
+        commands=fetching(tool, root, mfile, sources_of[host], host, tfile) if host in receivers else [],
+    )
+    server.shell(
+        name=f"Stop serving the {name}", commands=stopping(unit, tfile) if host in servers else []
+    )
