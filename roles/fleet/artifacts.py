@@ -235,7 +235,7 @@ def fetching(tool: str, root: str, mfile: str, sources: list, receiver, token_fi
 
 
 def idle_seconds(profile: Profile) -> int:
-    return int(getattr(profile, "fleet_peer_idle_s", IDLE_S) or IDLE_S)
+    return int(profile.fleet_peer_idle_s)
 
 
 def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root: str | None = None) -> None:
@@ -274,7 +274,8 @@ def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root:
     wanted = set().union(*(lacks[r] for r in receivers))
     servers = [h for h in workers if holds[h] & wanted and any(lacks[r] & holds[h] for r in receivers if r is not h)]
     sources_of = {r: [s for s in servers if s is not r and lacks[r] & holds[s]] for r in receivers}
-    run_record.current().seeded_by.update({r.name: ", ".join(s.name for s in sources_of[r]) for r in receivers})
+    # The summary names the first source of a receiver that failed once that source became unreachable.
+    run_record.current().seeded_by.update({r.name: sources_of[r][0].name for r in receivers if sources_of[r]})
     tfile = token_path(profile, name)
     if host in servers or host in receivers:
         token_placed(profile, name)
@@ -292,6 +293,4 @@ def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root:
         name=f"Fetch the {name} missing here from the fleet's workers that hold them (hashes checked)",
         commands=fetching(tool, root, mfile, sources_of[host], host, tfile) if host in receivers else [],
     )
-    server.shell(
-        name=f"Stop serving the {name}", commands=stopping(unit, tfile) if host in servers else []
-    )
+    server.shell(name=f"Stop serving the {name}", commands=stopping(unit, tfile) if host in servers else [])

@@ -28,7 +28,7 @@ def interpreter_installed(tool: str, archive: str, dest: str, sha256: str, sourc
         host.noop(f"interpreter {dest} installed")
         return
     upload = f"{Path(dest).parent}/.{Path(dest).name}.tar.gz"
-    yield from files.put._inner(src=archive, dest=upload, mode="600")
+    yield from files.put._inner(src=archive, dest=upload, mode="644")  # kept: a fleet's later worker takes it
     yield StringCommand(
         QuoteString(tool),
         "python-install",

@@ -71,7 +71,9 @@ class Server:
 
 
 def get(url, token=TOKEN, headers=None):
-    req = urllib.request.Request(url, headers={**({"Authorization": f"Bearer {token}"} if token else {}), **(headers or {})})
+    req = urllib.request.Request(
+        url, headers={**({"Authorization": f"Bearer {token}"} if token else {}), **(headers or {})}
+    )
     return urllib.request.urlopen(req, timeout=10)
 
 
@@ -166,7 +168,9 @@ def test_a_server_without_a_token_does_not_start(tmp_path):
     r = tool("serve", str(tmp_path), str(tmp_path / "m.txt"), "--bind", "127.0.0.1", "--port", "0")
     assert r.returncode != 0 and "needs --token-file or --token-credential" in r.stderr
     short = token_file(tmp_path, "abc")
-    r = tool("serve", str(tmp_path), str(tmp_path / "m.txt"), "--bind", "127.0.0.1", "--port", "0", "--token-file", short)
+    r = tool(
+        "serve", str(tmp_path), str(tmp_path / "m.txt"), "--bind", "127.0.0.1", "--port", "0", "--token-file", short
+    )
     assert r.returncode != 0 and "does not hold a token" in r.stderr
 
 

@@ -36,7 +36,6 @@ from control.run import dry_run
 from pyinfra_ext import memo
 from roles.engines import common, flag_check
 from roles.engines.kt import interpreter, launch, patches, triton_configs
-from roles.facts.engine import PythonArtifact
 from roles.facts.system import NumaNodes
 from roles.operations import paths, sandboxing
 from roles.operations.engine import environment_built, pin_asserted
@@ -63,13 +62,13 @@ def plan(profile: Profile, python_sha256: str) -> tuple[str, bytes, list]:
 
 
 def artifacts(profile: Profile) -> list[common.Upload]:
-    """What apply() uploads from the control machine: the engine's CPython (unless the host has
-    it installed) and the lock's wheels."""
+    """What apply() uploads from the control machine: the engine's CPython archive and the lock's
+    wheels, the same list on every host (a fleet's transfer list, roles/fleet/artifacts.py)."""
     art = interpreter.artifact(profile)
     _, _, pins = plan(profile, art.sha256)
-    out = [common.Upload(art.path, "600", f"python/.{art.name}.tar.gz", art.sha256)]
-    if memo.fact(host, PythonArtifact, path=art.host_dir(profile.install_root)) == art.sha256:
-        out = []  # installed: the interpreter role uploads nothing
+    # The same on every host, installed or not: the archive is kept (0644) after it is unpacked
+    # (files/glm-flash-engine), so a worker added to a fleet later gets it from the others (#22).
+    out = [common.Upload(art.path, "644", f"python/.{art.name}.tar.gz", art.sha256)]
     return out + [common.Upload(w, "644", f"engine/wheelhouse/{w.name}") for w in fetch(pins)]
 
 
