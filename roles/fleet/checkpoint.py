@@ -16,16 +16,29 @@ from __future__ import annotations
 
 import sys
 
-from pyinfra import host
+from pyinfra import host, state
 from pyinfra.operations import server
 
 from control import layout, run_record
 from control.fleet import PEER_PORT
 from control.profile import Profile
 from roles import model
-from roles.fleet.artifacts import UNIT, address, reached, serving, stopping
+from roles.fleet.artifacts import (
+    UNIT,
+    address,
+    idle_seconds,
+    ips,
+    reached,
+    serving,
+    stopping,
+    token_path,
+    token_placed,
+    url,
+)
 from roles.operations.checkpoint import checkpoint_exported, checkpoint_received
 from roles.operations.uploads import host_tool
+
+_SOURCES: dict = {}  # per run (pyinfra State): the workers the others receive the checkpoint from
 
 
 def share() -> None:
@@ -35,44 +48,65 @@ def share() -> None:
 
 def plan(complete) -> tuple:
     """(seed, names of the workers that lack the checkpoint); (None, []) outside a fleet of two or
-    more reached workers. complete(host): whether that host holds the checkpoint verified."""
+    more reached workers. complete(host): whether that host holds the checkpoint verified. Every
+    worker that holds it verified serves it (the seed alone when nobody does: it downloads)."""
     workers = reached()
     if host not in workers or len(workers) < 2:
         return None, []
     have = [h for h in workers if complete(h)]
     seed = have[0] if have else workers[0]
+    _SOURCES[id(state)] = have or [seed]
     return seed, [h.name for h in workers if h is not seed and h not in have]
 
 
 def copied(
     profile: Profile, seed, lacking: list[str], path: str, repo_id: str, commit: str, unit: str, fetch_user: str
 ) -> None:
-    """The workers in `lacking` receive the checkpoint in `path` from `seed`, which has it by now
-    (downloaded by an operation defined before this call). Defined on every worker (empty where
-    they do nothing), so pyinfra runs the seed's serving before any receive, the receives before
-    the seed stops."""
+    """The workers in `lacking` receive the checkpoint in `path` from every worker that holds it
+    (the seed has it by now: downloaded by an operation defined before this call). Defined on every
+    worker (empty where they do nothing), so pyinfra runs the servers' start before any receive,
+    the receives before the servers stop."""
+    sources = _SOURCES.get(id(state)) or [seed]
+    receivers = [h for h in reached() if h.name in lacking]
     run_record.current().seeded_by.update(dict.fromkeys(lacking, seed.name))
     tool, peer = layout.tool(profile, "glm-flash-model-fetch"), layout.tool(profile, "glm-flash-peer")
     host_tool("glm-flash-peer", layout.bin_dir(profile))
-    serve_unit, mfile, bind = f"{UNIT}-{unit}", f"{layout.fleet_dir(profile)}/{unit}.txt", address(seed)
-    originals = f" --originals {layout.PATCH_STATE}/originals"
+    fleet_dir = layout.fleet_dir(profile)
+    serve_unit, mfile, tfile = f"{UNIT}-{unit}", f"{fleet_dir}/{unit}.txt", token_path(profile, unit)
+    # Root's kept originals of files the patches edited (config.json), copied world-readable for the
+    # server's dynamic user (root's patch state is not readable to it); removed when it stops.
+    stage = f"{fleet_dir}/{unit}.originals"
+    if host in sources or host in receivers:
+        token_placed(profile, unit)
+    allow = sorted({ip for r in receivers for ip in ips(r)})
     checkpoint = dict(seed=seed.name, path=path, tool=tool, repo_id=repo_id, commit=commit)
+    names = ", ".join(s.name for s in sources)
     checkpoint_exported(
-        name=f"Serve the checkpoint from {seed.name} on {bind}:{PEER_PORT} (to {', '.join(lacking)})",
+        name=f"Serve the checkpoint from {names} on port {PEER_PORT} (to {', '.join(lacking)})",
+        servers=[s.name for s in sources],
         manifest=mfile,
-        serve=serving(serve_unit, peer, path, mfile, bind, originals),
+        originals=f"{layout.PATCH_STATE}/originals",
+        stage=stage,
+        serve=serving(
+            serve_unit, peer, path, mfile, address(host), allow, tfile, f" --originals {stage}", idle_seconds(profile)
+        )
+        if host in sources
+        else [],
         **checkpoint,
     )
     checkpoint_received(
-        name=f"Receive the checkpoint from {seed.name} on the local network (checked against its verified hashes)",
+        name=f"Receive the checkpoint from {names} on the local network (checked against its verified hashes)",
         lacking=lacking,
         **checkpoint,
-        source=f"http://{bind}:{PEER_PORT}",
+        sources=[url(s) for s in sources],
+        interface=address(host),
+        token_file=tfile,
         peer_tool=peer,
-        marker=f"{layout.fleet_dir(profile)}/{unit}.json",
+        marker=f"{fleet_dir}/{unit}.json",
         fetch_user=fetch_user,
         unit=f"{unit}-peer",
     )
     server.shell(
-        name=f"Stop serving the checkpoint on {seed.name}", commands=stopping(serve_unit) if host == seed else []
+        name=f"Stop serving the checkpoint on {names}",
+        commands=[*stopping(serve_unit, tfile), f"rm -rf {stage}"] if host in sources else [],
     )

@@ -118,6 +118,7 @@ def download_unit_command(
     endpoint: str,
     token_path: str | None,
     wait: bool = True,
+    credential: str = "hf-token",
 ):
     """systemd-run for the download: its own user, sandboxed (roles/operations/sandboxing.py), the token
     as a credential, journal output. wait False: it returns once the unit has started (the download
@@ -134,7 +135,7 @@ def download_unit_command(
     ]
     if token_path:
         props += [
-            f"LoadCredential=hf-token:{token_path}",
+            f"LoadCredential={credential}:{token_path}",
             # root (+), once the downloader runs: the token's only copy is then the unit's credential.
             # Not ExecStartPre: systemd 257 reads the credential again for every step, and the main
             # process would fail to start (243/CREDENTIALS) on the removed file.
@@ -387,10 +388,23 @@ def _put_marker(state, host, path: str, dest: str, seed: str) -> bool:
 
 
 @operation(is_idempotent=False)
-def checkpoint_exported(seed: str, path: str, tool: str, repo_id: str, commit: str, manifest: str, serve: list):
-    """On the fleet's seed: its verified marker read for the peers and glm-flash-peer's manifest
-    written for `serve` (the commands that start the server). Nothing on other hosts."""
-    if host.name != seed:
+def checkpoint_exported(
+    seed: str,
+    servers: list[str],
+    path: str,
+    tool: str,
+    repo_id: str,
+    commit: str,
+    manifest: str,
+    originals: str,
+    stage: str,
+    serve: list,
+):
+    """On each of the fleet's `servers` (workers holding the checkpoint verified): glm-flash-peer's
+    manifest written from its verified marker, root's originals of patched files copied
+    world-readable into `stage` (the server runs as a dynamic user), `serve` (the commands that
+    start the server). The seed's marker is read for the receivers. Nothing on other hosts."""
+    if host.name not in servers:
         return
     q = QuoteString
     yield StringCommand("install -d -m 755", q(posixpath.dirname(manifest)))
@@ -406,7 +420,25 @@ def checkpoint_exported(seed: str, path: str, tool: str, repo_id: str, commit: s
         "--manifest",
         q(manifest),
     )
-    yield FunctionCommand(_read_marker, (path, export), {})
+    if host.name == seed:
+        yield FunctionCommand(_read_marker, (path, export), {})
+    else:
+        yield StringCommand(export, "> /dev/null")
+    kept = originals.rstrip("/") + path
+    yield StringCommand(
+        "rm -rf",
+        q(stage),
+        "&& if [ -d",
+        q(kept),
+        "]; then mkdir -p -m 755",
+        q(stage + posixpath.dirname(path)),
+        "&& cp -R --no-preserve=all",
+        q(kept),
+        q(stage + posixpath.dirname(path) + "/"),
+        "&& chmod -R a+rX,go-w",
+        q(stage),
+        "; fi",
+    )
     yield from serve
 
 
@@ -418,14 +450,18 @@ def checkpoint_received(
     tool: str,
     repo_id: str,
     commit: str,
-    source: str,
+    sources: list[str],
+    interface: str,
+    token_file: str,
     peer_tool: str,
     marker: str,
     fetch_user: str,
     unit: str,
 ):
-    """On each worker in `lacking`: the seed's marker put root's, the files received from `source`
-    (the seed's glm-flash-peer) by the downloader's user and checked against it, the tree sealed."""
+    """On each worker in `lacking`: the seed's marker put root's, the files received from `sources`
+    (the glm-flash-peer servers of the workers holding it) by the downloader's user and checked
+    against it, the tree sealed. The transfer's token (token_file, root's) reaches the receive
+    unit as a credential and is removed once it runs."""
     if host.name not in lacking:
         return
     if not COMMIT.fullmatch(commit) or not UNIT_NAME.fullmatch(unit) or not posixpath.isabs(path):
@@ -436,6 +472,10 @@ def checkpoint_received(
     yield StringCommand("chown root:root", q(marker), "&& chmod 644", q(marker))
     yield from prepared_for(fetch_user, path, tool, unit)
     args = ["receive", "--dest", path, "--repo", repo_id, "--revision", commit, "--marker", marker]
-    args += ["--source", source, "--peer-tool", peer_tool]
-    yield download_unit_command(unit, fetch_user, "/usr/bin/python3", tool, args, path, "", None)
+    for source in sources:
+        args += ["--source", source]
+    args += ["--peer-tool", peer_tool, "--interface", interface, "--peer-token", "peer-token"]
+    yield download_unit_command(
+        unit, fetch_user, "/usr/bin/python3", tool, args, path, "", token_file, credential="peer-token"
+    )
     yield StringCommand("python3", q(tool), "seal --dest", q(path), "--owner", q(fetch_user))
