@@ -9,7 +9,10 @@ For each fleet size the workers' copies are removed, then the steps run:
 
 - control link: bytes the deploy process (pyinfra) sent and received over SSH to every host
   (commands, facts, uploads; counted in paramiko's packetizer, encrypted as on the wire);
-- local network: bytes the seed sent to its peers (glm-flash-peer's own count);
+- local network: bytes the workers' peer servers sent (glm-flash-peer's own count), in all and
+  per source: every worker holding a verified file serves it, and receivers take pieces from all
+  holders (aria2), so no source sends N-1 copies (issue 22);
+- time: the transfer steps' wall time for N workers over one worker's;
 - outside: bytes the stand-in hub sent (.sandbox/hub.log) plus the files the control machine
   fetched into its download cache during the run (its "fetching" lines; 0 once cached: it
   fetches each file once, whatever the fleet's size). Not the cache's growth: other checkouts
@@ -25,6 +28,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,14 +74,16 @@ def hub_bytes() -> int:
     return sum(json.loads(line).get("bytes", 0) for line in lines)
 
 
-def run(workers: list[str]) -> dict:
-    for node in workers:
+def run(workers: list[str], fresh: list[str] | None = None) -> dict:
+    """The transfer steps on `workers`, after removing the copies of `fresh` (all by default)."""
+    for node in workers if fresh is None else fresh:
         ssh(node, f"rm -rf {DIR} {CHECKPOINT}")
     since = ssh(workers[0], "date +%s").strip()
     hub_before = hub_bytes()
     with tempfile.NamedTemporaryFile("r", suffix=".io") as io:
         env = dict(os.environ, GLM_FLASH_FLEET_WORKERS=str(len(workers)))
         cmd = [sys.executable, "-c", WRAP, io.name, "-y", "inventory/fleet_sandbox.py"]
+        started = time.monotonic()
         r = subprocess.run(
             [*cmd, "tests/fleet/deploy_artifacts.py", "--limit", "workers"],
             cwd=REPO,
@@ -87,20 +93,28 @@ def run(workers: list[str]) -> dict:
         )
         if r.returncode:
             sys.exit(f"bench-fleet: the deploy failed:\n{(r.stdout + r.stderr)[-3000:]}")
+        seconds = time.monotonic() - started
         counters = json.loads(io.read())
-    local = 0
-    for unit in ("artifacts", "glm-flash-model-download"):
-        sent = ssh(
-            workers[0],
-            f"journalctl -u glm-flash-peer-serve-{unit} --since @{since} -o cat --no-pager | grep -F sent | tail -n 1 || true",
-        )
-        local += int(sent.split()[2]) if sent.startswith("glm-flash-peer: sent") else 0
+    per_source = {}
+    for node in workers:
+        n = 0
+        for unit in ("artifacts", "glm-flash-model-download"):
+            sent = ssh(
+                node,
+                f"journalctl -u glm-flash-peer-serve-{unit} --since @{since} -o cat --no-pager "
+                "| grep -F 'sent ' | tail -n 1 || true",
+            )
+            n += int(sent.split()[2]) if sent.startswith("glm-flash-peer: sent") else 0
+        per_source[node] = n
+    local = sum(per_source.values())
     size = int(ssh(workers[0], f"du -sb {DIR} {CHECKPOINT} | awk '{{n += $1}} END {{print n}}'").strip())
     return {
         "workers": len(workers),
         "artifact_bytes": size,
         "control_link_bytes": counters["sent"] + counters["received"],
         "local_network_bytes": local,
+        "sent_by": per_source,
+        "seconds": round(seconds, 1),
         "hub_bytes": hub_bytes() - hub_before,
         "outside_bytes": fetched_bytes(r.stdout + r.stderr) + hub_bytes() - hub_before,
     }
@@ -129,7 +143,19 @@ def main() -> None:
         f"control link: {ratio:.2f}x one host's (goal <= 1.2x; one upload per worker would be "
         f"~{len(workers)}x); outside: {out_ratio:.2f}x (goal <= 1.1x)"
     )
-    (FLEET / "bench.json").write_text(json.dumps({"one": one, "fleet": many, "control_link_ratio": ratio}, indent=2))
+    copies = {n: b / many["artifact_bytes"] for n, b in many["sent_by"].items()}
+    print("sent by each source: " + ", ".join(f"{n} {b} ({copies[n]:.2f} copies)" for n, b in many["sent_by"].items()))
+    time_ratio = many["seconds"] / one["seconds"]
+    print(f"time: {many['seconds']} s for {len(workers)} workers, {one['seconds']} s for one: {time_ratio:.2f}x")
+    # A worker joining a deployed fleet: the others hold everything and share the sending.
+    grow = run(workers, fresh=workers[-1:])
+    print(
+        f"a worker added to {len(workers) - 1}: sent by each source: "
+        + ", ".join(f"{n} {b}" for n, b in grow["sent_by"].items())
+        + f"; {grow['seconds']} s; control link {grow['control_link_bytes']}, hub {grow['hub_bytes']}"
+    )
+    result = {"one": one, "fleet": many, "grow": grow, "control_link_ratio": ratio, "time_ratio": time_ratio}
+    (FLEET / "bench.json").write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
