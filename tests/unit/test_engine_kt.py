@@ -240,3 +240,29 @@ def test_a_packed_python_is_trusted_by_its_sha256_not_its_size(tmp_path):
     os.chmod(d, 0o777)
     with pytest.raises(PythonSourceError, match="chmod go-w"):
         _packed(info, "cpython-3.11.7-abc", tarball, meta, said.append)
+
+
+def test_the_artifacts_are_the_same_list_whether_the_interpreter_is_installed_or_not(tmp_path, monkeypatch):
+    """A fleet's transfer list (roles/fleet/artifacts.py) is the engine's artifacts(): when it left out
+    the CPython archive on a host that had it installed, a worker added later asked the fleet for a
+    file nobody kept (issue 22). The archive is listed everywhere, 0644 (it is kept after unpacking)."""
+    from types import SimpleNamespace
+
+    from roles.engines.kt import engine as kt
+
+    archive, wheel = tmp_path / "cpython.tar.gz", tmp_path / "w-1-py3-none-any.whl"
+    archive.write_bytes(b"p")
+    wheel.write_bytes(b"w")
+    art = SimpleNamespace(path=archive, name="cpython-3.11.7-abc", sha256="a" * 64)
+    monkeypatch.setattr(kt.interpreter, "artifact", lambda profile: art)
+    monkeypatch.setattr(kt, "plan", lambda profile, sha: (None, None, ["pin"]))
+    monkeypatch.setattr(kt, "fetch", lambda pins: [wheel])
+    lists = []
+    for installed in (None, "a" * 64):  # what the host's PythonArtifact fact would say
+        monkeypatch.setattr(kt.memo, "fact", lambda *a, **k: installed, raising=False)
+        lists.append([(u.rel, u.mode) for u in kt.artifacts(build("h", {}))])
+    assert (
+        lists[0]
+        == lists[1]
+        == [("python/.cpython-3.11.7-abc.tar.gz", "644"), (f"engine/wheelhouse/{wheel.name}", "644")]
+    )
