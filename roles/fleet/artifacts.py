@@ -42,7 +42,8 @@ from pyinfra_ext import memo
 from roles import engines
 from roles.facts.engine import WheelhouseFiles
 from roles.operations import packages, paths
-from roles.operations.secrets import Secret, secret_file
+from roles.operations.checkpoint import peer_token_placed
+from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
 
 UNIT = "glm-flash-peer-serve"  # -<name> of the set
@@ -177,14 +178,8 @@ def token_path(profile: Profile, name: str) -> str:
 
 def token_placed(profile: Profile, name: str) -> None:
     """The transfer's token root-only (0600) here, in a directory only root may enter."""
-    tokens = f"{layout.fleet_dir(profile)}/tokens"
-    paths.directory(name="Fleet tokens directory (root only)", path=tokens, user="root", group="root", mode="700")
-    secret_file(
-        name=f"The token of this run's {name} transfer (root only)",
-        dest=token_path(profile, name),
-        secret=token(name),
-        stage_dir=tokens,
-        mode="600",
+    peer_token_placed(
+        name=f"The token of this run's {name} transfer (root only)", dest=token_path(profile, name), secret=token(name)
     )
 
 

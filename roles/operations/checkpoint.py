@@ -388,6 +388,15 @@ def _put_marker(state, host, path: str, dest: str, seed: str) -> bool:
 
 
 @operation(is_idempotent=False)
+def peer_token_placed(dest: str, secret: Secret):
+    """A fleet transfer's token at dest, root's and 0600, in a directory only root may enter (0700):
+    a new random token for each transfer (roles/fleet/artifacts.py), uploaded over SSH, never shown."""
+    if not isinstance(secret, Secret) or not posixpath.isabs(dest):
+        raise OperationError(f"peer_token_placed: the token wrapped in Secret, an absolute path (got {dest!r})")
+    yield from secret_commands(secret, dest, posixpath.dirname(dest), "root", "root", "600")
+
+
+@operation(is_idempotent=False)
 def checkpoint_exported(
     seed: str,
     servers: list[str],

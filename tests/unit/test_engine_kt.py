@@ -259,7 +259,7 @@ def test_the_artifacts_are_the_same_list_whether_the_interpreter_is_installed_or
     monkeypatch.setattr(kt, "fetch", lambda pins: [wheel])
     lists = []
     for installed in (None, "a" * 64):  # what the host's PythonArtifact fact would say
-        monkeypatch.setattr(kt.memo, "fact", lambda *a, **k: installed, raising=False)
+        monkeypatch.setattr(kt.memo, "fact", lambda *a, value=installed, **k: value, raising=False)
         lists.append([(u.rel, u.mode) for u in kt.artifacts(build("h", {}))])
     assert (
         lists[0]
