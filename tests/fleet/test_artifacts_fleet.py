@@ -110,7 +110,10 @@ def test_workers_get_the_artifacts_once_from_outside_and_from_the_seed(fleet_up)
     assert out.count(f"[{workers[0]}] Success") >= 25 and f"[{workers[1]}] Success" in out
     sent = ssh(workers[0], "journalctl -u glm-flash-peer-serve-artifacts -o cat --no-pager | grep -F sent | tail -n 1")
     size = int(ssh(workers[0], f"du -sb {DIR}").split()[0])
-    assert f"sent {size * (len(workers) - 1)} bytes" in sent
+    # Every copy came from the seed (the only holder of fresh files); what aria2 dropped of a
+    # connection it closed counts too (up to a few percent).
+    n = int(sent.split()[2])
+    assert size * (len(workers) - 1) <= n <= size * (len(workers) - 1) * 1.1, (n, size)
     # Complete everywhere: a second run moves nothing, asks the hub nothing and changes nothing.
     hub_before = len(hub_requests())
     again = deploy()

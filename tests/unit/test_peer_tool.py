@@ -176,8 +176,8 @@ def test_a_server_without_a_token_does_not_start(tmp_path):
 
 @needs_aria2
 def test_pieces_come_from_every_holder(tmp_path):
-    """Two servers hold the same 32 MiB file: aria2 takes segments from both; each sends part of it."""
-    data = hashlib.sha256(b"seed").digest() * (1 << 20)  # 32 MiB
+    """Two servers hold the same 64 MiB file: aria2 takes segments from both; each sends part of it."""
+    data = hashlib.sha256(b"seed").digest() * (2 << 20)  # 64 MiB
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
