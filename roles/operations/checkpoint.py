@@ -119,6 +119,7 @@ def download_unit_command(
     token_path: str | None,
     wait: bool = True,
     credential: str = "hf-token",
+    remove_token: bool = True,
 ):
     """systemd-run for the download: its own user, sandboxed (roles/operations/sandboxing.py), the token
     as a credential, journal output. wait False: it returns once the unit has started (the download
@@ -134,8 +135,9 @@ def download_unit_command(
         *sandboxing.fetch_unit([dest]),
     ]
     if token_path:
+        props.append(f"LoadCredential={credential}:{token_path}")
+    if token_path and remove_token:
         props += [
-            f"LoadCredential={credential}:{token_path}",
             # root (+), once the downloader runs: the token's only copy is then the unit's credential.
             # Not ExecStartPre: systemd 257 reads the credential again for every step, and the main
             # process would fail to start (243/CREDENTIALS) on the removed file.
@@ -484,7 +486,24 @@ def checkpoint_received(
     for source in sources:
         args += ["--source", source]
     args += ["--peer-tool", peer_tool, "--interface", interface, "--peer-token", "peer-token"]
-    yield download_unit_command(
-        unit, fetch_user, "/usr/bin/python3", tool, args, path, "", token_file, credential="peer-token"
+    # The token file is removed by the shell when the unit has ended, however it ended: a receive
+    # can end before an ExecStartPost= removal, and systemd 257 then fails the unit's ExecStopPost=
+    # on the missing credential file (seen on the fleet sandbox).
+    yield StringCommand(
+        "trap",
+        q(f"rm -f {token_file}"),
+        "EXIT;",
+        download_unit_command(
+            unit,
+            fetch_user,
+            "/usr/bin/python3",
+            tool,
+            args,
+            path,
+            "",
+            token_file,
+            credential="peer-token",
+            remove_token=False,
+        ),
     )
     yield StringCommand("python3", q(tool), "seal --dest", q(path), "--owner", q(fetch_user))

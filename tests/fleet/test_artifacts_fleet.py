@@ -125,10 +125,13 @@ def test_workers_get_the_artifacts_once_from_outside_and_from_the_seed(fleet_up)
 
 
 def test_a_file_the_seed_sends_wrong_is_refused_and_not_kept(fleet_up):
-    seed, peer = [n["name"] for n in fleet_up[1:3]]
+    seed, peer, *others = [n["name"] for n in fleet_up[1:]]
     deploy()
     name = "idna-3.20-py3-none-any.whl"
-    # The seed's copy has the right size and the wrong bytes (a hostile or broken peer).
+    # Only the seed holds it (every worker that holds a file serves it; a right copy elsewhere
+    # would be taken instead), with the right size and the wrong bytes (a hostile or broken peer).
+    for other in others:
+        ssh(other, f"rm -f {DIR}/{name}")
     ssh(
         seed,
         f"cd {DIR} && python3 -c \"import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); "
