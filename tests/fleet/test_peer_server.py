@@ -3,8 +3,9 @@ fleet sandbox: only the transfer's token and the receivers' addresses get a file
 unprivileged dynamic user that holds nothing, and it goes away by itself (issue 22 item 2).
 
 The server is started here with the very command the deploy runs (serving()), on node2 after a
-transfer put the artifacts there; node3 plays the receiver, node1 (the gateway's machine) a
-machine outside the transfer. Simulated: a killed deploy is a server that nobody stops (the deploy
+transfer put the artifacts there; node3 plays the receiver, node4 a machine outside the transfer
+and the fleet (a worker removed from the inventory; node1, the gateway's machine, has no python to
+ask with). Simulated: a killed deploy is a server that nobody stops (the deploy
 would stop it at the transfer's end); its idle time is 8 s here instead of the default 120 s
 (fleet_peer_idle_s). The machines share the host's network (each its own loopback address), where
 IPAddressAllow= may not be enforced (cgroup BPF in a container): the server's own 403 is what the
@@ -24,6 +25,7 @@ import pytest
 
 from roles.fleet.artifacts import serving
 from tests.conftest import REPO
+from tests.fleet.conftest import boot
 from tests.fleet.test_artifacts_fleet import DIR, ssh
 from tests.fleet.test_fleet_membership import deploy
 
@@ -58,14 +60,18 @@ def ask(node: str, src: str, url: str, token: str | None) -> str:
 
 @pytest.fixture(scope="module")
 def nodes(fleet_up):
+    if len(fleet_up) < 4:
+        boot(4)
     nodes = json.loads((REPO / ".sandbox/fleet/nodes.json").read_text())
-    rc, out = deploy(2)  # node2, node3 hold the artifacts; glm-flash-peer and its manifest are there
-    assert rc == 0, out[-3000:]
+    # node2..node4 hold the artifacts, glm-flash-peer and its manifest; then node4 leaves the fleet.
+    for workers in (3, 2):
+        rc, out = deploy(workers)
+        assert rc == 0, out[-3000:]
     return nodes
 
 
 def test_the_peer_server_serves_the_transfers_receivers_only_unprivileged_and_stops_by_itself(nodes):
-    outside, server, receiver = nodes[0], nodes[1], nodes[2]
+    server, receiver, outside = nodes[1], nodes[2], nodes[3]
     token = secrets.token_urlsafe(32)
     ssh(server["name"], f"install -d -m 700 /opt/glm-flash/fleet/tokens && rm -f {TOKEN_FILE}")
     subprocess.run(
