@@ -363,6 +363,10 @@ def prepared_for(user: str, path: str, tool: str, unit: str) -> list[StringComma
         # A transfer from an earlier run (its SSH connection dropped): wait for it.
         StringCommand("while systemctl is-active --quiet", q(unit), "; do sleep 5; done"),
         StringCommand("systemctl reset-failed", q(unit), "2>/dev/null || true"),
+        # An ended transient unit systemd kept loaded (seen on systemd 257 after a receive of a few
+        # small files: "already loaded or has a fragment file" at the next systemd-run): a stop of
+        # the inactive unit lets systemd collect it.
+        StringCommand("systemctl stop", q(unit), "2>/dev/null || true"),
         StringCommand("mkdir -p", q(posixpath.dirname(path))),
         StringCommand("install -d -m 755 -o root -g root", q(path)),
         StringCommand("python3", q(tool), "unseal --dest", q(path), "--owner", q(user)),
