@@ -164,5 +164,5 @@ gateway-lock: venv  ## regenerate locks/gateway.txt from locks/gateway.in (uv pi
 	  --generate-hashes --no-config --python-version 3.13 --python-platform x86_64-manylinux_2_28 --no-header \
 	  --quiet locks/gateway.in -o locks/gateway.txt
 
-bench-fleet: venv  ## bytes on the outside and control links: one worker vs the fleet sandbox's (make fleet-up N=3)
+bench-fleet: venv  ## bytes per link and per source, time for N workers over one, a worker joining (make fleet-up N=4)
 	$(BIN)/python benchmark/fleet_bench.py

@@ -1,5 +1,5 @@
 """make bench-fleet: bytes a fleet's artifacts cost on the outside link and on the control
-machine's link, one worker against all the fleet sandbox's workers (`make fleet-up N=3` first).
+machine's link, one worker against all the fleet sandbox's workers (`make fleet-up N=4` first: three).
 
 The artifacts are those of tests/fleet/deploy_artifacts.py (the gateway's 25 wheels, 36 MB: the
 engine's 5 GB would not fit on every worker here) and the checkpoint (the model role against the
