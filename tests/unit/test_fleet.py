@@ -184,3 +184,60 @@ def test_a_gateway_value_with_shell_characters_is_refused():
     with pytest.raises(ProfileError) as e:
         gateway_profile("gw.lan", {"gateway_dir": "/opt/gw;$(id)", "gateway_workers": ["http://10.0.0.2:30000"]})
     assert any(p.key == "gateway_dir" for p in e.value.problems)
+
+
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        ("gpu1.lan", "is not"),  # a host name: the pattern of an IP address
+        ("999.1.1.1", "is not an IP address"),
+        ("10.0.0.1;x", "is not"),
+    ],
+)
+def test_a_fleet_address_that_is_not_an_ip_address_is_refused(capsys, value, problem):
+    err = refused(
+        capsys,
+        shared={"model_revision": COMMIT},
+        workers=[("gpu1.invalid", {**WORKER, "fleet_address": value}), ("gpu2.invalid", WORKER)],
+    )
+    assert "gpu1.invalid: fleet_address: " in err and problem in err and "no host was changed" in err
+
+
+def test_two_workers_with_one_fleet_address_are_refused_and_distinct_ones_pass(capsys):
+    err = refused(
+        capsys,
+        shared={"model_revision": COMMIT, "fleet_address": "10.0.0.1"},
+        workers=workers(),
+    )
+    assert "gpu2.invalid: fleet_address: 10.0.0.1 is also gpu1.invalid's" in err
+    w, _ = fleet(
+        shared={"model_revision": COMMIT},
+        workers=[
+            ("gpu1.invalid", {**WORKER, "fleet_address": "10.0.0.1"}),
+            ("gpu2.invalid", {**WORKER, "fleet_address": "fd00::2"}),
+        ],
+    )
+    assert [d["fleet_address"] for _, d in w] == ["10.0.0.1", "fd00::2"]
+
+
+def test_the_peer_server_unit_is_unprivileged_and_its_token_is_no_argument():
+    """serving(): the command the deploy runs to start a worker's peer file server (the fleet sandbox
+    runs it: tests/fleet/test_peer_server.py)."""
+    from roles.fleet.artifacts import RUNTIME_MAX_S, serving
+
+    (cmd,) = serving(
+        "u",
+        "/opt/glm-flash/bin/glm-flash-peer",
+        "/opt/glm-flash",
+        "/m.txt",
+        "10.0.0.1",
+        ["10.0.0.2"],
+        "/t/x.token",
+        idle=120,
+    )
+    for prop in ("DynamicUser=yes", "CapabilityBoundingSet=", "ProtectSystem=strict", "IPAddressDeny=any"):
+        assert f"-p {prop} " in cmd or f"-p '{prop}" in cmd, prop
+    assert "IPAddressAllow=10.0.0.2" in cmd and "--allow 10.0.0.2" in cmd and "--bind 10.0.0.1" in cmd
+    assert f"RuntimeMaxSec={RUNTIME_MAX_S}" in cmd and RUNTIME_MAX_S <= 3600 and "--idle 120" in cmd
+    assert "LoadCredential=peer-token:/t/x.token" in cmd and "--token-credential peer-token" in cmd
+    assert cmd.endswith("&& rm -f /t/x.token")
