@@ -16,7 +16,9 @@ from control.profile import hosts
 
 INFO = Path(".sandbox/gb10/info.json")
 if not INFO.exists():
-    raise SystemExit("glm-flash: the GB10 sandbox is not built yet. Fix: python3 sandbox/gb10.py up, then run this again")
+    raise SystemExit(
+        "glm-flash: the GB10 sandbox is not built yet. Fix: python3 sandbox/gb10.py up, then run this again"
+    )
 info = json.loads(INFO.read_text())
 ports, hub, commits = info["ports"], info["hub"], info["commits"]
 

@@ -261,8 +261,14 @@ def main() -> None:
     ap.add_argument("--commit", default="c0ffee" * 6 + "beef")
     ap.add_argument("--token-file", type=Path, help="answer 401 without this token")
     ap.add_argument("--rate", type=float, default=0.0, help="bytes per second all downloads share (0: no cap)")
-    ap.add_argument("--also", nargs=3, action="append", default=[], metavar=("REPO", "DIR", "COMMIT"),
-                    help="serve another repo from the same endpoint")
+    ap.add_argument(
+        "--also",
+        nargs=3,
+        action="append",
+        default=[],
+        metavar=("REPO", "DIR", "COMMIT"),
+        help="serve another repo from the same endpoint",
+    )
     a = ap.parse_args()
     token = a.token_file.read_text().strip() if a.token_file else None
     hub = FakeHub(a.repo, read_dir(a.dir), token=token, commit=a.commit, port=a.port, log=a.log, rate=a.rate)

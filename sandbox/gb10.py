@@ -4,6 +4,7 @@ GB10 box (ASUS Ascent GX10 / DGX Spark, DGX OS) to the facts the deploy reads.
 
     sandbox/gb10.py up [--parser-dump FILE]   build if needed, boot, serve the fork and the hub
     sandbox/gb10.py prepare                   build the machine's files only (no boot)
+    sandbox/gb10.py gpu gb10|none             what nvidia-smi's query answers (default none)
     sandbox/gb10.py down | destroy | status
 
 What is simulated, at the edges only (the roles run unchanged; inventory/gb10_sandbox.py):
@@ -12,15 +13,19 @@ What is simulated, at the edges only (the roles run unchanged; inventory/gb10_sa
   them) from Debian's mirror; Ubuntu's are not reachable here.
 - `uname -m` says aarch64 (/usr/local/bin/uname answers -m; everything else is the real uname):
   the deploy's `server.Arch` fact. The machine is x86_64.
-- `nvidia-smi --query-gpu`: GB10's answer (NVIDIA GB10, compute capability 12.1, memory.total
-  [N/A], driver 580.95.05); `nvidia-smi -L` and the rest fail as without a device. No NVIDIA device is on the PCI bus and no /dev/nvidia*: the driver check is skipped
+- `nvidia-smi`: with `gb10` in /srv/glm-flash-standin/nvidia-smi-mode (`sandbox/gb10.py gpu gb10`),
+  its query answers GB10's line (NVIDIA GB10, compute capability 12.1, memory.total [N/A], driver
+  580.95.05): the deploy recognises the GPU and expects to serve, and the service's start fails for
+  the missing device. With `none` (the default) it answers as without a device, so the deploy
+  skips the GPU steps and converges. `nvidia-smi -L` never lists a GPU. No NVIDIA device is on the PCI bus and no /dev/nvidia*: the driver check is skipped
   for a missing GPU (require_gpu false) and the service's GPU preflight refuses to start it.
-- /proc/meminfo: the GX10's (128 GB, MemTotal 121.6 GiB; bind-mounted read-only by nspawn), so the
+- /proc/meminfo: the GX10's (128 GB, MemTotal 121.6 GiB; bind-mounted over the kernel's at boot by a unit), so the
   box's memory figure is the GB10's; MemAvailable in it is fixed, so earlyoom never acts here.
 - /usr/local/cuda-13.0: DGX OS's toolkit directory (empty: nothing compiles here).
-- python3.12 (and python3): DGX OS's interpreter is a real CPython 3.12 copied from this machine
-  (GLM_FLASH_PYTHON312_SOURCE, default pyenv's 3.12.1) into /usr as DGX OS has it (Debian 13's
-  is 3.13 and is not installed), with the stand-in sitecustomize of
+- python3.12: DGX OS's interpreter is a real CPython 3.12 copied from this machine
+  (GLM_FLASH_PYTHON312_SOURCE, default pyenv's 3.12.1) into /usr as DGX OS has it (Debian 13 has
+  none; its python3 is 3.13, which apt brings with the base packages and which runs our host
+  tools here, where DGX OS's python3 is 3.12), with the stand-in sitecustomize of
   sandbox/gb10_python.py (the lock install, the build's CUDA import, the flag parser).
 - the fork (kacper-daftcode/vLLM-Moet's shape): a git repository of ours served over HTTP on
   loopback, three commits: `good` (a patch of ours against the real vLLM 0.24.0 files, carrying
@@ -87,7 +92,13 @@ FIX = (
     "                self.cache_config.block_size,\n"
     "            )\n"
 )
-FORK_SETTINGS = ("VLLM_MOE_W2", "VLLM_MOE_W2_DELTA_GB", "VLLM_MOE_W2_GATE", "VLLM_MOE_W2_CUBIT_DIR", "VLLM_MOE_W2_STORE_DIR")
+FORK_SETTINGS = (
+    "VLLM_MOE_W2",
+    "VLLM_MOE_W2_DELTA_GB",
+    "VLLM_MOE_W2_GATE",
+    "VLLM_MOE_W2_CUBIT_DIR",
+    "VLLM_MOE_W2_STORE_DIR",
+)
 
 OS_RELEASE = """PRETTY_NAME="Ubuntu 24.04.3 LTS"
 NAME="Ubuntu"
@@ -106,10 +117,13 @@ DGX_SWBUILD_VERSION="7.2.3"
 DGX_PLATFORM="DGX Server for Spark"
 """
 NVIDIA_SMI = """#!/bin/sh
-# GB10 sandbox stand-in (sandbox/gb10.py): the query the deploy's facts make answers as on a GB10
-# box; there is no GPU device here, so everything else fails as nvidia-smi does without one.
-case "$*" in
-  *--query-gpu=*) echo "0, NVIDIA GB10, 12.1, [N/A], 580.95.05"; exit 0 ;;
+# GB10 sandbox stand-in (sandbox/gb10.py). There is no GPU device on this machine. With the mode file
+# saying gb10, the query the deploy's facts make answers as on a GB10 box (the deploy then expects to
+# serve, and the service's start fails for the missing device); otherwise nvidia-smi answers as
+# without a device. `nvidia-smi -L` (the service's preflight, the host checks) never lists one.
+mode=$(cat /srv/glm-flash-standin/nvidia-smi-mode 2>/dev/null)
+case "$mode:$*" in
+  gb10:*--query-gpu=*) echo "0, NVIDIA GB10, 12.1, [N/A], 580.95.05"; exit 0 ;;
   *"-q -d PIDS"*) exit 0 ;;
 esac
 echo "No devices were found (GB10 sandbox stand-in: no GPU device on this machine)" >&2
@@ -120,19 +134,28 @@ UNAME = """#!/bin/sh
 case "$1" in -m|--machine) [ $# -eq 1 ] && { echo aarch64; exit 0; } ;; esac
 exec /usr/bin/uname "$@"
 """
-# The GX10's /proc/meminfo (128 GB, 121.6 GiB usable); MemAvailable as after boot.
-MEMINFO = """MemTotal:       127526400 kB
-MemFree:        120000000 kB
-MemAvailable:   122000000 kB
-Buffers:          100000 kB
-Cached:          2000000 kB
-SwapCached:            0 kB
-Active:          2000000 kB
-Inactive:        1000000 kB
-SwapTotal:      16777212 kB
-SwapFree:       16777212 kB
-Dirty:                 0 kB
-Shmem:             50000 kB
+# The GX10's memory figures (tests/unit/data/gb10-meminfo.txt, 128 GB, 121.6 GiB usable); every
+# other line of /proc/meminfo is this machine's at the time the sandbox is made (earlyoom reads them).
+GX10_MEMINFO = {"MemTotal": 127506836, "MemFree": 123000000, "MemAvailable": 124012208}
+
+
+def meminfo() -> str:
+    out = []
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        key = line.split(":")[0]
+        out.append(f"{key + ':':<16}{GX10_MEMINFO[key]:>8} kB" if key in GX10_MEMINFO else line)
+    return "\n".join(out) + "\n"
+
+
+MEMINFO_UNIT = f"""[Unit]
+Description=GB10 sandbox stand-in: the GX10's /proc/meminfo (sandbox/gb10.py)
+DefaultDependencies=no
+Before=sysinit.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/mount --bind -o ro /{STANDIN}/meminfo /proc/meminfo
 """
 
 
@@ -208,7 +231,11 @@ def git(*args: str, cwd: Path) -> str:
     env = dict(os.environ, GIT_AUTHOR_DATE="2026-01-01T00:00:00Z", GIT_COMMITTER_DATE="2026-01-01T00:00:00Z")
     return subprocess.run(
         ["git", "-c", "user.name=glm-flash sandbox", "-c", "user.email=sandbox@example.invalid", *args],
-        cwd=cwd, check=True, capture_output=True, text=True, env=env,
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
     ).stdout.strip()
 
 
@@ -255,7 +282,9 @@ def wheel_bytes(name: str, version: str, files: dict[str, str]) -> tuple[str, by
     dist = f"{name}-{version}.dist-info"
     files = dict(files)
     files[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-    files[f"{dist}/WHEEL"] = "Wheel-Version: 1.0\nGenerator: glm-flash-sandbox\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    files[f"{dist}/WHEEL"] = (
+        "Wheel-Version: 1.0\nGenerator: glm-flash-sandbox\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
     record = "".join(f"{p},,\n" for p in files) + f"{dist}/RECORD,,\n"
     files[f"{dist}/RECORD"] = record
     buf = io.BytesIO()
@@ -277,9 +306,11 @@ def stage_wheelhouse(root: Path) -> None:
     torch_name, torch_whl = wheel_bytes(
         "torch",
         TORCH_STANDIN,
-        {"torch/__init__.py": '"""GB10 sandbox stand-in: the version record of CUDA 13 torch, nothing more."""\n'
-         "from . import version\n__version__ = version.__version__\n",
-         "torch/version.py": f'__version__ = "{TORCH_STANDIN}"\ncuda = "13.0"\n'},
+        {
+            "torch/__init__.py": '"""GB10 sandbox stand-in: the version record of CUDA 13 torch, nothing more."""\n'
+            "from . import version\n__version__ = version.__version__\n",
+            "torch/version.py": f'__version__ = "{TORCH_STANDIN}"\ncuda = "13.0"\n',
+        },
     )
     (house / torch_name).write_bytes(torch_whl)
     lines = []
@@ -292,7 +323,9 @@ def stage_python(root: Path) -> None:
     """A real CPython 3.12 laid out as DGX OS's (/usr/bin/python3.12, /usr/lib/python3.12), with the
     stand-in sitecustomize (sandbox/gb10_python.py). Debian 13 has no python3.12 to collide with."""
     if not (PY312 / "bin" / "python3.12").exists():
-        sys.exit(f"gb10-sandbox: no CPython 3.12 at {PY312}; set GLM_FLASH_PYTHON312_SOURCE to one (pyenv install 3.12)")
+        sys.exit(
+            f"gb10-sandbox: no CPython 3.12 at {PY312}; set GLM_FLASH_PYTHON312_SOURCE to one (pyenv install 3.12)"
+        )
     skip = shutil.ignore_patterns("test", "__pycache__", "idlelib", "tkinter", "_sandboxing_*.pth")
     shutil.copytree(PY312 / "lib/python3.12", root / "usr/lib/python3.12", symlinks=True, ignore=skip)
     shutil.copytree(PY312 / "include/python3.12", root / "usr/include/python3.12", symlinks=True)
@@ -301,14 +334,15 @@ def stage_python(root: Path) -> None:
     shutil.copy(PY312 / "bin/python3.12", root / "usr/bin/python3.12")
     shutil.copy(HERE / "gb10_python.py", root / "usr/lib/python3.12/sitecustomize.py")
     sb.run(["ldconfig", "-r", str(root)])
-    (root / "usr/bin/python3").symlink_to("python3.12")  # DGX OS's python3 is its 3.12 (Debian 13's: 3.13)
 
 
 def keys() -> None:
     KEYS.mkdir(parents=True, exist_ok=True)
     for name in ("id_ed25519", "ssh_host_ed25519_key"):
         if not (KEYS / name).exists():
-            sb.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"glm-flash-gb10-{name}", "-f", str(KEYS / name)])
+            sb.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"glm-flash-gb10-{name}", "-f", str(KEYS / name)]
+            )
 
 
 def write_client_files(port: int) -> None:
@@ -351,6 +385,12 @@ def create_rootfs(port: int) -> None:
     (root / "usr/local/cuda-13.0/version.json").write_text('{"cuda": {"version": "13.0.88"}}\n')
     stage_python(root)
     stage_wheelhouse(root)
+    # /proc/meminfo: the GX10's, bind-mounted over the kernel's early at boot (as lxcfs does)
+    (root / STANDIN / "meminfo").write_text(meminfo())
+    (root / "etc/systemd/system/standin-meminfo.service").write_text(MEMINFO_UNIT)
+    wants = root / "etc/systemd/system/sysinit.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    (wants / "standin-meminfo.service").symlink_to("/etc/systemd/system/standin-meminfo.service")
     tmp.rename(ROOTFS)
     write_sshd(port)
 
@@ -385,7 +425,10 @@ def stage_hub() -> dict:
     for f in sorted(model.rglob("*")):
         if f.is_file():
             digest.update(f.relative_to(model).as_posix().encode() + b"\0" + f.read_bytes())
-    return {"model": {"repo": MODEL_REPO, "commit": digest.hexdigest()}, "drafter": {"repo": DRAFTER_REPO, "commit": DRAFTER_COMMIT}}
+    return {
+        "model": {"repo": MODEL_REPO, "commit": digest.hexdigest()},
+        "drafter": {"repo": DRAFTER_REPO, "commit": DRAFTER_COMMIT},
+    }
 
 
 def port_open(port: int) -> bool:
@@ -437,14 +480,31 @@ def up(parser_dump: Path | None = None) -> None:
     data = prepare(parser_dump)
     p, hub = data["ports"], data["hub"]
     serve(
-        HUB_PIDFILE, p["hub"],
-        [sys.executable, str(HERE / "fake_hub.py"), "--repo", hub["model"]["repo"], "--dir", str(HUB_DIR / "model"),
-         "--commit", hub["model"]["commit"], "--also", hub["drafter"]["repo"], str(HUB_DIR / "drafter"),
-         hub["drafter"]["commit"], "--port", str(p["hub"]), "--log", str(STATE / "hub-requests.log")],
+        HUB_PIDFILE,
+        p["hub"],
+        [
+            sys.executable,
+            str(HERE / "fake_hub.py"),
+            "--repo",
+            hub["model"]["repo"],
+            "--dir",
+            str(HUB_DIR / "model"),
+            "--commit",
+            hub["model"]["commit"],
+            "--also",
+            hub["drafter"]["repo"],
+            str(HUB_DIR / "drafter"),
+            hub["drafter"]["commit"],
+            "--port",
+            str(p["hub"]),
+            "--log",
+            str(STATE / "hub-requests.log"),
+        ],
         "the stand-in hub",
     )
     serve(
-        FORK_PIDFILE, p["fork"],
+        FORK_PIDFILE,
+        p["fork"],
         [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(FORK_WWW), str(p["fork"])],
         "the stand-in fork's git server",
     )
@@ -453,15 +513,26 @@ def up(parser_dump: Path | None = None) -> None:
         return
     if port_open(p["ssh"]):
         sys.exit(f"gb10-sandbox: 127.0.0.1:{p['ssh']} is in use; run `sandbox/gb10.py down` and up again")
-    # /proc/meminfo: the GX10's (see the module doc)
-    (STATE / "meminfo").write_text(MEMINFO)
     sb.inotify_room()
     say(f"booting {MACHINE} (sshd on 127.0.0.1:{p['ssh']})")
     log = open(STATE / "boot.log", "ab")
     proc = subprocess.Popen(
-        ["systemd-nspawn", "-b", "-D", str(ROOTFS), "-M", MACHINE, "--register=no", "--keep-unit",
-         "--console=passive", "--resolv-conf=copy-host", f"--bind-ro={STATE / 'meminfo'}:/proc/meminfo"],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=dict(os.environ, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY="1"),
+        [
+            "systemd-nspawn",
+            "-b",
+            "-D",
+            str(ROOTFS),
+            "-M",
+            MACHINE,
+            "--register=no",
+            "--keep-unit",
+            "--console=passive",
+            "--resolv-conf=copy-host",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        env=dict(os.environ, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY="1"),
         start_new_session=True,
     )
     PIDFILE.write_text(str(proc.pid))
@@ -501,12 +572,17 @@ def main() -> None:
     if os.geteuid() != 0:
         sys.exit("gb10-sandbox: run as root (systemd-nspawn needs it)")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("action", choices=("up", "prepare", "down", "fresh", "destroy", "status"))
-    ap.add_argument("--parser-dump", type=Path, help="vLLM 0.24.0's serve parser as JSON (tests/sandbox/test_gb10_sandbox.py)")
+    ap.add_argument("action", choices=("up", "prepare", "down", "fresh", "destroy", "status", "gpu"))
+    ap.add_argument("mode", nargs="?", choices=("gb10", "none"), help="gpu: what nvidia-smi's query answers")
+    ap.add_argument(
+        "--parser-dump", type=Path, help="vLLM 0.24.0's serve parser as JSON (tests/sandbox/test_gb10_sandbox.py)"
+    )
     a = ap.parse_args()
     STATE.mkdir(parents=True, exist_ok=True)
     if a.action == "up":
         up(a.parser_dump)
+    elif a.action == "gpu":
+        (ROOTFS / STANDIN / "nvidia-smi-mode").write_text(f"{a.mode or 'none'}\n")
     elif a.action == "prepare":
         prepare(a.parser_dump)
     elif a.action == "fresh":

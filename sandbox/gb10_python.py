@@ -130,7 +130,9 @@ def _parser() -> None:
     utils = types.ModuleType("vllm.utils.argparse_utils")
     utils.FlexibleArgumentParser = FlexibleArgumentParser
     sys.modules[cli.__name__], sys.modules[utils.__name__] = cli, utils
-    _note(f"vLLM's parser imports torch: the replica of vLLM {dump['vllm']}'s serve parser ({len(dump['actions'])} options)")
+    _note(
+        f"vLLM's parser imports torch: the replica of vLLM {dump['vllm']}'s serve parser ({len(dump['actions'])} options)"
+    )
 
 
 def _main() -> None:

@@ -28,7 +28,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -68,7 +67,10 @@ def sh(command: str, check: bool = True, timeout: int = 300) -> subprocess.Compl
 def deploy(fork: str = "good") -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "pyinfra", "-y", "--json", INVENTORY, "deploy.py"],
-        cwd=REPO, capture_output=True, text=True, timeout=3600,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=3600,
         env=dict(os.environ, PYTHONUNBUFFERED="1", GLM_FLASH_GB10_FORK=fork),
     )
 
@@ -128,8 +130,13 @@ def test_the_engine_is_the_real_release_with_the_forks_patch(gb10):
     assert "_C.abi3.so" in r.stdout
     marker = json.loads(r.stdout[r.stdout.index("{") : r.stdout.index("}") + 1])
     assert (marker["vllm"], marker["fork_commit"], marker["torch_cuda"]) == ("0.24.0", commits()["good"], "13.0")
-    assert "MambaSpec" in sh(f"grep -c MambaSpec {env}/{SITE}/vllm/v1/core/sched/scheduler.py; "
-                             f"grep -n 'MambaSpec' {env}/{SITE}/vllm/v1/core/sched/scheduler.py").stdout
+    assert (
+        "MambaSpec"
+        in sh(
+            f"grep -c MambaSpec {env}/{SITE}/vllm/v1/core/sched/scheduler.py; "
+            f"grep -n 'MambaSpec' {env}/{SITE}/vllm/v1/core/sched/scheduler.py"
+        ).stdout
+    )
     assert sh(f"ls {env}/cubit-share").stdout.split() == ["exl3-wave-m8", "moe_w2_mm_k6144_a32.cubin"]
 
 
@@ -138,7 +145,8 @@ def test_the_service_fails_to_start_only_for_the_missing_gpu(gb10):
     assert r.returncode != 0
     log = sh("journalctl -u glm-flash.service --no-pager -n 30 -o cat").stdout
     assert "0 NVIDIA GPU(s) visible, the profile needs 1; the engine cannot start." in log, log
-    assert "glm-flash-launch" not in sh("systemctl show -p ExecMainStartTimestamp glm-flash.service").stdout
+    # refused in its preflight (ExecStartPre): the engine's own process never started
+    assert sh("systemctl show -p ExecMainStartTimestampMonotonic --value glm-flash.service").stdout.strip() == "0"
 
 
 def test_earlyoom_runs_with_the_deploys_drop_in_and_the_engine_is_its_first_choice(gb10):
@@ -161,15 +169,49 @@ def test_glm_flash_status_items(gb10):
 def test_host_checks_of_the_gb10_box(gb10):
     """tests/host/test_gb10.py against this machine: what needs the GPU is not applicable."""
     r = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/host/test_gb10.py",
-         "--no-deploy", "--inventory", INVENTORY, "--hosts", "ssh://gb10", "--ssh-config", str(STATE / "ssh_config")],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            "tests/host/test_gb10.py",
+            "--no-deploy",
+            "--inventory",
+            INVENTORY,
+            "--hosts",
+            "ssh://gb10",
+            "--ssh-config",
+            str(STATE / "ssh_config"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert r.returncode == 0, r.stdout[-6000:]
     assert " failed" not in r.stdout and " passed" in r.stdout, r.stdout[-3000:]
     for line in r.stdout.splitlines():
         if line.startswith("SKIPPED"):
             assert "not applicable: no NVIDIA device" in line, line
+
+
+def test_with_nvidia_smi_answering_as_a_gb10_only_the_start_fails(gb10):
+    """nvidia-smi's query answers GB10's line (sandbox/gb10.py `gpu gb10`): the deploy recognises one
+    GPU of compute capability 12.1 with unified memory, finds everything else converged, and fails
+    only where it starts the service: the preflight finds no GPU device."""
+    subprocess.run([sys.executable, "sandbox/gb10.py", "gpu", "gb10"], cwd=REPO, check=True)
+    try:
+        r = deploy()
+    finally:
+        subprocess.run([sys.executable, "sandbox/gb10.py", "gpu", "none"], cwd=REPO, check=True)
+    assert r.returncode != 0
+    assert "1 GPU sm_121, 121.6 GiB unified memory" in r.stderr + r.stdout, r.stderr[-3000:]
+    assert changed_operations(r.stdout) == ["glm-flash.service started from the files on disk"], r.stderr[-4000:]
+    log = sh("journalctl -u glm-flash.service --no-pager -n 30 -o cat").stdout
+    assert "0 NVIDIA GPU(s) visible, the profile needs 1; the engine cannot start." in log, log
 
 
 def test_a_fork_commit_whose_patch_does_not_apply_is_refused_with_nothing_changed(gb10):
