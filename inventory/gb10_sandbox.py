@@ -35,6 +35,9 @@ hosts = hosts(
             "ssh_strict_host_key_checking": "yes",
             # No GPU on the PCI bus (nvidia-smi is a stand-in): the GPU steps are skipped and say so.
             "require_gpu": False,
+            # The machine shares this one's network (with the L40S sandbox's node exporter on 9100).
+            "port": ports["serve"],
+            "node_exporter_port": ports["node_exporter"],
             "allow_reboot": False,
             # The stand-in fork (a git repository of ours over HTTP on loopback) at one of its commits.
             "vllm_repo_url": f"http://127.0.0.1:{ports['fork']}/vLLM-Moet.git",

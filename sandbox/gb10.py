@@ -176,12 +176,17 @@ def write_info(data: dict) -> None:
 
 
 def ports() -> dict[str, int]:
-    """ssh, fork and hub ports: recorded ones while free (or ours), else chosen away from the L40S sandbox's."""
+    (
+        """ssh, fork, hub, the engine's and node exporter's ports: recorded ones while free (or ours), else
+    chosen away from the L40S sandbox's. The machine shares this one's network: the profile's
+    defaults (8000, 9100) may be another machine's already (the L40S sandbox runs a node exporter)."""
+        ""
+    )
     have = info().get("ports", {})
     running = sb.alive(PIDFILE) is not None
     keep = {k: v for k, v in have.items() if running or sb.bindable(v)}
     avoid = set(sb.recorded_ports().values()) | set(keep.values())
-    missing = [k for k in ("ssh", "fork", "hub") if k not in keep]
+    missing = [k for k in ("ssh", "fork", "hub", "serve", "node_exporter") if k not in keep]
     if missing:
         keep |= sb.pick_ports(missing, avoid, identity=f"gb10-{sb.IDENTITY}")
     return keep

@@ -19,6 +19,8 @@ are any; everything else is plain CPython 3.12:
    replica of vLLM 0.24.0's own serve parser (every option, its nargs and choices, dumped from
    the real parser: sandbox/gb10.py `--parser-dump`). The rest of the tool is real: the fork's
    VLLM_* settings are looked up in the installed (patched) files, the record is written.
+4. `python -c 'import vllm ...'` elsewhere (the host checks read the versions): `vllm` is a
+   stand-in module carrying the installed version and path.
 Each answer says "stand-in" on stderr. Nothing here runs anywhere but in the GB10 sandbox.
 """
 
@@ -88,6 +90,20 @@ def _smoke(code: str) -> None:
     os._exit(0)
 
 
+def _version_only() -> None:
+    """`python -c 'import vllm, torch; print(vllm.__version__, ...)'` (the host checks): vLLM's
+    package import needs CUDA torch, so `vllm` is a stand-in module with the installed version
+    (from its metadata) and the installed package's path; torch is the wheelhouse's record."""
+    import types
+    from importlib.metadata import version
+
+    mod = types.ModuleType("vllm")
+    mod.__version__ = version("vllm")
+    mod.__path__ = [os.path.join(_purelib(), "vllm")]
+    sys.modules["vllm"] = mod
+    _note("vLLM's import needs CUDA torch: `vllm` answers its installed version only")
+
+
 def _parser() -> None:
     import argparse
     import json
@@ -149,6 +165,8 @@ def _main() -> None:
             os._exit(1)
     elif len(cmd) > 1 and cmd[1].endswith("/glm-flash-check-flags"):
         _parser()
+    elif len(cmd) > 2 and cmd[1] == "-c" and "import vllm" in cmd[2]:
+        _version_only()
 
 
 _main()
