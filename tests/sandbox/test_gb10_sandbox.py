@@ -111,6 +111,13 @@ def gb10(request, tmp_path_factory):
     dump = tmp_path_factory.mktemp("parser") / "vllm-0.24.0-parser.json"
     out = subprocess.run([str(parser_python()), "-c", DUMP], capture_output=True, text=True, check=True)
     dump.write_text(out.stdout.strip().splitlines()[-1])
+
+    def destroy():  # also when the deploys fail: the machine holds ports and up to 3 GB
+        print(f"GB10 sandbox timings (s): {json.dumps({k: round(v) for k, v in Run.times.items()})}")
+        if not os.environ.get("GLM_FLASH_KEEP_GB10_SANDBOX"):
+            subprocess.run([sys.executable, "sandbox/gb10.py", "destroy"], cwd=REPO, check=False)
+
+    request.addfinalizer(destroy)
     t0 = time.time()
     subprocess.run([sys.executable, "sandbox/gb10.py", "fresh", "--parser-dump", str(dump)], cwd=REPO, check=True)
     Run.times["up"] = time.time() - t0
@@ -122,10 +129,7 @@ def gb10(request, tmp_path_factory):
     second = deploy()
     Run.times["second"] = time.time() - t0
     assert second.returncode == 0, f"second deploy failed:\n{second.stderr[-8000:]}"
-    yield first, second
-    print(f"GB10 sandbox timings (s): {json.dumps({k: round(v) for k, v in Run.times.items()})}")
-    if not os.environ.get("GLM_FLASH_KEEP_GB10_SANDBOX"):
-        subprocess.run([sys.executable, "sandbox/gb10.py", "destroy"], cwd=REPO, check=False)
+    return first, second
 
 
 def test_deploy_converges_and_a_second_run_changes_nothing(gb10):
