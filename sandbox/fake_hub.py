@@ -20,6 +20,7 @@ NVIDIA stand-in), so a test can count what the deploy asked for.
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import json
 import os
@@ -54,7 +55,8 @@ class FakeHub:
         self.next_send = 0.0  # rate: when the link is free for the next chunk
         self.requests: list[tuple[str, str, bool]] = []
         self.log = log
-        hub = self
+        self.also: list[FakeHub] = []  # more repos on the same endpoint (add_repo)
+        hub = outer = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -131,6 +133,7 @@ class FakeHub:
                     )
                 url = urlparse(self.path)
                 path = unquote(url.path)
+                hub = outer.serving(path)
                 api = f"/api/models/{hub.repo}/"
                 if path.startswith(api + "revision/"):
                     return self._json(hub.info())
@@ -166,6 +169,18 @@ class FakeHub:
         self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def add_repo(self, repo: str, files: dict[str, bytes], commit: str) -> None:
+        """Serve another repo from this endpoint too (the GB10 sandbox: the model and the drafter)."""
+        other = copy.copy(self)
+        other.repo, other.files, other.commit = repo, files, commit
+        self.also.append(other)
+
+    def serving(self, path: str) -> FakeHub:
+        for other in self.also:
+            if path.startswith((f"/api/models/{other.repo}/", f"/{other.repo}/resolve/")):
+                return other
+        return self
 
     def pace(self, n: int) -> None:
         """With a rate: wait until the shared link has carried the bytes sent before these n."""
@@ -246,9 +261,19 @@ def main() -> None:
     ap.add_argument("--commit", default="c0ffee" * 6 + "beef")
     ap.add_argument("--token-file", type=Path, help="answer 401 without this token")
     ap.add_argument("--rate", type=float, default=0.0, help="bytes per second all downloads share (0: no cap)")
+    ap.add_argument(
+        "--also",
+        nargs=3,
+        action="append",
+        default=[],
+        metavar=("REPO", "DIR", "COMMIT"),
+        help="serve another repo from the same endpoint",
+    )
     a = ap.parse_args()
     token = a.token_file.read_text().strip() if a.token_file else None
     hub = FakeHub(a.repo, read_dir(a.dir), token=token, commit=a.commit, port=a.port, log=a.log, rate=a.rate)
+    for repo, path, commit in a.also:
+        hub.add_repo(repo, read_dir(Path(path)), commit)
     print(f"fake hub for {a.repo}@{a.commit} on {hub.endpoint} (pid {os.getpid()})", flush=True)
     hub.server.serve_forever()
 

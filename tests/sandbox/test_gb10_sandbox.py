@@ -1,0 +1,267 @@
+"""The GB10 deploy end to end: `pyinfra inventory/gb10_sandbox.py deploy.py` against a Debian 13
+machine made to look like a GB10 box (sandbox/gb10.py), with real systemd.
+
+Real: deploy.py and every role unchanged, systemd, apt (Debian's earlyoom), the hub client
+against the stand-in hub, git fetching the fork by commit over HTTP, files/glm-flash-vllm-build
+making a venv from a CPython 3.12, pip installing PyPI's real vLLM 0.24.0 wheel (hash-checked,
+--no-deps), files/glm-flash-fork-patch checking and applying the fork's patch to those files and
+finding the scheduler fix, the kernels copied, glm-flash-engine switching and rolling back,
+glm-flash-check-flags looking up the fork's VLLM_* reads in the patched files, the units, earlyoom
+with the deploy's drop-in, `glm-flash status`, tests/host/test_gb10.py.
+
+Simulated (sandbox/gb10.py's docstring has the detail): the facts that say GB10 (`uname -m`
+aarch64, nvidia-smi's query, DGX OS's release files, the GX10's /proc/meminfo, the CUDA 13.0
+directory); no GPU device, so the driver check is skipped and the service's preflight refuses to
+start. The fork is a stand-in of ours on loopback; the hub serves a small checkpoint and a
+stand-in drafter. python3.12 is a real CPython 3.12 whose sitecustomize installs the real vLLM
+x86_64 wheel (the same Python files as aarch64) and a stand-in torch instead of the aarch64 lock,
+answers the build's CUDA import from the installed files, and gives glm-flash-check-flags a replica
+of vLLM 0.24.0's serve parser (dumped from the real parser, tests/gb10/vllm_wheel.py).
+Differs from DGX OS: Debian 13 underneath (Debian's packages and mirror, systemd 257 not 255,
+Debian's earlyoom 1.8), x86_64, no build-essential/cmake (nothing compiles here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO, changed_operations
+
+sys.path.insert(0, str(REPO / "tests" / "gb10"))
+
+STATE = REPO / ".sandbox" / "gb10"
+INVENTORY = "inventory/gb10_sandbox.py"
+ENGINE = "/opt/glm-flash/engine"
+SITE = "lib/python3.12/site-packages"
+DUMP = """
+import json, vllm.platforms
+from vllm.platforms.cpu import CpuPlatform
+vllm.platforms._current_platform = CpuPlatform()
+from vllm.entrypoints.openai.cli_args import make_arg_parser
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+p = make_arg_parser(FlexibleArgumentParser())
+acts = [{"opts": a.option_strings, "dest": a.dest, "nargs": a.nargs,
+         "choices": [str(c) for c in a.choices] if a.choices else None}
+        for a in p._actions if a.option_strings and a.dest != "help"]
+print(json.dumps({"vllm": vllm.__version__, "actions": acts}))
+"""
+
+pytestmark = pytest.mark.sandbox
+
+
+def sh(command: str, check: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
+    r = subprocess.run(
+        ["ssh", "-F", str(STATE / "ssh_config"), "gb10", command], capture_output=True, text=True, timeout=timeout
+    )
+    if check:
+        assert r.returncode == 0, f"{command}: {r.stdout}{r.stderr}"
+    return r
+
+
+def deploy(fork: str = "good") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pyinfra", "-y", "--json", INVENTORY, "deploy.py"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        env=dict(os.environ, PYTHONUNBUFFERED="1", GLM_FLASH_GB10_FORK=fork),
+    )
+
+
+def outcomes(log: str) -> list[tuple[str, str]]:
+    """(operation, Success | No changes | Error) in the order pyinfra's log shows them."""
+    out: list[list[str]] = []
+    for line in log.splitlines():
+        if "--> Starting operation:" in line:
+            out.append([line.split("Starting operation:", 1)[1].strip(), ""])
+        elif out and not out[-1][1]:
+            m = re.search(r"\[gb10-sandbox\] (Success|No changes|Error)", line)
+            if m:
+                out[-1][1] = m.group(1)
+    return [(name, what) for name, what in out]
+
+
+def commits() -> dict[str, str]:
+    return json.loads((STATE / "info.json").read_text())["commits"]
+
+
+def current() -> str:
+    return sh(f"readlink -f {ENGINE}/current").stdout.strip()
+
+
+class Run:
+    times: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def gb10(request, tmp_path_factory):
+    """A fresh GB10 sandbox deployed twice at the fork's `good` commit; destroyed afterwards (disk)."""
+    if request.config.getoption("--no-deploy") or request.config.getoption("--inventory") != "inventory/sandbox.py":
+        pytest.skip("not applicable: the GB10 sandbox is built and deployed by this test itself")
+    from vllm_wheel import parser_python
+
+    dump = tmp_path_factory.mktemp("parser") / "vllm-0.24.0-parser.json"
+    out = subprocess.run([str(parser_python()), "-c", DUMP], capture_output=True, text=True, check=True)
+    dump.write_text(out.stdout.strip().splitlines()[-1])
+
+    def destroy():  # also when the deploys fail: the machine holds ports and up to 3 GB
+        print(f"GB10 sandbox timings (s): {json.dumps({k: round(v) for k, v in Run.times.items()})}")
+        if not os.environ.get("GLM_FLASH_KEEP_GB10_SANDBOX"):
+            subprocess.run([sys.executable, "sandbox/gb10.py", "destroy"], cwd=REPO, check=False)
+
+    request.addfinalizer(destroy)
+    t0 = time.time()
+    subprocess.run([sys.executable, "sandbox/gb10.py", "fresh", "--parser-dump", str(dump)], cwd=REPO, check=True)
+    Run.times["up"] = time.time() - t0
+    t0 = time.time()
+    first = deploy()
+    Run.times["first"] = time.time() - t0
+    assert first.returncode == 0, f"first deploy failed:\n{first.stderr[-8000:]}"
+    t0 = time.time()
+    second = deploy()
+    Run.times["second"] = time.time() - t0
+    assert second.returncode == 0, f"second deploy failed:\n{second.stderr[-8000:]}"
+    return first, second
+
+
+def test_deploy_converges_and_a_second_run_changes_nothing(gb10):
+    first, second = gb10
+    assert changed_operations(first.stdout), "the first deploy changed nothing on a bare machine"
+    assert changed_operations(second.stdout) == []
+    env = current()
+    assert env.startswith(f"{ENGINE}/envs/vllm-moet-{commits()['good'][:12]}-")
+
+
+def test_the_engine_is_the_real_release_with_the_forks_patch(gb10):
+    """PyPI's vLLM 0.24.0 (its compiled parts too: the wheel as published), the stand-in fork's patch
+    applied and recorded, the scheduler fix found, the cubins beside it."""
+    env = current()
+    r = sh(
+        f"ls {env}/{SITE}/vllm/_C_stable_libtorch.abi3.so && cat {env}/.glm-flash-complete {env}/glm-flash-fork-patch.json"
+    )
+    assert "_C_stable_libtorch.abi3.so" in r.stdout
+    marker = json.loads(r.stdout[r.stdout.index("{") : r.stdout.index("}") + 1])
+    assert (marker["vllm"], marker["fork_commit"], marker["torch_cuda"]) == ("0.24.0", commits()["good"], "13.0")
+    assert (
+        "MambaSpec"
+        in sh(
+            f"grep -c MambaSpec {env}/{SITE}/vllm/v1/core/sched/scheduler.py; "
+            f"grep -n 'MambaSpec' {env}/{SITE}/vllm/v1/core/sched/scheduler.py"
+        ).stdout
+    )
+    assert sh(f"ls {env}/cubit-share").stdout.split() == ["exl3-wave-m8", "moe_w2_mm_k6144_a32.cubin"]
+
+
+def test_the_service_fails_to_start_only_for_the_missing_gpu(gb10):
+    r = sh("systemctl start glm-flash.service", check=False)
+    assert r.returncode != 0
+    sh("systemctl stop glm-flash.service")  # no restarts left behind (Restart=on-failure)
+    log = sh("journalctl -u glm-flash.service --no-pager -n 30 -o cat").stdout
+    assert "0 NVIDIA GPU(s) visible, the profile needs 1; the engine cannot start." in log, log
+    # refused in its preflight (ExecStartPre): the engine's own process never started
+    assert sh("systemctl show -p ExecMainStartTimestampMonotonic --value glm-flash.service").stdout.strip() == "0"
+
+
+def test_earlyoom_runs_with_the_deploys_drop_in_and_the_engine_is_its_first_choice(gb10):
+    assert sh("systemctl is-active earlyoom.service").stdout.strip() == "active"
+    cmd = sh("cat /proc/$(systemctl show -p MainPID --value earlyoom.service)/cmdline | tr '\\0' ' '").stdout
+    # memory_guard_gib 4: SIGTERM below 4 GiB, SIGKILL below 2 GiB (KiB), swap ignored
+    assert "-M 4194304,2097152 -s 100,100" in cmd, cmd
+    assert sh("systemctl show -p OOMScoreAdjust --value glm-flash.service").stdout.strip() == "1000"
+    drop = sh("systemctl show -p DropInPaths --value earlyoom.service").stdout
+    assert "/etc/systemd/system/earlyoom.service.d/glm-flash.conf" in drop
+
+
+def test_glm_flash_status_items(gb10):
+    items = {i["item"]: i for i in json.loads(sh("glm-flash status --json", check=False).stdout)["items"]}
+    assert items["memory guard"]["state"] == "ok", items["memory guard"]
+    for name in ("fork patch", "scheduler fix", "fork kernels"):
+        assert items[name]["state"] == "ok", items[name]
+
+
+def test_host_checks_of_the_gb10_box(gb10):
+    """tests/host/test_gb10.py against this machine: what needs the GPU is not applicable."""
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            "tests/host/test_gb10.py",
+            "--no-deploy",
+            "--inventory",
+            INVENTORY,
+            "--hosts",
+            "ssh://gb10",
+            "--ssh-config",
+            str(STATE / "ssh_config"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-6000:]
+    assert " failed" not in r.stdout and " passed" in r.stdout, r.stdout[-3000:]
+    for line in r.stdout.splitlines():
+        if line.startswith("SKIPPED"):
+            assert "not applicable: no NVIDIA device" in line, line
+
+
+def test_with_nvidia_smi_answering_as_a_gb10_only_the_start_fails(gb10):
+    """nvidia-smi's query answers GB10's line (sandbox/gb10.py `gpu gb10`): the deploy recognises one
+    GPU of compute capability 12.1 with unified memory, finds everything else converged, and fails
+    only where it starts the service: the preflight finds no GPU device."""
+    subprocess.run([sys.executable, "sandbox/gb10.py", "gpu", "gb10"], cwd=REPO, check=True)
+    try:
+        r = deploy()
+    finally:
+        subprocess.run([sys.executable, "sandbox/gb10.py", "gpu", "none"], cwd=REPO, check=True)
+    assert r.returncode != 0
+    assert "1 GPU sm_121, 121.6 GiB unified memory" in r.stderr + r.stdout, r.stderr[-3000:]
+    # a failed run prints no JSON: its log says what each operation did
+    done = outcomes(r.stderr)
+    assert [name for name, what in done if what != "No changes"] == [
+        "glm-flash.service started from the files on disk"
+    ], r.stderr[-4000:]
+    assert done[-1][1] == "Error"
+    log = sh("journalctl -u glm-flash.service --no-pager -n 30 -o cat").stdout
+    assert "0 NVIDIA GPU(s) visible, the profile needs 1; the engine cannot start." in log, log
+
+
+def test_a_fork_commit_whose_patch_does_not_apply_is_refused_with_nothing_changed(gb10):
+    before_current, before_envs = current(), sh(f"ls {ENGINE}/envs").stdout.split()
+    r = deploy("broken")
+    assert r.returncode != 0
+    assert "does not apply" in r.stderr + r.stdout, (r.stderr + r.stdout)[-6000:]
+    assert current() == before_current
+    broken = f"vllm-moet-{commits()['broken'][:12]}-"
+    envs = sh(f"ls {ENGINE}/envs").stdout.split()
+    assert [e for e in envs if not e.startswith(broken)] == before_envs
+    left = [e for e in envs if e.startswith(broken)]
+    assert all(sh(f"test ! -e {ENGINE}/envs/{e}/.glm-flash-complete", check=False).returncode == 0 for e in left)
+
+
+def test_upgrade_to_another_fork_commit_and_roll_back(gb10):
+    good = current()
+    r = deploy("next")
+    assert r.returncode == 0, r.stderr[-6000:]
+    upgraded = current()
+    assert f"vllm-moet-{commits()['next'][:12]}-" in upgraded
+    assert sh(f"readlink -f {ENGINE}/previous").stdout.strip() == good
+    assert "fork edit, v2" in sh(f"tail -1 {upgraded}/{SITE}/vllm/envs.py").stdout
+    sh("glm-flash-rollback", check=False)  # restarts the service: its preflight refuses here (no GPU)
+    assert current() == good
+    assert sh(f"readlink -f {ENGINE}/previous").stdout.strip() == upgraded
+    assert "fork edit, v2" not in sh(f"tail -1 {good}/{SITE}/vllm/envs.py").stdout
