@@ -82,7 +82,22 @@ def unit_context(profile: Profile, api_key: bool, systemd_version: int = LOG_FIL
         memory_guard=bool(profile.memory_guard_gib),
         log_filter=systemd_version >= LOG_FILTER_SYSTEMD,
         key_log_pattern=KEY_LOG_PATTERN,
+        ip_allow=ip_allow(profile),
+        peer_port=profile.fleet_peer_port,
     )
+
+
+def ip_allow(profile: Profile) -> list[str]:
+    """Who may talk to the engine (IPAddressAllow=, with IPAddressDeny=any), for a fleet worker
+    behind a gateway: loopback, its own address, the gateway's, then engine_allow_from. Empty
+    (no filter) for a single node, whose clients come from anywhere the API key lets in."""
+    if not profile.fleet_gateway_address:
+        return []
+    out = []
+    for a in ["localhost", profile.fleet_own_address, profile.fleet_gateway_address, *profile.engine_allow_from]:
+        if a and a not in out:
+            out.append(a)
+    return out
 
 
 def start_inputs(profile: Profile) -> list[str]:
