@@ -10,6 +10,7 @@ from typing import Any
 
 from pyinfra import host
 
+from control import run_record
 from control.layout import (
     API_KEY,
     CONF_DIR,
@@ -164,10 +165,22 @@ def apply(profile: Profile, engine: EngineResult) -> None:
             "no NVIDIA GPU on this host; a start is tried once when its files changed, and its preflight refuses",
         )
     # Starting blocks until a real completion answers (ExecStartPost), up to startup_timeout_s.
+    # In a fleet behind a gateway the restarts roll: roll_batch workers at a time, each out of the
+    # gateway meanwhile (roles/fleet/roll.py, registered for the run by deploy_fleet.py).
+    roll = run_record.current().engine_roll
     started_from_disk(
-        name="glm-flash.service started from the files on disk",
+        name="glm-flash.service started from the files on disk" + (" (rolling, behind the gateway)" if roll else ""),
         service="glm-flash.service",
         inputs=start_inputs(profile),
         units=["glm-flash.service", "glm-flash-gpu.service"],
         can_serve=gpus,
+        roll=roll,
+        **({"_parallel": roll.parallel()} if roll else {}),
     )
+
+
+def rolled_by(roll) -> None:
+    """This run's engine restarts roll as `roll` says (its parallel(), command(), put_back()); once per run."""
+    record = run_record.current()
+    if record.engine_roll is None:
+        record.engine_roll = roll
