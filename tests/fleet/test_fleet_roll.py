@@ -33,10 +33,13 @@ from tests.fleet.test_gateway_fleet import Worker, base, chat, fleet, healthy, i
 pytestmark = pytest.mark.sandbox
 
 
-def restarted(workers: dict, url: str, ok: bool = True):
-    """An engine restart: the stand-in stops, is down a second, and (ok) answers again."""
+def restarted(workers: dict, url: str, ok: bool = True, api: RouterApi | None = None, listed_at_stop=None):
+    """An engine restart: the stand-in stops, is down a second, and (ok) answers again. With `api`,
+    whether the router still listed the worker when its engine stopped goes to `listed_at_stop`."""
 
     def restart() -> bool:
+        if api is not None:
+            listed_at_stop.append(api.find(url) is not None)
         workers[url].stop()
         time.sleep(1)
         if ok:
@@ -84,7 +87,9 @@ def listed(gw) -> int:
 def test_a_rolling_restart_of_every_worker_loses_no_request(fleet):  # noqa: F811
     gw, workers = fleet
     wait(lambda: healthy(gw) == {u: True for u in workers}, 60)
-    roll = Roll(RouterApi(base(gw), KEY, WORKER_KEY), drain_s=2, back_timeout_s=60)
+    api = RouterApi(base(gw), KEY, WORKER_KEY)
+    roll = Roll(api, drain_s=2, back_timeout_s=60)
+    listed_at_stop: list[bool] = []
     seen_in = []  # healthy workers the router lists, sampled through the roll
     sampling = threading.Event()
 
@@ -98,7 +103,7 @@ def test_a_rolling_restart_of_every_worker_loses_no_request(fleet):  # noqa: F81
     with Clients(gw) as clients:
         time.sleep(2)
         for i, url in enumerate(list(workers)):
-            assert roll.restart(f"worker{i}", url, restarted(workers, url), serving=True)
+            assert roll.restart(f"worker{i}", url, restarted(workers, url, True, api, listed_at_stop), serving=True)
         time.sleep(2)
     sampling.set()
     sampler.join()
@@ -108,6 +113,9 @@ def test_a_rolling_restart_of_every_worker_loses_no_request(fleet):  # noqa: F81
     )
     assert clients.sent > 20
     assert clients.lost == [], clients.lost
+    # Out of the gateway before each engine stopped: no request even needed a client's retry (without
+    # the drain the router sends requests to the stopping engine until its health checks notice).
+    assert listed_at_stop == [False] * len(workers) and clients.retried == 0
     assert roll.order == list(workers) and roll.most_out == 1 and not roll.failed
     # From the router's side: never fewer than all but one healthy, every worker back at the end.
     assert min(seen_in) >= len(workers) - 1, seen_in
