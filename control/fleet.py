@@ -152,8 +152,12 @@ def worker_address(name: str, data: dict[str, Any]) -> str:
     return str(data.get("ssh_hostname") or name if listen in ANY else listen)
 
 
+# How the fleet's engines restart (roles/fleet/roll.py): one value for every worker.
+ROLLED = ("roll_batch", "roll_drain_s")
+
+
 def _served(profile: Profile) -> dict[str, Any]:
-    return {k: getattr(profile, k) for k in SERVED}
+    return {k: getattr(profile, k) for k in (*SERVED, *ROLLED)}
 
 
 def worker_url(name: str, data: dict[str, Any]) -> str:

@@ -257,3 +257,13 @@ def test_engine_allow_from_takes_addresses_and_networks_only(capsys):
             gateway=("gw.invalid", GW),
         )
         assert "engine_allow_from: " in err and said in err, err
+
+
+def test_roll_settings_differing_between_workers_are_refused(capsys):
+    err = refused(
+        capsys,
+        shared={"model_revision": COMMIT},
+        workers=[ip_workers(1)[0], ("gpu2.invalid", {**WORKER, "ssh_hostname": "10.0.0.12", "roll_batch": 2})],
+        gateway=("gw.invalid", GW),
+    )
+    assert "gpu2.invalid: roll_batch: resolves to 2 but gpu1.invalid serves 1" in err
