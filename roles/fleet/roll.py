@@ -22,7 +22,9 @@ control machine (a FunctionCommand, so one run does it in this order):
 
 A worker whose restart fails stays out of the gateway, the operation fails on that host only, and
 every later worker is left untouched (step 1): the rest serve on. A worker whose engine is not
-serving (the first deploy, a broken one) is started without being taken out: it was not serving.
+serving (the first deploy, a broken one) is started without being taken out (it was not
+serving), then put in the gateway when the router does not list it; one that does not start
+stops the roll too.
 A serving worker the router does not list (a roll stopped after taking it out) is put back by the
 next run. The gateway unreachable (not deployed yet, down): nothing can be drained, so the engine
 restarts as on a single node, said in the output. The router's API is called with the clients' key
@@ -128,8 +130,20 @@ class Roll:
         if self.failed:
             say(f"{name}: not restarted: the roll stopped at {', '.join(self.failed)}, which did not come back")
             return False
-        if not serving:
-            return restart()  # it was not serving: nothing to drain (the router's health checks take it in)
+        if not serving:  # nothing to drain; once it serves, it goes (back) in
+            if not restart():
+                self.failed.append(name)
+                say(f"{name}: its engine did not start; the roll stops here")
+                return False
+            try:
+                self.api.add(url, self.back_timeout_s)
+            except Unreachable:
+                pass  # no gateway yet: it adds its workers when it starts
+            except OperationError as e:
+                self.failed.append(name)
+                say(f"{name}: not in the gateway ({e}); the roll stops here")
+                return False
+            return True
         try:
             self.api.remove(url, self.back_timeout_s)
         except Unreachable as e:
