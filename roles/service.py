@@ -88,6 +88,14 @@ def unit_context(profile: Profile, api_key: bool, systemd_version: int = LOG_FIL
     )
 
 
+def filtered_env(profile: Profile) -> dict[str, str]:
+    """Behind the address filter (ip_allow): NCCL's and Gloo's sockets between the TP workers of
+    this one engine on loopback, which the filter lets in. By default NCCL picks the first
+    interface that is not lo or docker* (docs/sources.md §15), whose address need not be the one
+    the filter allows on a host with several."""
+    return {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"} if ip_allow(profile) else {}
+
+
 def ip_allow(profile: Profile) -> list[str]:
     """Who may talk to the engine (IPAddressAllow=, with IPAddressDeny=any), for a fleet worker
     behind a gateway: loopback, its own address, the gateway's, then engine_allow_from. Empty
@@ -134,7 +142,7 @@ def apply(profile: Profile, engine: EngineResult) -> None:
             f"{where}/glm-flash.env",
             name=f"Service environment{what}",
             state_dir=state_dir(profile),
-            extra_env=engine.service_env,
+            extra_env={**engine.service_env, **filtered_env(profile)},
             **owner,
         )
         paths.put(

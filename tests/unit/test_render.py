@@ -160,3 +160,18 @@ def test_a_single_node_has_no_address_filter_nor_bind_deny():
 def test_the_engine_environment_is_offline():
     env = render("glm-flash.env.j2", state_dir="/var/lib/glm-flash", extra_env={})
     assert "\nHF_HUB_OFFLINE=1\n" in env
+
+
+def test_behind_the_address_filter_nccl_and_gloo_stay_on_loopback(monkeypatch):
+    monkeypatch.setenv("GLM_FLASH_WORKER_KEY", "worker-key-0123456789")
+    worker = build(
+        "gpu1",
+        {
+            "listen_host": "0.0.0.0",
+            "api_key_env": "GLM_FLASH_WORKER_KEY",
+            "fleet_own_address": "10.0.0.11",
+            "fleet_gateway_address": "10.0.0.2",
+        },
+    )
+    assert service.filtered_env(worker) == {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
+    assert service.filtered_env(build("gpu1", {})) == {}  # a single node: NCCL chooses as before
