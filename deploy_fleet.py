@@ -14,6 +14,7 @@ from pyinfra_ext import host_failures, op_order
 from roles.fleet import artifacts as fleet_artifacts
 from roles.fleet import checkpoint as fleet_checkpoint
 from roles.fleet import gateway
+from roles.fleet import roll as fleet_roll
 
 # As deploy.py (included below) does, before the fleet's own operations are defined.
 op_order.install()  # pyinfra's operation order without reading source text (pyinfra_ext/op_order.py)
@@ -27,4 +28,6 @@ else:
     fleet_artifacts.apply(p, fleet_artifacts.engine_entries(p))
     # The checkpoint: one worker downloads, the others receive from it (when deploy.py's model role needs it).
     fleet_checkpoint.share()
+    # The engines' restarts: roll_batch workers at a time, each out of the gateway meanwhile.
+    fleet_roll.register(p)
     local.include("deploy.py")

@@ -64,6 +64,11 @@ IP_ADDRESS = dict(
     pattern=r"(?:[0-9]{1,3}\.){3}[0-9]{1,3}|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*",
     shape="an IP address (IPv4 dotted, or IPv6), not a host name",
 )
+# An IP address or network (CIDR); control/profile.py also parses each with ipaddress.
+IP_NET = dict(
+    pattern=r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}(?:/[0-9]{1,2})?|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(?:/[0-9]{1,3})?",
+    shape="an IPv4 or IPv6 address, or a network in CIDR form (10.0.0.0/24)",
+)
 REF = dict(  # git check-ref-format, narrowed: also the Hugging Face hub's revisions
     pattern=r"(?![-/.])(?!.*\.\.)(?!.*//)(?!.*/\.)(?!.*\.lock(?:/|$))[A-Za-z0-9._/-]+(?<![./])",
     shape="a git branch, tag or commit (letters, digits and . _ / -; no '..', no leading - or .)",
@@ -360,6 +365,47 @@ KNOBS: dict[str, Knob] = {
         "GLM_FLASH_API_KEY", "control-machine variable holding the API key, read at deploy time", **ENV_NAME
     ),
     "startup_timeout_s": K(3600, "loading 306 GiB and capturing graphs takes long", int, low=60),
+    # --- a fleet worker behind a gateway (control/fleet.py fills the fleet_* ones) -----
+    "engine_allow_from": K(
+        [],
+        "behind a gateway, the engine accepts connections only from loopback, its own address and the "
+        "gateway's; these addresses or networks too (a Prometheus server scraping /metrics)",
+        list,
+        **IP_NET,
+    ),
+    "fleet_gateway_address": K(
+        "",
+        "set by control.fleet.fleet(): the gateway's address; the engine unit allows it (IPAddressAllow=)",
+        optional=True,
+        **IP_NET,
+    ),
+    "fleet_own_address": K(
+        "",
+        "set by control.fleet.fleet(): the address the gateway reaches this worker on",
+        optional=True,
+        **IP_NET,
+    ),
+    "fleet_peer_port": K(
+        0,
+        "set by control.fleet.fleet(): the fleet's peer port, which the engine may not bind (0: none)",
+        int,
+        low=0,
+        high=65535,
+    ),
+    "roll_batch": K(
+        1,
+        "behind a gateway, engines restart this many workers at a time, each taken out of the gateway first",
+        int,
+        low=1,
+        high=1000,
+    ),
+    "roll_drain_s": K(
+        10,
+        "seconds a worker is out of the gateway before its engine restarts, so its requests finish",
+        int,
+        low=0,
+        high=3600,
+    ),
     "restart_limit": K(3, "restarts within restart_window_s before systemd gives up", int, low=1, high=100),
     "restart_window_s": K(3600, "window for restart_limit", int, low=60),
     # --- watching the node (roles/watch.py, docs/observability.md) --------------------

@@ -17,7 +17,7 @@ import os
 import re
 from typing import Any
 
-from control.defaults import HOST_PATH, KNOBS, LISTEN, URL, Knob
+from control.defaults import ENV_NAME, HOST_PATH, KNOBS, LISTEN, URL, Knob
 from control.profile import (
     Problem,
     Profile,
@@ -95,6 +95,11 @@ GATEWAY_KNOBS: dict[str, Knob] = {
         high=65535,
     ),
     "api_key_env": KNOBS["api_key_env"],
+    "worker_key_env": K(
+        "GLM_FLASH_WORKER_KEY",
+        "control-machine variable holding the gateway-to-worker key: workers accept only it, never the clients' key",
+        **ENV_NAME,
+    ),
     # Word when the gateway fails (roles/watch.py), as on a worker.
     "notify_command": KNOBS["notify_command"],
     "notify_webhook_env": KNOBS["notify_webhook_env"],
@@ -102,14 +107,62 @@ GATEWAY_KNOBS: dict[str, Knob] = {
 }
 
 
+WORKER_KEY_ENV = GATEWAY_KNOBS["worker_key_env"].default
+# A key goes in an HTTP header and a credential file: printable ASCII without spaces.
+KEY_SHAPE = re.compile(r"[!-~]{16,4096}")
+
+
+def key_problems(gateway: str, data: dict[str, Any]) -> list[Problem]:
+    """The gateway-to-worker key: set, of a key's shape, and not the clients' key (a worker that
+    held the clients' key could be used as the fleet's front door). Read from the control machine's
+    environment, never shown."""
+    client_env = data.get("api_key_env", KNOBS["api_key_env"].default)
+    worker_env = data.get("worker_key_env", WORKER_KEY_ENV)
+    worker_key, client_key = os.environ.get(worker_env, ""), os.environ.get(client_env, "")
+    fix = (
+        f"export {worker_env}=$(openssl rand -hex 32) on the control machine (a key of its own, kept like {client_env})"
+    )
+    if not worker_key:
+        return [Problem(gateway, worker_env, "is not set: workers behind a gateway accept only their own key", fix)]
+    if worker_key == client_key:
+        return [Problem(gateway, worker_env, f"is the clients' key ({client_env}): a worker would hold it", fix)]
+    if not KEY_SHAPE.fullmatch(worker_key):
+        return [
+            Problem(
+                gateway,
+                worker_env,
+                "is not 16 to 4096 printable characters without spaces (its value is not shown)",
+                fix,
+            )
+        ]
+    return []
+
+
+def _ip(address: str) -> bool:
+    try:
+        ipaddress.ip_address(address)
+        return True
+    except ValueError:
+        return False
+
+
+def worker_address(name: str, data: dict[str, Any]) -> str:
+    """The host part of worker_url()."""
+    listen = data.get("listen_host", KNOBS["listen_host"].default)
+    return str(data.get("ssh_hostname") or name if listen in ANY else listen)
+
+
+# How the fleet's engines restart (roles/fleet/roll.py): one value for every worker.
+ROLLED = ("roll_batch", "roll_drain_s")
+
+
 def _served(profile: Profile) -> dict[str, Any]:
-    return {k: getattr(profile, k) for k in SERVED}
+    return {k: getattr(profile, k) for k in (*SERVED, *ROLLED)}
 
 
 def worker_url(name: str, data: dict[str, Any]) -> str:
     """Where the gateway reaches a worker: its listen address, or its SSH address when it listens on all."""
-    listen = data.get("listen_host", KNOBS["listen_host"].default)
-    where = data.get("ssh_hostname") or name if listen in ANY else listen
+    where = worker_address(name, data)
     port = data.get("port", KNOBS["port"].default)
     return f"http://[{where}]:{port}" if ":" in str(where) else f"http://{where}:{port}"
 
@@ -239,6 +292,66 @@ def gateway_profile(name: str, data: dict[str, Any]) -> Profile:
     return Profile(name, values)
 
 
+FLEET_SET = ("fleet_gateway_address", "fleet_own_address", "fleet_peer_port")
+
+
+def behind_gateway(
+    shared: dict[str, Any], workers: list[tuple[str, dict[str, Any]]], gateway: tuple[str, dict[str, Any]] | None
+) -> tuple[list[Problem], list[tuple[str, dict[str, Any]]]]:
+    """What the fleet sets on each worker: the peer port its engine may not bind; behind a gateway
+    also the worker key's variable (api_key_env: the worker's engine holds only that key) and the
+    addresses its engine unit lets in (its own, the gateway's). Those must be IP addresses
+    (systemd's IPAddressAllow= takes no names). The gateway takes shared api_key_env for itself."""
+    problems: list[Problem] = []
+    out = []
+    gname, gdata = gateway if gateway is not None else ("", {})
+    if gateway is not None:
+        problems += key_problems(
+            gname, {**gdata, **({"api_key_env": shared["api_key_env"]} if "api_key_env" in shared else {})}
+        )
+        gaddr = str(gdata.get("ssh_hostname") or gname)
+        if not _ip(gaddr):
+            problems.append(
+                Problem(
+                    gname,
+                    "ssh_hostname" if gdata.get("ssh_hostname") else "(host name)",
+                    f"{gaddr!r} is a name: the workers' engine units let the gateway in by address (IPAddressAllow=)",
+                    "give the gateway's ssh_hostname as the IP address the workers see its connections from",
+                )
+            )
+    for name, data in workers:
+        extra: dict[str, Any] = {"fleet_peer_port": PEER_PORT}
+        for key in FLEET_SET + (("api_key_env",) if gateway is not None else ()):
+            if key in data:
+                problems.append(
+                    Problem(
+                        name,
+                        key,
+                        "is set by the fleet, not per worker",
+                        "remove it from the worker's entry (the worker key's variable is the gateway's worker_key_env)",
+                    )
+                )
+        if gateway is not None:
+            merged = {**data, **shared}
+            own = worker_address(name, merged)
+            if not _ip(own):
+                problems.append(
+                    Problem(
+                        name,
+                        "ssh_hostname",
+                        f"{own!r} is a name: the worker's engine unit lets in its own address (IPAddressAllow=)",
+                        "give the worker's ssh_hostname (or listen_host) as its IP address",
+                    )
+                )
+            extra.update(
+                api_key_env=gdata.get("worker_key_env", WORKER_KEY_ENV),
+                fleet_gateway_address=gaddr if _ip(gaddr) else "",
+                fleet_own_address=own if _ip(own) else "",
+            )
+        out.append((name, {**data, **extra}))
+    return problems, out
+
+
 def fleet(
     shared: dict[str, Any],
     workers: list[tuple[str, dict[str, Any]]],
@@ -248,15 +361,16 @@ def fleet(
     malformed = [e for e in workers if not (isinstance(e, tuple) and len(e) == 2 and isinstance(e[1], dict))]
     if malformed:
         hosts(*malformed)  # says what is wrong with each and exits
-    problems = fleet_problems(shared, workers, gateway is not None)
+    problems, workers = behind_gateway(shared, workers, gateway)
+    if gateway is not None:
+        shared = {k: v for k, v in shared.items() if k != "api_key_env"}  # the clients' key: the gateway's
+    problems += fleet_problems(shared, workers, gateway is not None)
     merged = [(name, {**data, **shared}) for name, data in workers]
     for name, data in merged + ([gateway] if gateway else []):
         problems.extend(_placeholders(name, data))
     if gateway is not None:
         name, data = gateway
         data = {**data, "gateway_workers": [worker_url(n, d) for n, d in merged]}
-        if "api_key_env" in shared:
-            data["api_key_env"] = shared["api_key_env"]
         problems.extend(_first_contact(name, data))
         if name in {n for n, _ in merged}:
             problems.append(

@@ -14,6 +14,7 @@ host inside pyinfra_ext/refusal.host_refusals()) fails that host only; the other
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import math
 import os
 import re
@@ -389,6 +390,20 @@ PLATFORM_RULES: dict[str, list[Rule]] = {
         ),
     ],
 }
+
+
+def _bad_networks(v: dict[str, Any]) -> list[str]:
+    """engine_allow_from entries (and the fleet's addresses) that ipaddress cannot parse."""
+    bad = []
+    for value in [*v["engine_allow_from"], v["fleet_gateway_address"], v["fleet_own_address"]]:
+        try:
+            if value:
+                ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            bad.append(value)
+    return bad
+
+
 # Checked last, on every platform.
 AFTER = [
     Rule(
@@ -396,6 +411,12 @@ AFTER = [
         lambda v: v["listen_host"] not in ("127.0.0.1", "::1", "localhost") and not v["_api_key_present"],
         lambda v: f"{v['listen_host']} exposes the engine without an API key",
         lambda v: f"export {v['api_key_env']} on the control machine, or keep listen_host: 127.0.0.1",
+    ),
+    Rule(
+        "engine_allow_from",
+        lambda v: bool(_bad_networks(v)),
+        lambda v: f"{', '.join(map(repr, _bad_networks(v)))} is not an IP address or network",
+        "write addresses as 10.0.0.5 or fd00::5 and networks as 10.0.0.0/24",
     ),
     Rule(
         "hf_endpoint",

@@ -40,6 +40,8 @@ class Record:
     model_plans: dict[str, Any] = field(default_factory=dict)
     # how this run shares checkpoints among hosts: None alone, else the fleet's (roles/fleet/checkpoint.py)
     checkpoint_sharing: Any = None
+    # In a fleet behind a gateway: how the engines' restarts roll (roles/fleet/roll.py), else None.
+    engine_roll: Any = None
     # checkpoint path -> the seed's verified marker, read on a receiving worker (roles/operations/checkpoint.py)
     relayed: dict[str, str] = field(default_factory=dict)
     # host name -> the profile values the summary names / what its last operation read (roles/summary.py)

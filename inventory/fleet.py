@@ -4,7 +4,10 @@ Everything per host comes from the profile as for a single node (control/default
 values in `shared` are set once for the whole group, so every worker serves the same thing.
 A worker that sets one of them differently, or a moving model revision, is refused before any
 host is contacted. Replace the example names, the model commit and the keys first (README,
-"First real host"); export GLM_FLASH_API_KEY: workers listen beyond loopback.
+"First real host"); export GLM_FLASH_API_KEY (the clients' key, the gateway's) and
+GLM_FLASH_WORKER_KEY (a key of its own: the workers accept only it). Behind a gateway the
+workers' engines let in only the gateway by address, so give each host's ssh_hostname as its IP
+address (docs/fleet.md); a Prometheus server that scrapes the engines goes in engine_allow_from.
 
     .venv/bin/pyinfra inventory/fleet.py deploy_fleet.py
 """

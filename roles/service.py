@@ -10,6 +10,7 @@ from typing import Any
 
 from pyinfra import host
 
+from control import run_record
 from control.layout import (
     API_KEY,
     CONF_DIR,
@@ -82,7 +83,30 @@ def unit_context(profile: Profile, api_key: bool, systemd_version: int = LOG_FIL
         memory_guard=bool(profile.memory_guard_gib),
         log_filter=systemd_version >= LOG_FILTER_SYSTEMD,
         key_log_pattern=KEY_LOG_PATTERN,
+        ip_allow=ip_allow(profile),
+        peer_port=profile.fleet_peer_port,
     )
+
+
+def filtered_env(profile: Profile) -> dict[str, str]:
+    """Behind the address filter (ip_allow): NCCL's and Gloo's sockets between the TP workers of
+    this one engine on loopback, which the filter lets in. By default NCCL picks the first
+    interface that is not lo or docker* (docs/sources.md §15), whose address need not be the one
+    the filter allows on a host with several."""
+    return {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"} if ip_allow(profile) else {}
+
+
+def ip_allow(profile: Profile) -> list[str]:
+    """Who may talk to the engine (IPAddressAllow=, with IPAddressDeny=any), for a fleet worker
+    behind a gateway: loopback, its own address, the gateway's, then engine_allow_from. Empty
+    (no filter) for a single node, whose clients come from anywhere the API key lets in."""
+    if not profile.fleet_gateway_address:
+        return []
+    out = []
+    for a in ["localhost", profile.fleet_own_address, profile.fleet_gateway_address, *profile.engine_allow_from]:
+        if a and a not in out:
+            out.append(a)
+    return out
 
 
 def start_inputs(profile: Profile) -> list[str]:
@@ -118,7 +142,7 @@ def apply(profile: Profile, engine: EngineResult) -> None:
             f"{where}/glm-flash.env",
             name=f"Service environment{what}",
             state_dir=state_dir(profile),
-            extra_env=engine.service_env,
+            extra_env={**engine.service_env, **filtered_env(profile)},
             **owner,
         )
         paths.put(
@@ -149,10 +173,22 @@ def apply(profile: Profile, engine: EngineResult) -> None:
             "no NVIDIA GPU on this host; a start is tried once when its files changed, and its preflight refuses",
         )
     # Starting blocks until a real completion answers (ExecStartPost), up to startup_timeout_s.
+    # In a fleet behind a gateway the restarts roll: roll_batch workers at a time, each out of the
+    # gateway meanwhile (roles/fleet/roll.py, registered for the run by deploy_fleet.py).
+    roll = run_record.current().engine_roll
     started_from_disk(
-        name="glm-flash.service started from the files on disk",
+        name="glm-flash.service started from the files on disk" + (" (rolling, behind the gateway)" if roll else ""),
         service="glm-flash.service",
         inputs=start_inputs(profile),
         units=["glm-flash.service", "glm-flash-gpu.service"],
         can_serve=gpus,
+        roll=roll,
+        **({"_parallel": roll.parallel()} if roll else {}),
     )
+
+
+def rolled_by(roll) -> None:
+    """This run's engine restarts roll as `roll` says (its parallel(), command(), put_back()); once per run."""
+    record = run_record.current()
+    if record.engine_roll is None:
+        record.engine_roll = roll

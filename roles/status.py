@@ -34,6 +34,8 @@ KEYS = (
     "model_revision",
     "model_path",
     "model_download",
+    "drafter_model",
+    "drafter_revision",
     "service_user",
     "listen_host",
     "port",
@@ -46,9 +48,16 @@ KEYS = (
 )
 
 
+def own_address(profile: Profile) -> str:
+    """The node's own address as its files carry it (the closure hash replaces it with a placeholder)."""
+    if profile.fleet_own_address:
+        return profile.fleet_own_address
+    return "" if profile.listen_host in ("0.0.0.0", "::", "127.0.0.1", "::1", "localhost") else profile.listen_host
+
+
 def values(profile: Profile) -> dict:
     data = {k: getattr(profile, k) for k in KEYS}
-    data.update(nvidia_keyring=KEYRING, nvidia_sources=SOURCES_FILE)
+    data.update(nvidia_keyring=KEYRING, nvidia_sources=SOURCES_FILE, own_address=own_address(profile))
     return data
 
 

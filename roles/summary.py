@@ -24,7 +24,7 @@ from roles.facts.status import HostStatus
 from roles.operations.driver import reboot_reasons
 from roles.operations.status import gathered
 
-__all__ = ["HostStatus", "apply", "host_summary", "render", "summaries"]
+__all__ = ["HostStatus", "apply", "closures", "host_summary", "render", "summaries"]
 
 SUMMARY_ENV = "GLM_FLASH_SUMMARY_JSON"
 _STATE: list = []  # pyinfra's State of this run, kept for the exit hook (which runs outside its context)
@@ -57,6 +57,8 @@ def host_summary(planned: dict, status: dict, reboot: list[str]) -> dict:
         "model": detail("model"),
         "driver": detail("driver"),
         "toolkit": detail("cuda toolkit"),
+        "closure": field("closure", "closure"),
+        "closure_parts": field("closure", "parts") or {},
         "reboot_pending": reboot,
         "last_failure": detail("last failure"),
         "last_failure_lines": items.get("last failure", {}).get("lines", []),
@@ -100,6 +102,29 @@ def summaries() -> dict[str, dict]:
     return out
 
 
+def closures(all_hosts: dict[str, dict]) -> list[str]:
+    """The hosts grouped by closure hash (roles' `glm-flash closure`), and every host whose closure
+    differs from the one most hosts have, with the parts that differ: `node3 drifted from sha256:... in: unit`."""
+    groups: dict[str, list[str]] = {}
+    for name, s in all_hosts.items():
+        if s.get("closure"):
+            groups.setdefault(s["closure"], []).append(name)
+    if not groups:
+        return []
+    # The closure most hosts share (on a tie, the first host's in the inventory's order).
+    common = max(groups, key=lambda c: len(groups[c]))
+    lines = [f"{c}: {', '.join(names)}" for c, names in groups.items()]
+    parts = all_hosts[groups[common][0]].get("closure_parts", {})
+    for c, names in groups.items():
+        if c == common:
+            continue
+        for name in names:
+            mine = all_hosts[name].get("closure_parts", {})
+            differ = [p for p in sorted(set(parts) | set(mine)) if parts.get(p) != mine.get(p)]
+            lines.append(f"{name} drifted from {common} in: {', '.join(differ) or 'unknown'}")
+    return lines
+
+
 def unreachable(h) -> str:
     """Why SSH to this host does not answer now (a host that went away mid-run), or ""."""
     data = h.data.dict() if h is not None else {}
@@ -133,6 +158,10 @@ def render(all_hosts: dict[str, dict]) -> str:
             lines.append(f"        problem: {p}")
         for sk in s["skipped"]:
             lines.append(f"        skipped: {sk['step']}: {sk['reason']}")
+    grouped = closures(all_hosts)
+    if grouped:
+        lines.append("--> Closures (what each host serves and how: `glm-flash closure`)")
+        lines.extend(f"    {line}" for line in grouped)
     return "\n".join(lines)
 
 

@@ -5,7 +5,8 @@ control machine fetched once (checked against the lock's hashes, installed with
 --require-hashes). Health checks of every worker's /health take a dead worker out after
 `gateway_health_failures` failed checks and put it back after `gateway_health_successes` good
 ones; failed requests are retried on another worker by the router. The API key guards the
-router's API and is sent to the workers; it reaches the router as a systemd credential
+router's API (clients'); the workers get their own key (GLM_FLASH_WORKER_KEY), which the router
+sends them (each worker is added with it through the router's worker API); both reach the router as a systemd credential
 (files/glm-flash-gateway-launch), never on a command line.
 
 The venv the unit runs (`<gateway_dir>/venv`) is a symlink to `venvs/<lock sha>-<random>`. A new
@@ -70,14 +71,15 @@ os.fsync(fd)
 
 
 def router_args(p: Profile) -> list[str]:
-    """The router's own flags (everything but the key), from the gateway settings."""
+    """The router's own flags (everything but the keys), from the gateway settings. No --worker-urls:
+    a worker given there gets the router's own key (the clients'), so files/glm-flash-gateway-launch
+    adds each worker through the router's worker API (POST /workers {url, api_key}) with the
+    gateway-to-worker key."""
     return [
         "--host",
         p.gateway_listen_host,
         "--port",
         str(p.gateway_port),
-        "--worker-urls",
-        *p.gateway_workers,
         "--policy",
         p.gateway_policy,
         "--balance-abs-threshold",
@@ -137,6 +139,7 @@ def venv_commands(d: str, wheelhouse: str, lock_dest: str, lock_sha: str) -> lis
 
 def apply(p: Profile) -> None:
     api_key = os.environ.get(p.api_key_env, "")
+    worker_key = os.environ.get(p.worker_key_env, "")
     d = p.gateway_dir
     venv, wheelhouse, bin_dir, lock_dest = f"{d}/venv", f"{d}/wheelhouse", f"{d}/bin", f"{d}/gateway.txt"
     lock_sha = hashlib.sha256(LOCK.read_bytes()).hexdigest()
@@ -159,7 +162,7 @@ def apply(p: Profile) -> None:
     paths.directory(name=f"Directory {CONF_DIR}", path=CONF_DIR, user="root", group="root", mode="755")
     paths.put(
         name="Router flags",
-        src=StringIO(json.dumps({"args": router_args(p)}, indent=2) + "\n"),
+        src=StringIO(json.dumps({"args": router_args(p), "workers": p.gateway_workers}, indent=2) + "\n"),
         dest=f"{CONF_DIR}/router.json",
         mode="644",
     )
@@ -173,6 +176,15 @@ def apply(p: Profile) -> None:
         )
     else:
         paths.absent(f"{CONF_DIR}/api-key", name="No gateway API key configured")
+    if worker_key:
+        secret_file(
+            name="Gateway-to-worker key (from the control machine's environment; compared by hash, never shown)",
+            secret=Secret(worker_key),
+            dest=f"{CONF_DIR}/worker-key",
+            stage_dir=f"{CONF_DIR}/.staging",
+        )
+    else:
+        paths.absent(f"{CONF_DIR}/worker-key", name="No gateway-to-worker key configured")
     template(
         "glm-flash-gateway.service.j2",
         UNIT,
@@ -180,6 +192,7 @@ def apply(p: Profile) -> None:
         policy=p.gateway_policy,
         workers=len(p.gateway_workers),
         api_key=bool(api_key),
+        worker_key=bool(worker_key),
         conf_dir=CONF_DIR,
         venv=venv,
         bin=bin_dir,
@@ -189,5 +202,12 @@ def apply(p: Profile) -> None:
     started_from_disk(
         name="glm-flash-gateway.service started from the files on disk",
         service="glm-flash-gateway.service",
-        inputs=[UNIT, f"{CONF_DIR}/router.json", f"{CONF_DIR}/api-key", f"{bin_dir}/glm-flash-gateway-launch", venv],
+        inputs=[
+            UNIT,
+            f"{CONF_DIR}/router.json",
+            f"{CONF_DIR}/api-key",
+            f"{CONF_DIR}/worker-key",
+            f"{bin_dir}/glm-flash-gateway-launch",
+            venv,
+        ],
     )

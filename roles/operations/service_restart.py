@@ -15,7 +15,9 @@ RUNNING = ("active", "activating", "reloading")
 
 
 @operation()
-def started_from_disk(service: str, inputs: list[str], units: list[str] | None = None, can_serve: bool = True):
+def started_from_disk(
+    service: str, inputs: list[str], units: list[str] | None = None, can_serve: bool = True, roll=None
+):
     """
     Restart (or start) `service` unless it started after its inputs last changed.
 
@@ -27,6 +29,9 @@ def started_from_disk(service: str, inputs: list[str], units: list[str] | None =
       own readiness check) and must succeed. False (no GPU): the start is tried, fails fast in
       its preflight, and the automatic retries (Restart=on-failure) are cancelled; that attempt
       is what the next run compares against.
+    + roll: in a fleet behind a gateway (roles/fleet/roll.py): the restart of a serving engine is
+      wrapped in its command (out of the gateway, drain, restart, back in, healthy); a serving
+      engine that needs no restart is put back in the gateway when a stopped roll left it out.
 
     Restarts when: systemd still has an older unit loaded (NeedDaemonReload), an input is newer
     than the last start (InactiveExitTimestamp), or, can_serve, the service is not running.
@@ -43,6 +48,10 @@ def started_from_disk(service: str, inputs: list[str], units: list[str] | None =
     if can_serve and state.active_state not in RUNNING:
         reasons.append(f"it is {state.active_state or 'not loaded'}")
     if not reasons:
+        back = roll.put_back() if roll and can_serve else None
+        if back is not None:
+            yield back
+            return
         host.noop(f"{service} started from what is on disk ({state.active_state})")
         return
     if state.need_daemon_reload:
@@ -54,6 +63,9 @@ def started_from_disk(service: str, inputs: list[str], units: list[str] | None =
         # The start returns once readiness (ExecStartPost) passes, up to startup_timeout_s: the
         # unit's journal lines (the engine's load, readiness's "not ready after N s") stream to
         # the deploy's output meanwhile.
+        if roll:
+            yield roll.command(restart_followed(unit), serving=state.active_state in RUNNING)
+            return
         yield followed(service, restart_followed(unit))
         return
     yield StringCommand("systemctl restart", unit, "|| true")

@@ -13,12 +13,14 @@ import pytest
 from tests.conftest import REPO
 
 KEY = "fleet-test-key"
+# The gateway-to-worker key: the workers accept only it (the gateway holds both).
+WORKER_KEY = "fleet-worker-key-0123456789"
 N = 3
 
 
 def env() -> dict:
     """The fleet's ports are this checkout's (.sandbox/ports.json, or GLM_FLASH_SANDBOX_PORT when set)."""
-    return dict(os.environ, GLM_FLASH_API_KEY=KEY)
+    return dict(os.environ, GLM_FLASH_API_KEY=KEY, GLM_FLASH_WORKER_KEY=WORKER_KEY)
 
 
 def boot(n: int) -> None:

@@ -2,7 +2,8 @@
 the workers node2.. (`make fleet-up N=3`; booted here when it is not up, and removed after).
 
 Simulated: no GPU here, so each worker's engine is an OpenAI-compatible stand-in
-(tests/bench/fake_openai.py) listening on that worker's loopback address; the containers share
+(tests/bench/fake_openai.py, accepting only the gateway-to-worker key, as a deployed worker's
+engine does) listening on that worker's loopback address; the containers share
 the host's network, so it is the address the gateway reaches. The router, its health checks,
 its key check, its systemd unit and the deploy are the real ones.
 """
@@ -25,7 +26,7 @@ import pytest
 from control.fleet import gateway_profile
 from tests.bench.fake_openai import FakeOpenAI
 from tests.conftest import REPO
-from tests.fleet.conftest import KEY, env
+from tests.fleet.conftest import KEY, WORKER_KEY, env
 
 pytestmark = pytest.mark.sandbox
 
@@ -36,7 +37,7 @@ class Worker(FakeOpenAI):
 
     def __init__(self, url: str):
         host, port = url.split("//")[1].rsplit(":", 1)
-        super().__init__(host=host, port=int(port), api_key=KEY, tok_s=400, lifetime_s=1800)
+        super().__init__(host=host, port=int(port), api_key=WORKER_KEY, tok_s=400, lifetime_s=1800)
         self.conns: list[socket.socket] = []
         serve = self.httpd.process_request
 
@@ -75,7 +76,7 @@ def inventory() -> dict:
 @pytest.fixture(scope="module")
 def fleet(fleet_up):
     name, data = inventory()["gateway"][0]
-    with mock.patch.dict(os.environ, {"GLM_FLASH_API_KEY": KEY}):
+    with mock.patch.dict(os.environ, {"GLM_FLASH_API_KEY": KEY, "GLM_FLASH_WORKER_KEY": WORKER_KEY}):
         gw = gateway_profile(name, data)
     # The engines are up before the gateway (re)starts, as on a fleet whose gateway is deployed last.
     workers = {url: Worker(url).__enter__() for url in gw.gateway_workers}

@@ -123,3 +123,16 @@ def test_gateway_sandboxing_is_tight(host, gateway):
     assert out.rc == 0, out.stderr
     score = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", out.stdout).group(1))
     assert score <= 2.0, out.stdout[-3000:]
+
+
+def test_gateway_worker_key_is_a_root_only_credential_of_its_own(host, gateway):
+    """The gateway-to-worker key (GLM_FLASH_WORKER_KEY): root's file, a credential of the unit,
+    not the clients' key and on no command line (files/glm-flash-gateway-launch adds the workers with it)."""
+    worker_key = host.file(f"{CONF_DIR}/worker-key")
+    assert worker_key.exists and worker_key.user == "root" and worker_key.mode == 0o600
+    unit = host.file("/etc/systemd/system/" + UNIT).content_string
+    assert f"LoadCredential=worker-key:{CONF_DIR}/worker-key" in unit
+    key = worker_key.content_string.strip()
+    assert key and key != host.file(f"{CONF_DIR}/api-key").content_string.strip()
+    pid = host.check_output(f"systemctl show -p MainPID --value {UNIT}")
+    assert key not in host.file(f"/proc/{pid}/cmdline").content_string

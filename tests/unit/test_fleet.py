@@ -15,6 +15,8 @@ from tests.conftest import REPO
 
 COMMIT = "a" * 40
 WORKER = {"ssh_user": "root", "listen_host": "0.0.0.0"}
+WORKER_KEY = "worker-key-0123456789"
+GW = {"ssh_hostname": "10.0.0.2"}
 
 
 def workers(n=2, **extra):
@@ -24,6 +26,7 @@ def workers(n=2, **extra):
 @pytest.fixture(autouse=True)
 def _key(monkeypatch):
     monkeypatch.setenv("GLM_FLASH_API_KEY", "k")
+    monkeypatch.setenv("GLM_FLASH_WORKER_KEY", WORKER_KEY)
 
 
 def refused(capsys, **kw) -> str:
@@ -36,12 +39,12 @@ def refused(capsys, **kw) -> str:
 def test_shared_values_reach_every_worker_and_the_gateway_gets_their_urls():
     w, g = fleet(
         shared={"model_revision": COMMIT, "engine_set": "0.7.0.post4"},
-        workers=[("gpu1.invalid", WORKER), ("gpu2.invalid", {**WORKER, "ssh_hostname": "10.0.0.12", "port": 30001})],
-        gateway=("gw.invalid", {}),
+        workers=[("10.0.0.11", WORKER), ("gpu2.invalid", {**WORKER, "ssh_hostname": "10.0.0.12", "port": 30001})],
+        gateway=("gw.invalid", GW),
     )
     assert [d["engine_set"] for _, d in w] == ["0.7.0.post4", "0.7.0.post4"]
     assert [d["model_revision"] for _, d in w] == [COMMIT, COMMIT]
-    assert g[0][1]["gateway_workers"] == ["http://gpu1.invalid:30000", "http://10.0.0.12:30001"]
+    assert g[0][1]["gateway_workers"] == ["http://10.0.0.11:30000", "http://10.0.0.12:30001"]
 
 
 def test_a_worker_overriding_a_shared_value_is_refused(capsys):
@@ -81,7 +84,7 @@ def test_a_worker_on_loopback_behind_a_gateway_is_refused(capsys):
         capsys,
         shared={"model_revision": COMMIT},
         workers=[("gpu1.invalid", {"listen_host": "127.0.0.1"})],
-        gateway=("gw.invalid", {}),
+        gateway=("gw.invalid", GW),
     )
     assert "gpu1.invalid: listen_host: the worker listens on loopback only" in err
 
@@ -105,10 +108,8 @@ def test_router_flags_carry_the_settings_and_never_the_key():
         "gw.invalid", {"gateway_workers": ["http://a:30000", "http://b:30000"], "gateway_health_interval_s": 7}
     )
     args = router_args(p)
-    assert args[args.index("--worker-urls") + 1 : args.index("--worker-urls") + 3] == [
-        "http://a:30000",
-        "http://b:30000",
-    ]
+    # Workers named on the router's command line would be sent the router's (the clients') key.
+    assert "--worker-urls" not in args and "http://a:30000" not in args
     assert args[args.index("--health-check-interval-secs") + 1] == "7"
     assert args[args.index("--policy") + 1] == "cache_aware"
     assert not any("api-key" in a or a == "k" for a in args)
@@ -241,3 +242,85 @@ def test_the_peer_server_unit_is_unprivileged_and_its_token_is_no_argument():
     assert f"RuntimeMaxSec={RUNTIME_MAX_S}" in cmd and RUNTIME_MAX_S <= 3600 and "--idle 120" in cmd
     assert "LoadCredential=peer-token:/t/x.token" in cmd and "--token-credential peer-token" in cmd
     assert cmd.endswith("&& rm -f /t/x.token")
+
+
+def ip_workers(n=2, **extra):
+    return [(f"gpu{i}.invalid", {**WORKER, "ssh_hostname": f"10.0.0.{10 + i}", **extra}) for i in range(1, n + 1)]
+
+
+def test_workers_behind_a_gateway_hold_the_worker_key_and_let_in_only_the_gateway():
+    w, g = fleet(shared={"model_revision": COMMIT}, workers=ip_workers(), gateway=("gw.invalid", GW))
+    for i, (_, d) in enumerate(w, 1):
+        # The worker's engine reads its key from GLM_FLASH_WORKER_KEY, never the clients' GLM_FLASH_API_KEY.
+        assert d["api_key_env"] == "GLM_FLASH_WORKER_KEY"
+        assert (d["fleet_gateway_address"], d["fleet_own_address"], d["fleet_peer_port"]) == (
+            "10.0.0.2",
+            f"10.0.0.{10 + i}",
+            30080,
+        )
+    assert g[0][1].get("api_key_env", "GLM_FLASH_API_KEY") == "GLM_FLASH_API_KEY"
+
+
+def test_the_worker_key_is_refused_unset_equal_to_the_clients_or_misshapen(capsys, monkeypatch):
+    kw = dict(shared={"model_revision": COMMIT}, workers=ip_workers(), gateway=("gw.invalid", GW))
+    monkeypatch.delenv("GLM_FLASH_WORKER_KEY")
+    assert "gw.invalid: GLM_FLASH_WORKER_KEY: is not set" in refused(capsys, **kw)
+    monkeypatch.setenv("GLM_FLASH_WORKER_KEY", "k")
+    err = refused(capsys, **kw)
+    assert "GLM_FLASH_WORKER_KEY: is the clients' key (GLM_FLASH_API_KEY): a worker would hold it" in err
+    assert "Fix: export GLM_FLASH_WORKER_KEY=" in err
+    monkeypatch.setenv("GLM_FLASH_WORKER_KEY", "short key")
+    err = refused(capsys, **kw)
+    assert "GLM_FLASH_WORKER_KEY: is not 16 to 4096 printable characters" in err and "short key" not in err
+    # Without a gateway the workers keep their own key (GLM_FLASH_API_KEY): no worker key needed.
+    monkeypatch.delenv("GLM_FLASH_WORKER_KEY")
+    w, _ = fleet(shared={"model_revision": COMMIT}, workers=ip_workers())
+    assert all("api_key_env" not in d and d["fleet_peer_port"] == 30080 for _, d in w)
+
+
+def test_names_where_the_engine_unit_needs_addresses_are_refused(capsys):
+    err = refused(capsys, shared={"model_revision": COMMIT}, workers=workers(), gateway=("gw.invalid", {}))
+    assert "gw.invalid: (host name): 'gw.invalid' is a name" in err
+    assert "gpu1.invalid: ssh_hostname: 'gpu1.invalid' is a name" in err
+
+
+def test_fleet_set_values_are_refused_in_a_worker_entry(capsys):
+    err = refused(
+        capsys,
+        shared={"model_revision": COMMIT},
+        workers=ip_workers(1, fleet_gateway_address="10.9.9.9", api_key_env="MY_KEY"),
+        gateway=("gw.invalid", GW),
+    )
+    assert "gpu1.invalid: fleet_gateway_address: is set by the fleet, not per worker" in err
+    assert "gpu1.invalid: api_key_env: is set by the fleet, not per worker" in err
+
+
+def test_engine_allow_from_takes_addresses_and_networks_only(capsys):
+    w, _ = fleet(
+        shared={"model_revision": COMMIT, "engine_allow_from": ["10.1.0.0/16", "fd00::7"]},
+        workers=ip_workers(),
+        gateway=("gw.invalid", GW),
+    )
+    assert w[0][1]["engine_allow_from"] == ["10.1.0.0/16", "fd00::7"]
+    for bad, said in (
+        ("10.1.0.300", "'10.1.0.300' is not an IP address or network"),
+        ("prom.lan", "is not an IPv4 or IPv6 address, or a network in CIDR form"),
+        ("10.0.0.0/24 any", "is not an IPv4 or IPv6 address"),
+    ):
+        err = refused(
+            capsys,
+            shared={"model_revision": COMMIT, "engine_allow_from": [bad]},
+            workers=ip_workers(),
+            gateway=("gw.invalid", GW),
+        )
+        assert "engine_allow_from: " in err and said in err, err
+
+
+def test_roll_settings_differing_between_workers_are_refused(capsys):
+    err = refused(
+        capsys,
+        shared={"model_revision": COMMIT},
+        workers=[ip_workers(1)[0], ("gpu2.invalid", {**WORKER, "ssh_hostname": "10.0.0.12", "roll_batch": 2})],
+        gateway=("gw.invalid", GW),
+    )
+    assert "gpu2.invalid: roll_batch: resolves to 2 but gpu1.invalid serves 1" in err

@@ -346,6 +346,7 @@ def build_gateway():
 
 def test_scrape_config_of_a_fleet_names_engines_exporters_and_the_router(monkeypatch):
     monkeypatch.setenv("GLM_FLASH_API_KEY", "k")
+    monkeypatch.setenv("GLM_FLASH_WORKER_KEY", "worker-key-0123456789")
     ssh = {"ssh_user": "root"}
     workers, gw = fleet(
         shared={"listen_host": "0.0.0.0", "model_revision": "1" * 40},

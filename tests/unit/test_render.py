@@ -130,3 +130,48 @@ def test_gpu_unit_is_skipped_without_the_driver():
     assert d["ConditionPathExists"] == ["/proc/driver/nvidia/version"]
     assert d["Type"] == ["oneshot"] and d["RemainAfterExit"] == ["yes"]
     assert d["ExecStart"][0] == "/usr/sbin/modprobe nvidia-uvm"
+
+
+def test_a_fleet_worker_behind_a_gateway_lets_in_only_loopback_itself_the_gateway_and_allow_from(monkeypatch):
+    monkeypatch.setenv("GLM_FLASH_WORKER_KEY", "worker-key-0123456789")
+    p = build(
+        "gpu1",
+        {
+            "listen_host": "0.0.0.0",
+            "api_key_env": "GLM_FLASH_WORKER_KEY",
+            "fleet_own_address": "10.0.0.11",
+            "fleet_gateway_address": "10.0.0.2",
+            "fleet_peer_port": 30080,
+            "engine_allow_from": ["10.5.0.0/24"],
+        },
+    )
+    text = unit(p, api_key=True)
+    assert "\nIPAddressDeny=any\nIPAddressAllow=localhost 10.0.0.11 10.0.0.2 10.5.0.0/24\n" in text
+    assert "\nSocketBindDeny=tcp:30080\n" in text
+    # Only the peer port: NCCL/Gloo/torch.distributed bind ports of their own between the TP workers.
+    assert "SocketBindAllow" not in text
+
+
+def test_a_single_node_has_no_address_filter_nor_bind_deny():
+    text = unit(build("gpu1", {}))
+    assert "IPAddress" not in text and "SocketBind" not in text
+
+
+def test_the_engine_environment_is_offline():
+    env = render("glm-flash.env.j2", state_dir="/var/lib/glm-flash", extra_env={})
+    assert "\nHF_HUB_OFFLINE=1\n" in env
+
+
+def test_behind_the_address_filter_nccl_and_gloo_stay_on_loopback(monkeypatch):
+    monkeypatch.setenv("GLM_FLASH_WORKER_KEY", "worker-key-0123456789")
+    worker = build(
+        "gpu1",
+        {
+            "listen_host": "0.0.0.0",
+            "api_key_env": "GLM_FLASH_WORKER_KEY",
+            "fleet_own_address": "10.0.0.11",
+            "fleet_gateway_address": "10.0.0.2",
+        },
+    )
+    assert service.filtered_env(worker) == {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
+    assert service.filtered_env(build("gpu1", {})) == {}  # a single node: NCCL chooses as before

@@ -137,3 +137,41 @@ def test_log_filter_drops_key_values(line):
 )
 def test_log_filter_keeps_lines_without_a_key(line):
     assert re.search(KEY_LOG_PATTERN, line) is None
+
+
+class FakeRoll:
+    """What roles/fleet/roll.py's Roll hands the operation (its pyinfra glue, without a gateway)."""
+
+    def __init__(self, missing: bool = False):
+        self.missing, self.commands = missing, []
+
+    def command(self, restart_cmd, serving: bool):
+        self.commands.append((render(restart_cmd), serving))
+        return "ROLL"
+
+    def put_back(self):
+        return "PUT BACK" if self.missing else None
+
+
+def rolled(s: ServiceStart, roll: FakeRoll, can_serve: bool = True) -> list:
+    with on(FakeHost({ServiceStartState: s})):
+        return list(
+            started_from_disk._inner(service="glm-flash.service", inputs=INPUTS, can_serve=can_serve, roll=roll)
+        )
+
+
+def test_behind_a_gateway_a_serving_engines_restart_is_the_rolls_command():
+    roll = FakeRoll()
+    cmds = rolled(state(newest=T0 + 5), roll)
+    assert cmds[-1] == "ROLL" and not any("streamed" in str(c) for c in cmds)
+    assert roll.commands == [(RESTART.removeprefix("streamed: "), True)]
+    # Not serving (first start, failed): the roll starts it without taking it out (serving=False).
+    roll = FakeRoll()
+    assert rolled(state(active="failed"), roll)[-1] == "ROLL" and roll.commands[0][1] is False
+
+
+def test_behind_a_gateway_a_converged_worker_left_out_by_a_stopped_roll_is_put_back():
+    assert rolled(state(), FakeRoll(missing=True)) == ["PUT BACK"]
+    assert rolled(state(), FakeRoll()) == []  # listed: nothing to do, no change reported
+    # No GPU (the engine cannot serve): the roll is not asked.
+    assert rolled(state(), FakeRoll(missing=True), can_serve=False) == []

@@ -1,0 +1,219 @@
+"""A rolling restart of the workers' engines behind the gateway: the fleet keeps serving while a
+deploy upgrades it.
+
+How it is ordered. pyinfra runs an operation on every host at once, one operation after the
+other. The engine's restart is one operation of deploy.py (roles/service.py, started_from_disk:
+it restarts when what the engine starts from changed, decided from the host's state); everything
+before it (new engine environment, unit, flags) is prepared on every worker in parallel while the
+old engines keep serving. On a fleet with a gateway, deploy_fleet.py registers this module's Roll
+for the run (service.rolled_by) and that one operation then runs with pyinfra's `_parallel` set to
+`roll_batch`: pyinfra runs it for `roll_batch` hosts, waits for them, then the next ones (the
+inventory's order; the gateway host has no such operation and takes a slot without doing anything).
+For a worker whose engine is serving and due a restart the operation's command runs on the
+control machine (a FunctionCommand, so one run does it in this order):
+
+1. stop here if a worker of an earlier batch did not come back (its name is given);
+2. take the worker out of the gateway (the router's worker API, DELETE /workers/{id}) and wait
+   until the router no longer lists it; wait `roll_drain_s` so requests it holds finish;
+3. restart its engine (`systemctl restart`, which returns once the engine answers a completion:
+   the unit's readiness check), streaming the unit's journal;
+4. put it back (POST /workers {url, api_key: the worker key}) and wait until the router counts it
+   healthy; only then the next batch starts.
+
+A worker whose restart fails stays out of the gateway, the operation fails on that host only, and
+every later worker is left untouched (step 1): the rest serve on. A worker whose engine is not
+serving (the first deploy, a broken one) is started without being taken out (it was not
+serving), then put in the gateway when the router does not list it; one that does not start
+stops the roll too.
+A serving worker the router does not list (a roll stopped after taking it out) is put back by the
+next run. The gateway unreachable (not deployed yet, down): nothing can be drained, so the engine
+restarts as on a single node, said in the output. The router's API is called with the clients' key
+(it guards the router's API), read from the control machine's environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+
+from pyinfra import host as current_host
+from pyinfra.api import FunctionCommand
+from pyinfra.api.exceptions import OperationError
+
+from control.fleet import GATEWAY, gateway_profile, worker_url
+from control.profile import Profile
+from roles import service
+
+
+class Unreachable(Exception):
+    """The gateway's API does not answer (connection refused, timeout)."""
+
+
+class RouterApi:
+    """sglang-router's worker API (GET/POST /workers, DELETE /workers/{id}), as 0.3.2 serves it."""
+
+    def __init__(self, base: str, api_key: str, worker_key: str, timeout_s: float = 10):
+        self.base, self.api_key, self.worker_key, self.timeout_s = base.rstrip("/"), api_key, worker_key, timeout_s
+
+    def _call(self, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
+        req = urllib.request.Request(
+            self.base + path, data=json.dumps(body).encode() if body is not None else None, method=method
+        )
+        req.add_header("Content-Type", "application/json")
+        if self.api_key:
+            req.add_header("Authorization", f"Bearer {self.api_key}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+        except OSError as e:
+            raise Unreachable(f"{self.base} does not answer ({e})") from None
+
+    def workers(self) -> list[dict]:
+        code, out = self._call("GET", "/workers")
+        if code != 200:
+            raise OperationError(f"the gateway's GET /workers answered {code}: {out[:200]!r}")
+        return json.loads(out)["workers"]
+
+    def find(self, url: str) -> dict | None:
+        return next((w for w in self.workers() if w["url"] == url), None)
+
+    def remove(self, url: str, timeout_s: float) -> None:
+        w = self.find(url)
+        if w is None:
+            return
+        code, out = self._call("DELETE", f"/workers/{urllib.parse.quote(w['id'], safe='')}")
+        if code >= 300:
+            raise OperationError(f"the gateway refused to take out {url}: {code} {out[:200]!r}")
+        wait(lambda: self.find(url) is None, timeout_s, f"the gateway still lists {url}")
+
+    def add(self, url: str, timeout_s: float) -> None:
+        if self.find(url) is None:
+            body = {"url": url, **({"api_key": self.worker_key} if self.worker_key else {})}
+            code, out = self._call("POST", "/workers", body)
+            if code >= 300 and code != 409:
+                raise OperationError(f"the gateway refused to add {url}: {code} {out[:200]!r}")
+        wait(lambda: (self.find(url) or {}).get("is_healthy") is True, timeout_s, f"the gateway counts {url} unhealthy")
+
+
+def wait(cond: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise OperationError(f"{what} after {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
+def say(text: str) -> None:
+    print(f"glm-flash roll: {text}", file=sys.stderr, flush=True)
+
+
+class Roll:
+    """One run's roll over the workers: who is out, who failed (then nobody else restarts)."""
+
+    def __init__(self, api: RouterApi, drain_s: float, back_timeout_s: float = 600, batch: int = 1):
+        self.api, self.drain_s, self.back_timeout_s, self.batch = api, drain_s, back_timeout_s, batch
+        self.failed: list[str] = []
+        self.out: set[str] = set()
+        self.most_out = 0  # the most workers out of the gateway at once (tests/fleet checks it)
+        self.order: list[str] = []  # workers in the order they were taken out
+
+    def restart(self, name: str, url: str, restart: Callable[[], bool], serving: bool) -> bool:
+        """Take `url` out, drain, restart (restart() says whether it came up), put it back."""
+        if self.failed:
+            say(f"{name}: not restarted: the roll stopped at {', '.join(self.failed)}, which did not come back")
+            return False
+        if not serving:  # nothing to drain; once it serves, it goes (back) in
+            if not restart():
+                self.failed.append(name)
+                say(f"{name}: its engine did not start; the roll stops here")
+                return False
+            try:
+                self.api.add(url, self.back_timeout_s)
+            except Unreachable:
+                pass  # no gateway yet: it adds its workers when it starts
+            except OperationError as e:
+                self.failed.append(name)
+                say(f"{name}: not in the gateway ({e}); the roll stops here")
+                return False
+            return True
+        try:
+            self.api.remove(url, self.back_timeout_s)
+        except Unreachable as e:
+            say(f"{name}: {e}: restarting without taking it out of the gateway first")
+            return restart()
+        self.out.add(url)
+        self.order.append(url)
+        self.most_out = max(self.most_out, len(self.out))
+        say(f"{name}: out of the gateway; draining {self.drain_s:g} s, then restarting its engine")
+        time.sleep(self.drain_s)
+        if not restart():
+            self.failed.append(name)
+            say(f"{name}: its engine did not come back: it stays out of the gateway; the roll stops here")
+            return False
+        try:
+            self.api.add(url, self.back_timeout_s)
+        except (OperationError, Unreachable) as e:
+            self.failed.append(name)
+            say(f"{name}: not back in the gateway ({e}); the roll stops here")
+            return False
+        self.out.discard(url)
+        say(f"{name}: back in the gateway, counted healthy")
+        return True
+
+    def back_in(self, url: str) -> bool:
+        """Whether a serving worker is listed by the router (False: a stopped roll left it out).
+        True when the gateway does not answer: nothing to do from here."""
+        try:
+            return self.api.find(url) is not None
+        except Unreachable:
+            return True
+
+    # --- what roles/service.py asks (through run_record, so that role imports nothing of the fleet) ---
+    def parallel(self) -> int:
+        return self.batch
+
+    def command(self, restart_cmd, serving: bool) -> FunctionCommand:
+        """The operation's one command for the current host: the steps above around `restart_cmd`."""
+        url = worker_url(current_host.name, current_host.data.dict())
+        return FunctionCommand(self._run, (url, restart_cmd, serving), {})
+
+    def put_back(self) -> FunctionCommand | None:
+        """For a serving worker that needs no restart: put it back when the router lacks it."""
+        url = worker_url(current_host.name, current_host.data.dict())
+        if self.back_in(url):
+            return None
+        return FunctionCommand(self._put_back, (url,), {})
+
+    def _put_back(self, state, host, url: str) -> bool:
+        self.api.add(url, self.back_timeout_s)
+        say(f"{host.name}: put back in the gateway")
+        return True
+
+    def _run(self, state, host, url: str, restart_cmd, serving: bool) -> bool:  # pyinfra passes state and host
+        def restart() -> bool:
+            ok, _ = host.run_shell_command(restart_cmd, print_output=True, print_input=False)
+            return ok
+
+        return self.restart(host.name, url, restart, serving)
+
+
+def register(workers: Profile) -> None:
+    """This run's engine restarts roll behind the inventory's gateway (none: as on single nodes)."""
+    group = current_host.inventory.get_group(GATEWAY, None) if hasattr(current_host, "inventory") else None
+    if not group:
+        return
+    gw = group[0]
+    g = gateway_profile(gw.name, gw.data.dict())
+    where = str(gw.data.get("ssh_hostname") or gw.name) if g.gateway_listen_host in ("0.0.0.0", "::") else None
+    where = where or g.gateway_listen_host
+    base = f"http://[{where}]:{g.gateway_port}" if ":" in where else f"http://{where}:{g.gateway_port}"
+    api = RouterApi(base, os.environ.get(g.api_key_env, ""), os.environ.get(g.worker_key_env, ""))
+    service.rolled_by(Roll(api, workers.roll_drain_s, batch=workers.roll_batch))
