@@ -2,7 +2,7 @@
 at module level that carry it sideways.
 
 What one run writes here: the steps a host skipped and why (control/report.py), why a host was
-refused (pyinfra_ext/refusal.py), which seed a fleet worker received files from (roles/fleet/),
+refused (pyinfra_ext/refusal.py), which seed a fleet worker received files from and the transfers' tokens (roles/fleet/),
 the model download each host started (roles/model.py) and how the run shares checkpoints, the
 seed's verified marker a receiving worker checks against (roles/operations/checkpoint.py), and
 the summary's planned and gathered values (roles/summary.py).
@@ -42,6 +42,8 @@ class Record:
     checkpoint_sharing: Any = None
     # In a fleet behind a gateway: how the engines' restarts roll (roles/fleet/roll.py), else None.
     engine_roll: Any = None
+    # transfer set name -> its random token, shared by the set's servers and receivers (roles/fleet/artifacts.py)
+    peer_tokens: dict[str, Any] = field(default_factory=dict)
     # checkpoint path -> the seed's verified marker, read on a receiving worker (roles/operations/checkpoint.py)
     relayed: dict[str, str] = field(default_factory=dict)
     # host name -> the profile values the summary names / what its last operation read (roles/summary.py)

@@ -89,7 +89,6 @@ SERVER_PROPERTIES = [
     "RestrictAddressFamilies=AF_INET AF_INET6",
     "IPAddressDeny=any",
 ]
-_TOKENS: dict = {}
 
 
 @dataclass(frozen=True)
@@ -166,10 +165,10 @@ def url(worker) -> str:
 
 def token(name: str) -> Secret:
     """The transfer's token: random, one per set and run, shared by its servers and receivers."""
-    key = (id(state), name)
-    if key not in _TOKENS:
-        _TOKENS[key] = Secret(secrets.token_urlsafe(32))
-    return _TOKENS[key]
+    tokens = run_record.current().peer_tokens
+    if name not in tokens:
+        tokens[name] = Secret(secrets.token_urlsafe(32))
+    return tokens[name]
 
 
 def token_path(profile: Profile, name: str) -> str:
