@@ -457,6 +457,16 @@ KNOBS: dict[str, Knob] = {
         "the fork's prebuilt cubins (GB10 runs the sm_120 ones exactly), served as VLLM_MOE_W2_CUBIT_DIR",
         **FORK_PATH,
     ),
+    "deepgemm_repo_url": K(
+        "https://github.com/deepseek-ai/DeepGEMM.git",
+        "DeepGEMM's repository, the URL the fork's Dockerfile.sm120-v024 clones; built into the engine environment",
+        **URL,
+    ),
+    "deepgemm_ref": K(
+        "a6b593d2826719dcf4892609af7b84ee23aaf32a",
+        "the DeepGEMM commit the fork's Dockerfile swaps in (its DEEPGEMM_REF; the release pin has no sm_12x paths)",
+        **COMMIT,
+    ),
     "moe_w2": K(True, "VLLM_MOE_W2=1: routed experts as 2-bit planes built from the FP8 checkpoint at load", bool),
     "moe_w2_delta_gb": K(
         2.0,

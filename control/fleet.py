@@ -43,6 +43,7 @@ SERVED = (
     "model_revision",
     "served_model_name",
     "vllm_ref",
+    "deepgemm_ref",
     "drafter_model",
     "drafter_revision",
     "tool_call_parser",

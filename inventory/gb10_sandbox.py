@@ -5,7 +5,8 @@
 What is simulated and what differs from DGX OS is in sandbox/gb10.py's docstring. The fork is
 the stand-in served on loopback; its commits (`good`, `next`, `broken`) are in
 .sandbox/gb10/info.json; GLM_FLASH_GB10_FORK picks one by name (default `good`), `--data
-vllm_ref=` overrides it. The profile is the GB10 one: only what this machine cannot be is set here.
+vllm_ref=` overrides it. The stand-in DeepGEMM is served beside it at its one commit
+(info.json `deepgemm`); GLM_FLASH_GB10_DEEPGEMM sets another commit. The profile is the GB10 one: only what this machine cannot be is set here.
 """
 
 import json
@@ -42,6 +43,10 @@ hosts = hosts(
             # The stand-in fork (a git repository of ours over HTTP on loopback) at one of its commits.
             "vllm_repo_url": f"http://127.0.0.1:{ports['fork']}/vLLM-Moet.git",
             "vllm_ref": commits[os.environ.get("GLM_FLASH_GB10_FORK", "good")],
+            # The stand-in DeepGEMM beside it (pure Python: the real one compiles CUDA with nvcc) at its
+            # commit; GLM_FLASH_GB10_DEEPGEMM names another commit (the test's wrong one).
+            "deepgemm_repo_url": f"http://127.0.0.1:{ports['fork']}/DeepGEMM.git",
+            "deepgemm_ref": os.environ.get("GLM_FLASH_GB10_DEEPGEMM") or info["deepgemm"]["good"],
             "accept_drafter_license": True,  # a stand-in drafter: no licensed file is downloaded here
             # The stand-in hub: a small checkpoint with the real config.json keys, and a stand-in drafter
             # at the commit public recipes pin (drafter_revision's default).

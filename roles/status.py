@@ -43,6 +43,7 @@ KEYS = (
     "python_version",
     "vllm_ref",
     "fork_patch",
+    "deepgemm_ref",
     "memory_guard_gib",
     "metrics",
 )

@@ -31,6 +31,12 @@ What is simulated, at the edges only (the roles run unchanged; inventory/gb10_sa
   loopback, three commits: `good` (a patch of ours against the real vLLM 0.24.0 files, carrying
   the scheduler fix and the fork's VLLM_MOE_W2* reads, cubins, a guide), `next` (the same, one
   more edit) and `broken` (its patch made against another release: it does not apply).
+- DeepGEMM (deepseek-ai/DeepGEMM's shape as far as the install needs): a git repository of ours
+  served beside the fork, one commit (info.json `deepgemm`): a `deep_gemm` package whose
+  version carries `+<git rev-parse --short HEAD>` as DeepGEMM's setup.py makes it, built by a
+  pure-Python in-tree PEP 517 backend (the real one compiles CUDA with nvcc through setuptools
+  and torch's cpp_extension; nothing compiles here), no submodules (the real one has cutlass
+  and fmt).
 - the hub: sandbox/fake_hub.py serving the small stand-in checkpoint (sandbox/fake_model.py) as
   zai-org/GLM-5.3-Flash and a stand-in drafter as incoai/GLM-5.3-Flash-DFlash2 at the commit the
   public recipes pin.
@@ -68,6 +74,7 @@ MACHINE = f"glm-flash-gb10-{sb.IDENTITY}"
 STANDIN = Path("srv/glm-flash-standin")  # inside the machine (the stand-in python reads it)
 FORK_WWW = STATE / "fork-www"
 FORK_NAME = "vLLM-Moet.git"
+DEEPGEMM_NAME = "DeepGEMM.git"  # served beside the fork
 HUB_DIR = STATE / "hub"
 MODEL_REPO = "zai-org/GLM-5.3-Flash"
 DRAFTER_REPO = "incoai/GLM-5.3-Flash-DFlash2"
@@ -279,6 +286,63 @@ def build_fork() -> dict[str, str]:
     return commits
 
 
+DEEPGEMM_BACKEND = '''"""Stand-in of DeepGEMM's build (glm-flash GB10 sandbox): pure Python, nothing compiled.
+The real setup.py compiles deep_gemm_cpp with nvcc; like it, the version carries +<short HEAD>."""
+import base64, hashlib, os, subprocess, zipfile
+
+NAME = "deep_gemm"
+
+
+def _version():
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    ns = {}
+    exec(open(os.path.join(NAME, "__init__.py")).read(), ns)
+    return ns["__version__"] + (f"+{rev}" if rev else "")
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    version = _version()
+    info = f"{NAME}-{version}.dist-info"
+    files = {f"{NAME}/{n}": open(os.path.join(NAME, n), "rb").read() for n in sorted(os.listdir(NAME))
+             if n.endswith(".py")}
+    files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\\nName: {NAME}\\nVersion: {version}\\n".encode()
+    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\\nGenerator: glm-flash-standin\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
+    record = ""
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record += f"{name},sha256={digest},{len(data)}\\n"
+    files[f"{info}/RECORD"] = (record + f"{info}/RECORD,,\\n").encode()
+    wheel = f"{NAME}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, wheel), "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return wheel
+'''
+
+
+def build_deepgemm() -> dict[str, str]:
+    """The stand-in DeepGEMM, bare, under FORK_WWW beside the fork: {"good": commit}."""
+    work = STATE / "deepgemm-work"
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "deep_gemm").mkdir(parents=True)
+    git("init", "-q", "-b", "nv-dev", cwd=work)
+    (work / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "standin_build"\nbackend-path = ["."]\n\n'
+        '[project]\nname = "deep_gemm"\ndynamic = ["version"]\n'
+    )
+    (work / "standin_build.py").write_text(DEEPGEMM_BACKEND)
+    (work / "deep_gemm" / "__init__.py").write_text(
+        '"""Stand-in of DeepGEMM (glm-flash GB10 sandbox): no kernels."""\n__version__ = "2.3.0"\n'
+    )
+    git("add", "-A", cwd=work)
+    git("commit", "-qm", "stand-in DeepGEMM", cwd=work)
+    commit = git("rev-parse", "HEAD", cwd=work)
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(FORK_WWW / DEEPGEMM_NAME)], check=True)
+    git("update-server-info", cwd=FORK_WWW / DEEPGEMM_NAME)
+    shutil.rmtree(work)
+    return {"good": commit}
+
+
 # --- the machine ----------------------------------------------------------------------------
 
 
@@ -473,6 +537,7 @@ def prepare(parser_dump: Path | None = None) -> dict:
     if not ROOTFS.exists():
         create_rootfs(p["ssh"])
         data["commits"] = build_fork()
+        data["deepgemm"] = build_deepgemm()
         data["hub"] = stage_hub()
     write_sshd(p["ssh"])
     stage_parser(parser_dump)
@@ -567,7 +632,7 @@ def down() -> None:
 
 def destroy() -> None:
     down()
-    for path in (ROOTFS, STATE / "rootfs.partial", HUB_DIR, FORK_WWW, STATE / "fork-work"):
+    for path in (ROOTFS, STATE / "rootfs.partial", HUB_DIR, FORK_WWW, STATE / "fork-work", STATE / "deepgemm-work"):
         shutil.rmtree(path, ignore_errors=True)
     INFO.unlink(missing_ok=True)
     say("machine deleted")

@@ -6,7 +6,9 @@ the kernel check, the record, the marker. Simulated (this machine has no aarch64
 no CUDA torch): the venv, pip installing the lock (the release's Python files are copied into
 the environment's site-packages instead) and the last import, which answers torch's CUDA.
 The fork is a stand-in of ours shaped like its upstream (docs/sources.md §20): its patch at
-patch/vllm-moet-v0.24.0.patch, cubins under kernels/cubins-sm120/.
+patch/vllm-moet-v0.24.0.patch, cubins under kernels/cubins-sm120/. DeepGEMM is a local git
+repository of ours fetched by commit (real git); its build and install by pip are simulated
+(the real one compiles CUDA with nvcc): a deep_gemm package and its dist-info are written.
 """
 
 from __future__ import annotations
@@ -64,6 +66,17 @@ def make_fork(tmp_path: Path, release: Path, name="fork-src", **standin) -> tupl
     return repo, git("rev-parse", "HEAD", cwd=repo)
 
 
+def make_deepgemm(tmp_path: Path) -> tuple[Path, str]:
+    """A git repository standing in for DeepGEMM (pure Python); returns (path, commit)."""
+    repo = tmp_path / "DeepGEMM"
+    (repo / "deep_gemm").mkdir(parents=True, exist_ok=True)
+    (repo / "deep_gemm" / "__init__.py").write_text('__version__ = "2.3.0"\n')
+    git("init", "-q", cwd=repo)
+    git("add", "-A", cwd=repo)
+    git("-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "stand-in DeepGEMM", cwd=repo)
+    return repo, git("rev-parse", "HEAD", cwd=repo)
+
+
 @pytest.fixture
 def build(tmp_path, release, monkeypatch):
     """Run the tool's build() with the simulated venv/pip; return (result or exception, calls, env_dir)."""
@@ -83,6 +96,12 @@ def build(tmp_path, release, monkeypatch):
         if cmd[1:3] == ["-m", "venv"]:
             (env_dir / "bin").mkdir(parents=True)
             return ""
+        if cmd[1:4] == ["-m", "pip", "install"] and "--no-build-isolation" in cmd:
+            src = Path(cmd[-1])  # simulated: DeepGEMM's setup.py build (nvcc) and pip's install
+            version = f"2.3.0+{git('rev-parse', '--short', 'HEAD', cwd=src)}"
+            shutil.copytree(src / "deep_gemm", site / "deep_gemm")
+            (site / f"deep_gemm-{version}.dist-info").mkdir()
+            return ""
         if cmd[1:4] == ["-m", "pip", "install"]:
             shutil.copytree(release, site)  # simulated: the wheels of the lock
             return ""
@@ -96,8 +115,12 @@ def build(tmp_path, release, monkeypatch):
 
     monkeypatch.setattr(t, "run", run)
 
-    def go(fork: Path, commit: str, patch=PATCH, kernels=KERNELS, env="ENV"):
+    deepgemm = {}
+
+    def go(fork: Path, commit: str, patch=PATCH, kernels=KERNELS, env="ENV", deepgemm_commit=None):
         building["env"] = env
+        if not deepgemm:
+            deepgemm["repo"], deepgemm["commit"] = make_deepgemm(tmp_path)
         args = type(
             "Args",
             (),
@@ -110,6 +133,8 @@ def build(tmp_path, release, monkeypatch):
                 fork_commit=commit,
                 fork_patch=patch,
                 fork_kernels=kernels,
+                deepgemm_repo=str(deepgemm["repo"]),
+                deepgemm_commit=deepgemm_commit or deepgemm["commit"],
             ),
         )
         try:
@@ -151,6 +176,34 @@ def test_builds_from_the_lock_applies_the_fork_and_records_it(build, tmp_path, r
     marker = json.loads((env_dir / ".glm-flash-complete").read_text())
     assert (marker["fork_commit"], marker["vllm"], marker["fork_patch"]) == (commit, "0.24.0", PATCH)
     assert git("rev-parse", "HEAD", cwd=env_dir / "fork") == commit
+    # DeepGEMM: fetched at its commit before anything is installed, built into the environment after
+    # the lock without isolation, recorded
+    dg = git("rev-parse", "HEAD", cwd=env_dir / "deepgemm")
+    assert (marker["deepgemm_commit"], marker["deep_gemm"]) == (dg, f"2.3.0+{dg[:7]}")
+    pips = [c for c in calls if c[1:4] == ["-m", "pip", "install"]]
+    assert pips[1][4:] == [
+        "--progress-bar",
+        "off",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        str(env_dir / "deepgemm"),
+    ]
+    assert (site / "deep_gemm" / "__init__.py").is_file()
+
+
+def test_a_deepgemm_commit_not_in_its_repository_stops_before_installing(build, tmp_path, release):
+    fork, commit = make_fork(tmp_path, release)
+    result, calls, env_dir = build(fork, commit, deepgemm_commit="d" * 40)
+    assert f"has no commit {'d' * 40}; deepgemm_ref must be a full commit" in str(result), result
+    assert not [c for c in calls if c[1:3] == ["-m", "venv"]] and not (env_dir / ".glm-flash-complete").exists()
+
+
+def test_a_deepgemm_tag_is_refused_before_anything(build, tmp_path, release):
+    fork, commit = make_fork(tmp_path, release)
+    result, calls, _ = build(fork, commit, deepgemm_commit="nv-dev")
+    assert "--deepgemm-commit 'nv-dev' is not a full 40-character commit hash" in str(result)
+    assert calls == []
 
 
 def engine_tool(root: Path, *args: str) -> str:

@@ -72,6 +72,20 @@ def test_engine_is_the_fork_at_the_pinned_commit(host, profile, env_dir):
     assert version.split()[1] != "None", f"torch without CUDA in {env_dir}: {version}"
 
 
+def test_deepgemm_is_the_pinned_commit(host, profile, env_dir):
+    """DeepGEMM built from deepgemm_ref into the serving environment (the fork's Dockerfile's swap):
+    recorded, its checkout at that commit, one deep_gemm installed whose version's +<rev> names it."""
+    marker = json.loads(host.file(f"{env_dir}/.glm-flash-complete").content_string)
+    assert (marker["deepgemm_repo"], marker["deepgemm_commit"]) == (profile.deepgemm_repo_url, profile.deepgemm_ref)
+    assert host.check_output(f"git -C {env_dir}/deepgemm rev-parse HEAD") == profile.deepgemm_ref
+    site = f"{env_dir}/lib/python{profile.python_version}/site-packages"
+    dists = host.check_output(f"cd {site} && ls -d deep_gemm-*.dist-info").split()
+    assert dists == [f"deep_gemm-{marker['deep_gemm']}.dist-info"], dists
+    local = marker["deep_gemm"].partition("+")[2]
+    assert not local or profile.deepgemm_ref.startswith(local), marker["deep_gemm"]
+    assert host.file(f"{site}/deep_gemm/__init__.py").exists
+
+
 def test_fork_patch_is_applied_as_recorded(host, profile, env_dir):
     """The fork's patch is in place (git apply --check --reverse) and no patched file changed since."""
     site = layout.site_packages(profile, env_dir)

@@ -2,7 +2,8 @@
 machine made to look like a GB10 box (sandbox/gb10.py), with real systemd.
 
 Real: deploy.py and every role unchanged, systemd, apt (Debian's earlyoom), the hub client
-against the stand-in hub, git fetching the fork by commit over HTTP, files/glm-flash-vllm-build
+against the stand-in hub, git fetching the fork and DeepGEMM by commit over HTTP, pip building
+DeepGEMM's checkout into the environment (--no-deps --no-build-isolation), files/glm-flash-vllm-build
 making a venv from a CPython 3.12, pip installing PyPI's real vLLM 0.24.0 wheel (hash-checked,
 --no-deps), files/glm-flash-fork-patch checking and applying the fork's patch to those files and
 finding the scheduler fix, the kernels copied, glm-flash-engine switching and rolling back,
@@ -12,7 +13,9 @@ with the deploy's drop-in, `glm-flash status`, tests/host/test_gb10.py.
 Simulated (sandbox/gb10.py's docstring has the detail): the facts that say GB10 (`uname -m`
 aarch64, nvidia-smi's query, DGX OS's release files, the GX10's /proc/meminfo, the CUDA 13.0
 directory); no GPU device, so the driver check is skipped and the service's preflight refuses to
-start. The fork is a stand-in of ours on loopback; the hub serves a small checkpoint and a
+start. The fork is a stand-in of ours on loopback; so is DeepGEMM beside it, pure Python (the
+real one compiles CUDA kernels with nvcc through its setup.py; this one's in-tree build backend
+writes a wheel of one module, versioned +<short HEAD> as DeepGEMM's setup.py does); the hub serves a small checkpoint and a
 stand-in drafter. python3.12 is a real CPython 3.12 whose sitecustomize installs the real vLLM
 x86_64 wheel (the same Python files as aarch64) and a stand-in torch instead of the aarch64 lock,
 answers the build's CUDA import from the installed files, and gives glm-flash-check-flags a replica
@@ -65,14 +68,14 @@ def sh(command: str, check: bool = True, timeout: int = 300) -> subprocess.Compl
     return r
 
 
-def deploy(fork: str = "good") -> subprocess.CompletedProcess:
+def deploy(fork: str = "good", deepgemm: str = "") -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "pyinfra", "-y", "--json", INVENTORY, "deploy.py"],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=3600,
-        env=dict(os.environ, PYTHONUNBUFFERED="1", GLM_FLASH_GB10_FORK=fork),
+        env=dict(os.environ, PYTHONUNBUFFERED="1", GLM_FLASH_GB10_FORK=fork, GLM_FLASH_GB10_DEEPGEMM=deepgemm),
     )
 
 
@@ -91,6 +94,10 @@ def outcomes(log: str) -> list[tuple[str, str]]:
 
 def commits() -> dict[str, str]:
     return json.loads((STATE / "info.json").read_text())["commits"]
+
+
+def deepgemm_commit() -> str:
+    return json.loads((STATE / "info.json").read_text())["deepgemm"]["good"]
 
 
 def current() -> str:
@@ -160,6 +167,29 @@ def test_the_engine_is_the_real_release_with_the_forks_patch(gb10):
     assert sh(f"ls {env}/cubit-share").stdout.split() == ["exl3-wave-m8", "moe_w2_mm_k6144_a32.cubin"]
 
 
+def test_deepgemm_is_installed_in_the_serving_environment_at_the_pinned_commit(gb10):
+    """The stand-in DeepGEMM (pure Python; the real one compiles CUDA with nvcc) fetched at the
+    pinned commit, built into the environment the service runs, and recorded there."""
+    env, commit = current(), deepgemm_commit()
+    marker = json.loads(sh(f"cat {env}/.glm-flash-complete").stdout)
+    assert (marker["deepgemm_commit"], marker["deep_gemm"]) == (commit, f"2.3.0+{commit[:7]}")
+    assert sh(f"git -C {env}/deepgemm rev-parse HEAD").stdout.strip() == commit
+    site = f"{env}/{SITE}"
+    assert sh(f"cd {site} && ls -d deep_gemm*").stdout.split() == [
+        "deep_gemm",
+        f"deep_gemm-2.3.0+{commit[:7]}.dist-info",
+    ]
+    # installed by pip into this environment, importable by its interpreter
+    assert sh(
+        f"{env}/bin/python -c 'import deep_gemm; print(deep_gemm.__file__, deep_gemm.__version__)'"
+    ).stdout.split() == [
+        f"{site}/deep_gemm/__init__.py",
+        "2.3.0",
+    ]
+    items = {i["item"]: i for i in json.loads(sh("glm-flash status --json", check=False).stdout)["items"]}
+    assert items["deepgemm"]["state"] == "ok" and items["deepgemm"]["fields"]["commit"] == commit, items["deepgemm"]
+
+
 def test_the_service_fails_to_start_only_for_the_missing_gpu(gb10):
     r = sh("systemctl start glm-flash.service", check=False)
     assert r.returncode != 0
@@ -183,7 +213,7 @@ def test_earlyoom_runs_with_the_deploys_drop_in_and_the_engine_is_its_first_choi
 def test_glm_flash_status_items(gb10):
     items = {i["item"]: i for i in json.loads(sh("glm-flash status --json", check=False).stdout)["items"]}
     assert items["memory guard"]["state"] == "ok", items["memory guard"]
-    for name in ("fork patch", "scheduler fix", "fork kernels"):
+    for name in ("fork patch", "scheduler fix", "fork kernels", "deepgemm"):
         assert items[name]["state"] == "ok", items[name]
 
 
@@ -251,6 +281,29 @@ def test_a_fork_commit_whose_patch_does_not_apply_is_refused_with_nothing_change
     assert [e for e in envs if not e.startswith(broken)] == before_envs
     left = [e for e in envs if e.startswith(broken)]
     assert all(sh(f"test ! -e {ENGINE}/envs/{e}/.glm-flash-complete", check=False).returncode == 0 for e in left)
+
+
+def test_a_deepgemm_commit_not_in_its_repository_is_refused_with_nothing_changed(gb10):
+    """A well-formed commit DeepGEMM's repository does not have: the build stops at the fetch,
+    before anything is installed; the serving environment and `current` are untouched."""
+    before_current, before_envs = current(), sh(f"ls {ENGINE}/envs").stdout.split()
+    wrong = "d" * 40
+    r = deploy(deepgemm=wrong)
+    assert r.returncode != 0
+    out = r.stderr + r.stdout
+    assert f"has no commit {wrong}; deepgemm_ref must be a full commit of that repository" in out, out[-6000:]
+    assert current() == before_current
+    envs = sh(f"ls {ENGINE}/envs").stdout.split()
+    new = [e for e in envs if e not in before_envs]
+    assert len(new) <= 1 and [e for e in envs if e in before_envs] == before_envs
+    for e in new:  # the fork fetched, nothing installed, never complete
+        assert (
+            sh(
+                f"test ! -e {ENGINE}/envs/{e}/.glm-flash-complete && test ! -e {ENGINE}/envs/{e}/bin", check=False
+            ).returncode
+            == 0
+        )
+    assert json.loads(sh(f"cat {before_current}/.glm-flash-complete").stdout)["deepgemm_commit"] == deepgemm_commit()
 
 
 def test_upgrade_to_another_fork_commit_and_roll_back(gb10):

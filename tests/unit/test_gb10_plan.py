@@ -254,12 +254,14 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     # fresh: build beside (wheels, the fork's patch checked then applied, its kernels), middleware, drafter, switch
     # several GB of wheels: as the transient unit glm-flash-job-engine-build (roles/operations/job.py)
     assert plan.commands("vLLM-Moet") == ["function _follow"]
-    assert plan.find(f"vLLM 0.24.0 + vLLM-Moet {REF[:12]} built into {env}")
+    assert plan.find(f"vLLM 0.24.0 + vLLM-Moet {REF[:12]} + DeepGEMM a6b593d28267 built into {env}")
     assert " ".join(engine_vllm.build_argv(profile, env)) == (
         f"/opt/glm-flash/bin/glm-flash-vllm-build {env} --python /usr/bin/python3.12 "
         f"--lock /opt/glm-flash/engine/locks/{env}.vllm.txt --vllm-version 0.24.0 "
         f"--fork-repo https://github.com/lrozewicz/vLLM-Moet-GB10 --fork-commit {REF} "
-        "--fork-patch patch/vllm-moet-v0.24.0.patch --fork-kernels kernels/cubins-sm120"
+        "--fork-patch patch/vllm-moet-v0.24.0.patch --fork-kernels kernels/cubins-sm120 "
+        "--deepgemm-repo https://github.com/deepseek-ai/DeepGEMM.git "
+        "--deepgemm-commit a6b593d2826719dcf4892609af7b84ee23aaf32a"
     )
     # no patch set of ours on top of the fork: its patch carries the scheduler fix (checked by the build)
     assert not plan.find("vLLM patches in") and not plan.find("Patch set")
@@ -351,6 +353,17 @@ def test_fork_already_built_at_the_pinned_ref_builds_nothing(monkeypatch, profil
     assert plan.commands("Launch flags accepted") == []  # accepted (and recorded) before
     assert plan.commands("Switch engine current") == []
     assert plan.commands("Checkpoint incoai") == []  # present and verified: nothing to do
+
+
+def test_a_new_deepgemm_commit_is_a_new_environment(profile):
+    """DeepGEMM is part of the environment: another commit (or repository) builds anew beside."""
+    other = build("gx10.example.lan", dict(INVENTORY, deepgemm_ref="1" * 40), api_key_present=False)
+    repo = build(
+        "gx10.example.lan", dict(INVENTORY, deepgemm_repo_url="https://example.org/DeepGEMM.git"), api_key_present=False
+    )
+    envs = {engine_vllm.env_id(p) for p in (profile, other, repo)}
+    assert len(envs) == 3 and all(e.startswith(f"vllm-moet-{REF[:12]}-") for e in envs)
+    assert f"--deepgemm-commit {'1' * 40}" in " ".join(engine_vllm.build_argv(other, engine_vllm.env_id(other)))
 
 
 def test_ref_changed_builds_beside_and_switches(monkeypatch, profile):

@@ -39,6 +39,19 @@ def test_the_fork_is_pinned_to_a_full_commit(ref):
     assert list(p) == ["vllm_ref"] and "full commit" in p["vllm_ref"].problem
 
 
+@pytest.mark.parametrize("ref", ["nv-dev", "v2.1.0", "a6b593d2", "A6B593D2826719DCF4892609AF7B84EE23AAF32A", ""])
+def test_deepgemm_is_pinned_to_a_full_commit(ref):
+    """A tag, branch or short hash of DeepGEMM is refused in the profile, before any host is touched."""
+    p = problems({"platform": "gb10", "vllm_ref": REF, "accept_drafter_license": True, "deepgemm_ref": ref})
+    assert list(p) == ["deepgemm_ref"] and "full commit" in p["deepgemm_ref"].problem
+
+
+def test_deepgemm_defaults_to_the_forks_dockerfile_pin():
+    p = build("gx10", {"platform": "gb10", "vllm_ref": REF, "accept_drafter_license": True}, api_key_present=False)
+    assert p.deepgemm_ref == "a6b593d2826719dcf4892609af7b84ee23aaf32a"
+    assert p.deepgemm_repo_url == "https://github.com/deepseek-ai/DeepGEMM.git"
+
+
 def test_the_inventory_without_acceptance_stops_pyinfra_cleanly(tmp_path):
     inv = filled("gb10.py", tmp_path, **{'"accept_drafter_license": True': '"accept_drafter_license": False'})
     r = load(inv, user_home(tmp_path))

@@ -259,3 +259,21 @@ def test_profile_values_are_those_the_tool_reads(tmp_path):
     (tmp_path / "elsewhere.json").write_text(json.dumps(v))
     with pytest.raises(OSError):
         st.load_config(str(link))  # a planted symlink is never followed
+
+
+def test_gb10_deepgemm_is_the_pinned_commit_installed_once():
+    """The serving environment's record names deepgemm_ref and deep_gemm is installed once, its
+    version's +<rev> (DeepGEMM's setup.py appends `git rev-parse --short HEAD`) naming that commit."""
+    gb10 = cfg("gb10")
+    want = gb10["deepgemm_ref"]
+    assert want == KNOBS["deepgemm_ref"].default
+    marker = {"deepgemm_commit": want, "deep_gemm": "2.3.0+a6b593d"}
+    ok = st.decide_deepgemm(gb10, marker, ["2.3.0+a6b593d"])
+    assert ok["state"] == "ok" and ok["fields"] == {"version": "2.3.0+a6b593d", "commit": want}
+    assert st.decide_deepgemm(gb10, marker, ["2.3.0"])["state"] == "ok"  # built without a local version
+    other = st.decide_deepgemm(gb10, dict(marker, deepgemm_commit="1" * 40), ["2.3.0+1111111"])
+    assert other["state"] == "problem" and "the profile pins" in other["detail"]
+    assert st.decide_deepgemm(gb10, marker, ["2.3.0+1111111"])["state"] == "problem"
+    assert st.decide_deepgemm(gb10, marker, [])["state"] == "problem"
+    assert st.decide_deepgemm(gb10, marker, ["2.3.0+a6b593d", "2.2.0"])["state"] == "problem"
+    assert st.decide_deepgemm(gb10, None, [])["state"] == "problem"

@@ -10,11 +10,14 @@ Per run (platform gb10):
    capability 12.1 with unified memory, DGX OS (Ubuntu 24.04). Anything else stops this
    host's deploy with what was found and how to fix it;
 2. the environment `vllm-moet-<commit12>-<hash>` (the hash covers the fork's repository, commit,
-   patch and kernel paths, the vLLM release, Python and the wheel lock
+   patch and kernel paths, DeepGEMM's repository and commit, the vLLM release, Python and the wheel lock
    locks/vllm/<version>-aarch64.txt, made by `make vllm-lock`) is built beside the others by
    files/glm-flash-vllm-build only when it is not complete: the fork fetched at the commit (its
-   patch and kernels must be where the profile says, else nothing is installed), every wheel
-   from the lock (--require-hashes), the fork's patch checked with `git apply --check` and
+   patch and kernels must be where the profile says, else nothing is installed), DeepGEMM
+   fetched at deepgemm_ref (HEAD verified, before anything is installed), every wheel
+   from the lock (--require-hashes), DeepGEMM built from its checkout into the environment
+   (--no-deps --no-build-isolation, as the fork's Dockerfile swaps it in; recorded in the
+   environment's marker), the fork's patch checked with `git apply --check` and
    applied by files/glm-flash-fork-patch (refused with nothing written when it does not
    apply; recorded in the environment), the scheduler fix of the field report verified in the
    patched scheduler, the kernels copied beside it. The same commit is never built twice; a new
@@ -79,6 +82,8 @@ def env_id(profile: Profile) -> str:
             profile.vllm_ref,
             profile.fork_patch,
             profile.fork_kernels,
+            profile.deepgemm_repo_url,
+            profile.deepgemm_ref,
             profile.vllm_version,
             profile.python_version,
             hashlib.sha256(wheel_lock(profile).read_bytes()).hexdigest(),
@@ -109,6 +114,10 @@ def build_argv(profile: Profile, env: str) -> list[str]:
         profile.fork_patch,
         "--fork-kernels",
         profile.fork_kernels,
+        "--deepgemm-repo",
+        profile.deepgemm_repo_url,
+        "--deepgemm-commit",
+        profile.deepgemm_ref,
     ]
 
 
@@ -179,7 +188,8 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
     paths.put(name=f"Wheel lock of {env}", src=str(wheel_lock(profile)), dest=lock_dest(profile, env), mode="644")
     environment_built(
         name=(
-            f"vLLM {profile.vllm_version} + vLLM-Moet {profile.vllm_ref[:12]} built into {env} "
+            f"vLLM {profile.vllm_version} + vLLM-Moet {profile.vllm_ref[:12]} + DeepGEMM {profile.deepgemm_ref[:12]} "
+            f"built into {env} "
             "(beside the serving environment)"
         ),
         tool=common.engine_tool(profile),
