@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +21,38 @@ N = 3
 
 
 def env() -> dict:
-    """The fleet's ports are this checkout's (.sandbox/ports.json, or GLM_FLASH_SANDBOX_PORT when set)."""
-    return dict(os.environ, GLM_FLASH_API_KEY=KEY, GLM_FLASH_WORKER_KEY=WORKER_KEY)
+    """The fleet's ports are this checkout's (.sandbox/ports.json, or GLM_FLASH_SANDBOX_PORT when set).
+    The inventory's workers are node2..node<N> even when a test booted more machines (the
+    membership and peer-server tests boot node4 and name their own worker count)."""
+    return dict(os.environ, GLM_FLASH_API_KEY=KEY, GLM_FLASH_WORKER_KEY=WORKER_KEY, GLM_FLASH_FLEET_WORKERS=str(N - 1))
+
+
+BACKUP = "/root/.glm-flash-fleet-test-backup.tar"
+
+
+@contextlib.contextmanager
+def kept(nodes: list[str], paths: list[str]):
+    """`paths` on each node put back as they were after the block (a test that writes stand-ins over
+    what a deploy put there, e.g. on the fleet built from the deployed sandbox, which later tests
+    deploy again): saved with tar, then removed and restored; paths that did not exist are removed."""
+    listed = " ".join(shlex.quote(p) for p in paths)
+    for node in nodes:
+        run = _ssh(
+            node,
+            f"rm -f {BACKUP}; cd / && tar -cpf {BACKUP} --ignore-failed-read {listed} 2>/dev/null; test -f {BACKUP}",
+        )
+        assert run.returncode == 0, run.stderr
+    try:
+        yield
+    finally:
+        for node in nodes:
+            _ssh(node, f"rm -rf {listed}; cd / && tar -xpf {BACKUP}; rm -f {BACKUP}; systemctl daemon-reload")
+
+
+def _ssh(node: str, command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["ssh", "-F", ".sandbox/fleet/ssh_config", node, command], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
 
 
 def boot(n: int) -> None:

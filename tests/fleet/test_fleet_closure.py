@@ -23,6 +23,7 @@ from control.profile import build
 from roles import service, status
 from roles.summary import closures
 from tests.conftest import REPO
+from tests.fleet.conftest import kept
 from tests.fleet.test_gateway_fleet import inventory
 
 pytestmark = pytest.mark.sandbox
@@ -77,12 +78,14 @@ def test_two_workers_from_one_commit_share_a_closure_and_a_hand_edit_is_named(fl
     if len(workers) < 2:
         pytest.skip("needs two workers (make fleet-up N=3)")
     by_address = {n["address"]: n["name"] for n in fleet_up}
-    nodes, tools = [], []
-    try:
-        for name, data in workers:
-            files, p = files_for(name, data)
-            node = by_address[p.fleet_own_address]
-            nodes.append(node)
+    planned = [files_for(name, data) for name, data in workers]
+    nodes = [by_address[p.fleet_own_address] for _, p in planned]
+    tools = [f"{p.install_root}/bin/glm-flash" for _, p in planned]
+    # What the test writes is put back after it: on the fleet built from the deployed sandbox these
+    # are the deploy's own files, which tests/fleet/test_fleet_deploy.py deploys over next.
+    written = sorted({DROPIN.rsplit("/", 1)[0], "/etc/glm-flash", *planned[0][0]})
+    with kept(nodes, written):
+        for (files, _), node in zip(planned, nodes):
             have = ssh(
                 node,
                 "python3 -c 'import shutil, concurrent.futures' 2>/dev/null || (apt-get update -q && apt-get install -y -q python3)",
@@ -91,7 +94,6 @@ def test_two_workers_from_one_commit_share_a_closure_and_a_hand_edit_is_named(fl
             for path, text in files.items():
                 put(node, path, text, "755" if path.endswith("/glm-flash") else "644")
             assert ssh(node, f"rm -f {DROPIN}; systemctl daemon-reload").returncode == 0
-            tools.append(f"{p.install_root}/bin/glm-flash")
         before = [closure_of(n, t) for n, t in zip(nodes, tools)]
         # The same commit of the repo: one closure, though each file carries its worker's own address.
         assert before[0] == before[1], before
@@ -110,10 +112,3 @@ def test_two_workers_from_one_commit_share_a_closure_and_a_hand_edit_is_named(fl
         lines = closures(hosts)
         print("\n".join(lines))
         assert f"{workers[1][0]} drifted from {before[0]['closure']} in: unit" in lines
-    finally:
-        for node in nodes:
-            ssh(
-                node,
-                f"rm -rf {DROPIN} /etc/systemd/system/glm-flash.service /etc/systemd/system/glm-flash-gpu.service "
-                "/etc/glm-flash /opt/glm-flash/bin/glm-flash; systemctl daemon-reload",
-            )

@@ -24,7 +24,7 @@ import pytest
 from control.fleet import gateway_profile
 from control.profile import build
 from tests.conftest import REPO
-from tests.fleet.conftest import KEY, WORKER_KEY, env
+from tests.fleet.conftest import KEY, WORKER_KEY, env, kept
 from tests.fleet.test_fleet_roll import Clients
 from tests.fleet.test_gateway_fleet import gateway_deploy, healthy, inventory, wait
 
@@ -94,36 +94,33 @@ def standins(fleet_up):
     run = gateway_deploy()
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     by_address = {n["address"]: n["name"] for n in fleet_up}
-    nodes = []
-    try:
-        for wname, wdata in inv["workers"]:
-            p = build(wname, wdata, api_key_present=True)
-            node = by_address[p.fleet_own_address]
-            nodes.append(node)
-            have = ssh(
-                node,
-                "python3 -c 'import shutil, concurrent.futures' 2>/dev/null || (apt-get update -q && apt-get install -y -q python3)",
-            )
-            assert have.returncode == 0, have.stderr[-2000:]
-            put(node, "/opt/glm-flash-standin/fake_openai.py", (REPO / "tests/bench/fake_openai.py").read_text())
-            put(node, "/opt/glm-flash-standin/run.py", RUN)
-            put(node, "/opt/glm-flash-standin/ready.py", READY)
-            put(node, "/etc/glm-flash-standin/key", WORKER_KEY + "\n")
-            put(node, "/etc/systemd/system/glm-flash.service", unit(p.fleet_own_address, p.port))
-            up = ssh(
-                node,
-                "touch /etc/glm-flash-standin/stamp && systemctl daemon-reload && systemctl restart glm-flash.service",
-            )
-            assert up.returncode == 0, up.stderr
-        wait(lambda: len(healthy(gw)) == len(nodes) and all(healthy(gw).values()), 60)
-        yield gw, nodes
-    finally:
-        for node in nodes:
-            ssh(
-                node,
-                "systemctl stop glm-flash.service; rm -rf /etc/systemd/system/glm-flash.service "
-                "/opt/glm-flash-standin /etc/glm-flash-standin; systemctl daemon-reload",
-            )
+    profiles = [build(wname, wdata, api_key_present=True) for wname, wdata in inv["workers"]]
+    workers = [(p, by_address[p.fleet_own_address]) for p in profiles]
+    nodes = [node for _, node in workers]
+    # Put back after the module: on the fleet built from the deployed sandbox the unit is the deploy's.
+    with kept(nodes, ["/etc/systemd/system/glm-flash.service", "/opt/glm-flash-standin", "/etc/glm-flash-standin"]):
+        try:
+            for p, node in workers:
+                have = ssh(
+                    node,
+                    "python3 -c 'import shutil, concurrent.futures' 2>/dev/null || (apt-get update -q && apt-get install -y -q python3)",
+                )
+                assert have.returncode == 0, have.stderr[-2000:]
+                put(node, "/opt/glm-flash-standin/fake_openai.py", (REPO / "tests/bench/fake_openai.py").read_text())
+                put(node, "/opt/glm-flash-standin/run.py", RUN)
+                put(node, "/opt/glm-flash-standin/ready.py", READY)
+                put(node, "/etc/glm-flash-standin/key", WORKER_KEY + "\n")
+                put(node, "/etc/systemd/system/glm-flash.service", unit(p.fleet_own_address, p.port))
+                up = ssh(
+                    node,
+                    "touch /etc/glm-flash-standin/stamp && systemctl daemon-reload && systemctl restart glm-flash.service",
+                )
+                assert up.returncode == 0, up.stderr
+            wait(lambda: len(healthy(gw)) == len(nodes) and all(healthy(gw).values()), 60)
+            yield gw, nodes
+        finally:
+            for node in nodes:
+                ssh(node, "systemctl stop glm-flash.service")
 
 
 def test_a_pyinfra_run_rolls_the_workers_one_at_a_time_and_loses_nothing(standins):
