@@ -426,23 +426,9 @@ def write_client_files(port: int) -> None:
 
 
 def create_rootfs(port: int) -> None:
-    tar = sb.build_image()
     say("unpacking a bare Debian 13 machine and making it look like a GB10 box")
-    tmp = STATE / "rootfs.partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    sb.run(["tar", "-xpf", str(tar), "-C", str(tmp)])
+    tmp = sb.unpacked(STATE / "rootfs.partial", "gx10", KEYS)
     root = tmp
-    (root / "etc/hostname").write_text("gx10\n")
-    ssh = root / "root/.ssh"
-    ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
-    shutil.copy(KEYS / "id_ed25519.pub", ssh / "authorized_keys")
-    os.chmod(ssh / "authorized_keys", 0o600)
-    for old in (root / "etc/ssh").glob("ssh_host_*"):
-        old.unlink()
-    for suffix in ("", ".pub"):
-        shutil.copy(KEYS / f"ssh_host_ed25519_key{suffix}", root / f"etc/ssh/ssh_host_ed25519_key{suffix}")
-    os.chmod(root / "etc/ssh/ssh_host_ed25519_key", 0o600)
     # DGX OS's release files (Debian's /etc/os-release is a link to /usr/lib/os-release: left there).
     (root / "etc/os-release").unlink()
     (root / "etc/os-release").write_text(OS_RELEASE)

@@ -213,25 +213,30 @@ def ensure_keys() -> None:
     )
 
 
-def create_rootfs() -> None:
+def unpacked(tmp: Path, hostname: str, keys: Path) -> Path:
+    """The cached bare image unpacked into `tmp` (made anew), named `hostname`, root's SSH login
+    and the host key taken from `keys` (this machine's own, so known_hosts stays true)."""
     tar = build_image()
-    say("unpacking a bare machine")
-    tmp = STATE / "rootfs.partial"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     run(["tar", "-xpf", str(tar), "-C", str(tmp)])
-    root = tmp
-    (root / "etc/hostname").write_text("sandbox\n")
-    ssh = root / "root/.ssh"
+    (tmp / "etc/hostname").write_text(f"{hostname}\n")
+    ssh = tmp / "root/.ssh"
     ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
-    shutil.copy(KEYS / "id_ed25519.pub", ssh / "authorized_keys")
+    shutil.copy(keys / "id_ed25519.pub", ssh / "authorized_keys")
     os.chmod(ssh / "authorized_keys", 0o600)
-    for old in (root / "etc/ssh").glob("ssh_host_*"):
+    for old in (tmp / "etc/ssh").glob("ssh_host_*"):
         old.unlink()
     for suffix in ("", ".pub"):
-        shutil.copy(KEYS / f"ssh_host_ed25519_key{suffix}", root / f"etc/ssh/ssh_host_ed25519_key{suffix}")
-    os.chmod(root / "etc/ssh/ssh_host_ed25519_key", 0o600)
-    write_sshd_port(root)
+        shutil.copy(keys / f"ssh_host_ed25519_key{suffix}", tmp / f"etc/ssh/ssh_host_ed25519_key{suffix}")
+    os.chmod(tmp / "etc/ssh/ssh_host_ed25519_key", 0o600)
+    return tmp
+
+
+def create_rootfs() -> None:
+    say("unpacking a bare machine")
+    tmp = unpacked(STATE / "rootfs.partial", "sandbox", KEYS)
+    write_sshd_port(tmp)
     tmp.rename(ROOTFS)
     stage_nvidia()
     stage_hub()

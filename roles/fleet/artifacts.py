@@ -41,7 +41,7 @@ from control.pypi_cache import sha256_file
 from pyinfra_ext import memo
 from roles import engines
 from roles.facts.engine import WheelhouseFiles
-from roles.operations import packages, paths
+from roles.operations import packages, paths, sandboxing
 from roles.operations.checkpoint import peer_token_placed
 from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
@@ -55,40 +55,7 @@ CREDENTIAL = "peer-token"
 PACKAGES = ["python3", "aria2"]  # glm-flash-peer and the multi-source downloader it drives
 # The server's unit: its own dynamic user, nothing writable, no privileges (systemd-analyze security
 # rates it; tests/fleet/test_peer_server.py holds the figure).
-SERVER_PROPERTIES = [
-    "DynamicUser=yes",
-    "NoNewPrivileges=yes",
-    "ProtectSystem=strict",
-    "ProtectHome=read-only",
-    "PrivateTmp=yes",
-    "PrivateDevices=yes",
-    "PrivateUsers=yes",
-    "PrivateIPC=yes",
-    "ProtectKernelTunables=yes",
-    "ProtectKernelModules=yes",
-    "ProtectKernelLogs=yes",
-    "ProtectControlGroups=yes",
-    "ProtectClock=yes",
-    "ProtectHostname=yes",
-    "ProtectProc=invisible",
-    "ProcSubset=pid",
-    "RestrictNamespaces=yes",
-    "RestrictRealtime=yes",
-    "RestrictSUIDSGID=yes",
-    "LockPersonality=yes",
-    "MemoryDenyWriteExecute=yes",
-    "RemoveIPC=yes",
-    "KeyringMode=private",
-    "DevicePolicy=closed",
-    "UMask=0077",
-    "SystemCallArchitectures=native",
-    "SystemCallFilter=@system-service",
-    "SystemCallFilter=~@privileged @resources",
-    "CapabilityBoundingSet=",
-    "AmbientCapabilities=",
-    "RestrictAddressFamilies=AF_INET AF_INET6",
-    "IPAddressDeny=any",
-]
+SERVER_PROPERTIES = sandboxing.peer_server()
 
 
 @dataclass(frozen=True)

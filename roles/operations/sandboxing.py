@@ -11,6 +11,9 @@ Debian 13's systemd 257 (tests/sandbox/test_transient_hardening.py holds the fig
   the build fetches (the GB10 fork's checkout and its indexes).
 - fetch_unit(): the download and receive units, which run as the downloader's own user: the
   same, plus no user namespace, no W+X memory, no /proc of other processes.
+- peer_server(): a fleet worker's file server (roles/fleet/artifacts.py): as fetch_unit, but its
+  own dynamic user, nothing writable at all, IPv4/IPv6 only, and every address denied (the
+  caller allows the transfer's receivers).
 
 The failure mode is a build or download that needs more than it gets: it fails with EPERM,
 EROFS or "Bad system call" in its journal (`journalctl -u UNIT`), the deploy stops for that
@@ -86,4 +89,25 @@ def fetch_unit(writable: list[str]) -> list[str]:
         NETWORK,
         *_writable(writable),
         "UMask=0022",
+    ]
+
+
+def peer_server() -> list[str]:
+    """A fleet worker's file server: a dynamic user that writes nothing and talks IP only; the
+    caller adds IPAddressAllow= of the transfer's receivers to the IPAddressDeny=any here."""
+    return [
+        *COMMON,
+        "DynamicUser=yes",
+        "ProtectHome=read-only",
+        "ProtectProc=invisible",
+        "ProcSubset=pid",
+        "PrivateUsers=yes",
+        "PrivateIPC=yes",
+        "MemoryDenyWriteExecute=yes",
+        "RemoveIPC=yes",
+        "KeyringMode=private",
+        "DevicePolicy=closed",
+        "UMask=0077",
+        "RestrictAddressFamilies=AF_INET AF_INET6",
+        "IPAddressDeny=any",
     ]
