@@ -37,7 +37,7 @@ def kept(nodes: list[str], paths: list[str]):
     deploy again): saved with tar, then removed and restored; paths that did not exist are removed."""
     listed = " ".join(shlex.quote(p) for p in paths)
     for node in nodes:
-        run = _ssh(
+        run = ssh(
             node,
             f"rm -f {BACKUP}; cd / && tar -cpf {BACKUP} --ignore-failed-read {listed} 2>/dev/null; test -f {BACKUP}",
         )
@@ -46,12 +46,18 @@ def kept(nodes: list[str], paths: list[str]):
         yield
     finally:
         for node in nodes:
-            _ssh(node, f"rm -rf {listed}; cd / && tar -xpf {BACKUP}; rm -f {BACKUP}; systemctl daemon-reload")
+            ssh(node, f"rm -rf {listed}; cd / && tar -xpf {BACKUP}; rm -f {BACKUP}; systemctl daemon-reload")
 
 
-def _ssh(node: str, command: str) -> subprocess.CompletedProcess:
+def ssh(node: str, command: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """`command` on a fleet machine by its name (node2), as root, with `stdin`; not checked."""
     return subprocess.run(
-        ["ssh", "-F", ".sandbox/fleet/ssh_config", node, command], cwd=REPO, capture_output=True, text=True, timeout=300
+        ["ssh", "-F", ".sandbox/fleet/ssh_config", node, command],
+        cwd=REPO,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

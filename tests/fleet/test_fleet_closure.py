@@ -13,7 +13,6 @@ Debian's python3 is installed on the workers for the tool (a deployed node has i
 from __future__ import annotations
 
 import json
-import subprocess
 from io import StringIO
 
 import jinja2
@@ -23,22 +22,11 @@ from control.profile import build
 from roles import service, status
 from roles.summary import closures
 from tests.conftest import REPO
-from tests.fleet.conftest import kept
+from tests.fleet.conftest import kept, ssh
 from tests.fleet.test_gateway_fleet import inventory
 
 pytestmark = pytest.mark.sandbox
 DROPIN = "/etc/systemd/system/glm-flash.service.d/hand-edit.conf"
-
-
-def ssh(node: str, command: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["ssh", "-F", ".sandbox/fleet/ssh_config", node, command],
-        cwd=REPO,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def put(node: str, path: str, text: str, mode: str = "644") -> None:

@@ -27,7 +27,7 @@ from control.profile import build
 from roles import service
 from roles.fleet.roll import Roll, RouterApi
 from tests.conftest import REPO
-from tests.fleet.conftest import KEY, WORKER_KEY
+from tests.fleet.conftest import KEY, WORKER_KEY, ssh
 from tests.fleet.test_gateway_fleet import Worker, base, chat, fleet, healthy, inventory, wait  # noqa: F401 (fleet: fixture)
 
 pytestmark = pytest.mark.sandbox
@@ -155,16 +155,6 @@ def test_a_worker_refuses_the_clients_key_and_takes_the_worker_key(fleet):  # no
     gw_at_worker = SimpleNamespace(gateway_listen_host=host, gateway_port=int(port))  # chat() straight to it
     assert chat(gw_at_worker, "clients' key at a worker", key=KEY) == 401
     assert chat(gw_at_worker, "worker key at a worker", key=WORKER_KEY) == 200
-
-
-def ssh(node: str, command: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["ssh", "-F", ".sandbox/fleet/ssh_config", node, command],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def test_systemd_takes_the_workers_address_filter_and_bind_deny(fleet_up):

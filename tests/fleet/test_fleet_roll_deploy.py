@@ -24,7 +24,7 @@ import pytest
 from control.fleet import gateway_profile
 from control.profile import build
 from tests.conftest import REPO
-from tests.fleet.conftest import KEY, WORKER_KEY, env, kept
+from tests.fleet.conftest import KEY, WORKER_KEY, env, kept, ssh
 from tests.fleet.test_fleet_roll import Clients
 from tests.fleet.test_gateway_fleet import gateway_deploy, healthy, inventory, wait
 
@@ -46,17 +46,6 @@ for _ in range(300):
         time.sleep(0.2)
 sys.exit(1)
 """
-
-
-def ssh(node: str, command: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["ssh", "-F", ".sandbox/fleet/ssh_config", node, command],
-        cwd=REPO,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def put(node: str, path: str, text: str) -> None:
