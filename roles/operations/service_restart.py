@@ -39,15 +39,7 @@ def started_from_disk(
     if not service.endswith(".service") or not inputs:
         raise OperationError(f"started_from_disk: a .service unit and its input files, got {service!r}, {inputs!r}")
     state = memo.fact(host, ServiceStartState, service=service, paths=list(inputs), units=units or [service])
-    newest, path = state.newest_input
-    reasons = []
-    if state.need_daemon_reload:
-        reasons.append("its unit changed since systemd loaded it")
-    if newest > state.last_start:
-        reasons.append(f"{path} changed after its last start" if state.last_start else "it never started")
-    if can_serve and state.active_state not in RUNNING:
-        reasons.append(f"it is {state.active_state or 'not loaded'}")
-    if not reasons:
+    if not restart_due(state, RUNNING if can_serve else None):
         back = roll.put_back() if roll and can_serve else None
         if back is not None:
             yield back
@@ -70,6 +62,21 @@ def started_from_disk(
         return
     yield StringCommand("systemctl restart", unit, "|| true")
     yield StringCommand("systemctl stop", unit)
+
+
+def restart_due(state, running: tuple[str, ...] | None) -> list[str]:
+    """Why a unit must be (re)started from its files on disk (none: it runs from them): systemd
+    holds an older copy of a unit, an input is newer than its last start, or it is not in one of
+    the `running` states (None: whether it runs does not matter)."""
+    newest, path = state.newest_input
+    reasons = []
+    if state.need_daemon_reload:
+        reasons.append("a unit changed since systemd loaded it")
+    if newest > state.last_start:
+        reasons.append(f"{path} changed after its last start" if state.last_start else "it never started")
+    if running is not None and state.active_state not in running:
+        reasons.append(f"it is {state.active_state or 'not loaded'}")
+    return reasons
 
 
 def restart_followed(unit: QuoteString) -> StringCommand:

@@ -12,6 +12,7 @@ from pyinfra.operations import systemd
 
 from pyinfra_ext import memo
 from roles.facts.service import ServiceStartState
+from roles.operations.service_restart import restart_due
 
 
 def enabled(unit: str, name: str):
@@ -40,15 +41,7 @@ def started_fresh(unit: str, unit_files: list[str], name: str, also: list[str] |
 @operation()
 def _started_fresh(unit: str, unit_files: list[str], also: list[str]):
     state = memo.fact(host, ServiceStartState, service=unit, paths=unit_files, units=[unit, *also])
-    newest, path = state.newest_input
-    reasons = []
-    if state.need_daemon_reload:
-        reasons.append("a unit changed since systemd loaded it")
-    if newest > state.last_start:
-        reasons.append(f"{path} changed after its last start" if state.last_start else "it never started")
-    if state.active_state not in ("active", "reloading"):
-        reasons.append(f"it is {state.active_state or 'not loaded'}")
-    if not reasons:
+    if not restart_due(state, ("active", "reloading")):
         host.noop(f"{unit} runs from what is on disk")
         return
     if state.need_daemon_reload:

@@ -38,6 +38,9 @@ def checkouts(tmp_path, monkeypatch):
         shutil.copytree(REPO / "sandbox", root / "sandbox", ignore=shutil.ignore_patterns("__pycache__"))
         roots.append(root)
     monkeypatch.syspath_prepend(str(roots[0] / "sandbox"))  # fleet.py imports `sandbox` beside it
+    # ... which must be the copy's sandbox.py, not the repo's `sandbox` package an earlier test
+    # imported (`from sandbox.fake_hub import ...`): which ran first decided it before.
+    sys.modules.pop("sandbox", None)
     yield roots
     sys.modules.pop("sandbox", None)
 
