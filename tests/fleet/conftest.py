@@ -62,7 +62,10 @@ def ssh(node: str, command: str, stdin: str | None = None) -> subprocess.Complet
 
 
 def boot(n: int) -> None:
-    """Boot the fleet's machines that are not running, on the lower layer the fleet already has."""
+    """Boot the fleet's machines that are not running, on the lower layer the fleet already has
+    (at least `n`, and every machine it has: a test that booted node4 keeps it)."""
+    nodes = REPO / ".sandbox" / "fleet" / "nodes.json"
+    n = max(n, len(json.loads(nodes.read_text())) if nodes.exists() else 0)
     lower = ["--from-sandbox"] if (REPO / ".sandbox" / "fleet" / "from-sandbox").exists() else []
     subprocess.run([sys.executable, "sandbox/fleet.py", "up", "-n", str(n), *lower], cwd=REPO, env=env(), check=True)
 

@@ -91,7 +91,15 @@ def test_the_peer_server_serves_the_transfers_receivers_only_unprivileged_and_st
         idle=IDLE_S,
     )
     assert token not in command
+    since = ssh(server["name"], "date +%s.%N").strip()
     ssh(server["name"], command)
+    # systemd-run returns once the server is exec'd, not once it listens: wait for its own line
+    # (printed after the bind), as the deploy's receivers retry a refused connection.
+    listening = f"journalctl -u {UNIT} --since @{since} -o cat --no-pager | grep -q 'glm-flash-peer: serving'"
+    deadline = time.monotonic() + 60
+    while ssh(server["name"], f"{listening} && echo yes || true").strip() != "yes":
+        assert time.monotonic() < deadline, "the peer server did not say it listens within 60 s"
+        time.sleep(0.2)
     wheel = ssh(server["name"], f"ls {DIR} | head -n 1").strip()
     url = f"http://{server['address']}:30080/fleet-test/wheelhouse/{wheel}"
     try:
