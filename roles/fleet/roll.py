@@ -7,8 +7,9 @@ it restarts when what the engine starts from changed, decided from the host's st
 before it (new engine environment, unit, flags) is prepared on every worker in parallel while the
 old engines keep serving. On a fleet with a gateway, deploy_fleet.py registers this module's Roll
 for the run (service.rolled_by) and that one operation then runs with pyinfra's `_parallel` set to
-`roll_batch`: pyinfra runs it for `roll_batch` hosts, waits for them, then the next ones (the
-inventory's order; the gateway host has no such operation and takes a slot without doing anything).
+`roll_batch`: pyinfra runs it for `roll_batch` hosts, waits for them, then the next ones (in
+pyinfra's order of its active hosts, a set: not the inventory's; the gateway host has no such
+operation and takes a slot without doing anything).
 For a worker whose engine is serving and due a restart the operation's command runs on the
 control machine (a FunctionCommand, so one run does it in this order):
 
