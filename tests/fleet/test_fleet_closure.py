@@ -63,8 +63,8 @@ def closure_of(node: str, tool: str) -> dict:
 def test_two_workers_from_one_commit_share_a_closure_and_a_hand_edit_is_named(fleet_up):
     inv = inventory()
     workers = inv["workers"][:2]
-    if len(workers) < 2:
-        pytest.skip("needs two workers (make fleet-up N=3)")
+    # The fleet sandbox has N=3 machines, two of them workers: fewer is a broken fleet, not a pass.
+    assert len(workers) == 2, f"the fleet inventory names {len(workers)} workers, not 2 (make fleet-up N=3)"
     by_address = {n["address"]: n["name"] for n in fleet_up}
     planned = [files_for(name, data) for name, data in workers]
     nodes = [by_address[p.fleet_own_address] for _, p in planned]
