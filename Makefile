@@ -14,7 +14,7 @@ APT_DEPS := mmdebstrap systemd-container openssh-client iproute2 gpg debian-arch
 demo: deps venv sandbox-fresh deploy check  ## bare Debian 13 sandbox -> deployed -> checked
 
 test: deps venv  ## the whole suite: unit, sandbox deploy, host checks
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest --durations=25 tests
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt

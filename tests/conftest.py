@@ -12,6 +12,9 @@ import os
 import runpy
 import subprocess
 import sys
+import threading
+import time
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -102,18 +105,139 @@ class Deploys:
         self.first, self.second = first, second
 
 
+# The directories that need no sandbox run first (in this order), the ones that check it last
+# (fleet before host and sandbox, as the fleet restores the single sandbox after itself). The
+# session's sandbox is built and deployed in the background meanwhile (SandboxBuild), so a unit
+# failure shows in minutes and the cold build overlaps the tests that do not need it.
+ORDER = ["unit", "bench", "cuda", "engine", "eval", "gb10", "fleet", "host", "sandbox"]
+SANDBOX_DIRS = {"fleet", "host", "sandbox"}
+
+
+def top_dir(path) -> str:
+    """The directory under tests/ a test file lives in ("" for tests/ itself)."""
+    path = Path(path) if Path(path).is_absolute() else REPO / path
+    parts = path.resolve().relative_to(REPO / "tests").parts
+    return parts[0] if len(parts) > 1 else ""
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {d: i for i, d in enumerate(ORDER)}
+    items.sort(key=lambda item: rank.get(top_dir(item.path), len(ORDER)))  # stable: order within a directory kept
+
+
+class SandboxBuild:
+    """`sandbox.py fresh` and the session's two deploys, in a thread started once the run's tests are
+    known; sandbox_deploys() joins it. `fresh`'s output goes to .sandbox-build.log (not to whichever
+    test is running meanwhile), and a failure shows its tail. A session that ends before it is
+    joined (-x, an interrupt) stops it: no deploy runs on after pytest."""
+
+    def __init__(self):
+        self.log = REPO / ".sandbox-build.log"
+        self.first = self.second = None
+        self.error = ""
+        self.seconds = 0.0
+        self.proc: subprocess.Popen | None = None
+        self.stopped = False
+        self.thread = threading.Thread(target=self._run, name="sandbox-build", daemon=True)
+
+    def _step(self, args: list[str], log) -> subprocess.CompletedProcess:
+        if self.stopped:
+            raise RuntimeError("stopped: the session ended")
+        out = log if log else subprocess.PIPE
+        self.proc = subprocess.Popen(
+            args, cwd=REPO, stdout=out, stderr=out if log else subprocess.PIPE, text=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )  # fmt: skip
+        stdout, stderr = self.proc.communicate()
+        return subprocess.CompletedProcess(args, self.proc.returncode, stdout or "", stderr or "")
+
+    def _run(self) -> None:
+        began = time.monotonic()
+        deploy = [sys.executable, "-m", "pyinfra", "-y", "--json", SANDBOX_INVENTORY, "deploy.py"]
+        try:
+            with open(self.log, "w") as log:
+                fresh = self._step([sys.executable, str(REPO / "sandbox/sandbox.py"), "fresh"], log)
+            if fresh.returncode != 0:
+                self.error = f"sandbox.py fresh failed ({fresh.returncode}):\n{self.log.read_text()[-6000:]}"
+                return
+            self.first = self._step(deploy, None)
+            if self.first.returncode != 0:
+                self.error = f"first deploy failed:\n{self.first.stderr[-6000:]}"
+                return
+            self.second = self._step(deploy, None)
+            if self.second.returncode != 0:
+                self.error = f"second deploy failed:\n{self.second.stderr[-6000:]}"
+        except Exception as e:  # reported by sandbox_deploys(), in the test that needs it
+            self.error = f"the sandbox build raised {type(e).__name__}: {e}"
+        finally:
+            self.seconds = time.monotonic() - began
+
+    def result(self) -> Deploys:
+        self.thread.join()
+        assert not self.error, self.error
+        return Deploys(self.first, self.second)
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.thread.is_alive() and self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.thread.join(timeout=60)
+
+
+def needs_sandbox(session) -> bool:
+    config = session.config
+    if not targets_sandbox(config) or config.getoption("--no-deploy"):
+        return False
+    return any("sandbox_deploys" in item.fixturenames or top_dir(item.path) == "fleet" for item in session.items)
+
+
+def pytest_collection_finish(session):
+    if needs_sandbox(session) and not session.config.getoption("collectonly"):
+        session.config._glm_flash_build = build = SandboxBuild()
+        build.thread.start()
+
+
 @pytest.fixture(scope="session")
 def sandbox_deploys(request) -> Deploys | None:
     """Deploy a fresh sandbox twice (once per test session); None when targeting another host."""
     config = request.config
     if not targets_sandbox(config) or config.getoption("--no-deploy"):
         return None
-    subprocess.run([sys.executable, str(REPO / "sandbox/sandbox.py"), "fresh"], check=True, cwd=REPO)
-    first = pyinfra("--json", SANDBOX_INVENTORY, "deploy.py")
-    assert first.returncode == 0, f"first deploy failed:\n{first.stderr[-6000:]}"
-    second = pyinfra("--json", SANDBOX_INVENTORY, "deploy.py")
-    assert second.returncode == 0, f"second deploy failed:\n{second.stderr[-6000:]}"
-    return Deploys(first, second)
+    build = getattr(config, "_glm_flash_build", None)
+    if build is None:  # a test that needs it was not foreseen at collection: build now
+        build = config._glm_flash_build = SandboxBuild()
+        build.thread.start()
+    return build.result()
+
+
+def pytest_unconfigure(config):
+    build = getattr(config, "_glm_flash_build", None)
+    if build is not None:
+        build.stop()
+
+
+# Where the time goes: every run prints each directory's share (setup, call and teardown of its
+# tests, so the fixtures' deploys count where they run) and the background sandbox build's.
+_WALL: dict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report):
+    _WALL[top_dir(report.fspath) or "tests"] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not _WALL:
+        return
+    terminalreporter.section("time per directory")
+    for name in sorted(_WALL, key=lambda d: ORDER.index(d) if d in ORDER else len(ORDER)):
+        terminalreporter.write_line(f"{name:>10}  {_WALL[name] / 60:6.1f} min")
+    build = getattr(config, "_glm_flash_build", None)
+    if build is not None and build.seconds:
+        terminalreporter.write_line(f"{'(sandbox build, in the background)':>10}  {build.seconds / 60:6.1f} min")
 
 
 @pytest.fixture(scope="session")
