@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shlex
 import stat
+import string
 import subprocess
 import sys
 import threading
@@ -39,8 +41,9 @@ from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, inventor
 
 HUB_LOG = REPO / ".sandbox" / "hub.log"
 ROOTFS = REPO / ".sandbox" / "rootfs"
-API_KEY = "sk-canary-" + "Q7v" * 8
-TOKEN = "hf_canary" + "Xk4" * 9
+# Minted for this run: a file that holds one was written during it (world_readable_hits reads only those).
+API_KEY = "sk-canary-" + "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(24))
+TOKEN = "hf_canary" + "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(27))
 KILL_TOKEN = "hf_killtest" + "Jm8" * 9  # put on the host by the test itself, so not the canary
 
 
@@ -114,15 +117,28 @@ class HostWatch(threading.Thread):
             time.sleep(0.2)
 
 
-def world_readable_hits(root: Path) -> list[str]:
-    """Files of the machine anyone may read that hold a canary (grep over the whole tree)."""
-    r = subprocess.run(
-        ["grep", "-rlaF", "--devices=skip", "-e", API_KEY, "-e", TOKEN, str(root)],
+def holding(root: Path, since: Path, *needles: str) -> list[str]:
+    """Files under root changed since `since` was made that hold one of the needles. The canaries
+    are minted for this run, so only a file written during the test can hold one: the scan reads
+    those (find -cnewer: a file's ctime cannot be set back), not the whole machine."""
+    find = subprocess.Popen(
+        ["find", str(root), "-xdev", "-type", "f", "-cnewer", str(since), "-print0"], stdout=subprocess.PIPE
+    )
+    grep = subprocess.run(
+        ["xargs", "-0", "-r", "grep", "-laF", "--devices=skip", *[a for n in needles for a in ("-e", n)]],
+        stdin=find.stdout,
         capture_output=True,
         text=True,
     )
+    find.stdout.close()
+    assert find.wait() == 0, "find could not walk the machine's files"
+    return grep.stdout.splitlines()
+
+
+def world_readable_hits(root: Path, since: Path) -> list[str]:
+    """Files of the machine anyone may read that hold a canary."""
     hits = []
-    for line in r.stdout.splitlines():
+    for line in holding(root, since, API_KEY, TOKEN):
         p = Path(line)
         readable = p.stat().st_mode & stat.S_IROTH
         walk = all(d.stat().st_mode & stat.S_IXOTH for d in p.parents if d.is_relative_to(root) and d != root)
@@ -131,13 +147,16 @@ def world_readable_hits(root: Path) -> list[str]:
     return hits
 
 
-def test_canary_secrets_never_leak(sandbox, profile):
+def test_canary_secrets_never_leak(sandbox, profile, tmp_path):
     q = shlex.quote(profile.model_path)
     sandbox_sh(
         "umask 077; printf '%s\\n%s\\n' " + shlex.quote(API_KEY) + " " + shlex.quote(TOKEN) + " > /root/canaries"
     )
     sandbox_sh(f"rm -f {q}/.glm-flash-model.json")  # so this deploy downloads, with the token
     cursor = sandbox_sh("journalctl -n 0 --show-cursor | tail -1 | sed 's/^-- cursor: //'").stdout.strip()
+    since = tmp_path / "stamp"
+    since.touch()  # before the canaries reach anything on the machine (the test's own file is filtered below)
+    time.sleep(0.01)
     env = dict(os.environ, PYTHONUNBUFFERED="1", GLM_FLASH_API_KEY=API_KEY, HF_TOKEN=TOKEN)
     watch = HostWatch()
     watch.start()
@@ -158,15 +177,14 @@ def test_canary_secrets_never_leak(sandbox, profile):
         ).stdout
         assert "glm-flash-model-download" in journal
         assert API_KEY not in journal and TOKEN not in journal
-        hits = [h for h in world_readable_hits(ROOTFS) if not h.endswith("/root/canaries")]
+        hits = [h for h in world_readable_hits(ROOTFS, since) if not h.endswith("/root/canaries")]
         assert hits == []
         # the secrets where they belong: the API key root-only, the token nowhere
         key = ROOTFS / "etc/glm-flash/api-key"
         assert key.read_text() == API_KEY and stat.S_IMODE(key.stat().st_mode) == 0o600 and key.stat().st_uid == 0
         secrets = ROOTFS / layout.SECRETS_DIR.lstrip("/")
         assert stat.S_IMODE(secrets.stat().st_mode) == 0o700 and list(secrets.iterdir()) == []
-        r = subprocess.run(["grep", "-rlaF", "-e", TOKEN, str(ROOTFS)], capture_output=True, text=True)
-        assert [h for h in r.stdout.splitlines() if not h.endswith("/root/canaries")] == []
+        assert [h for h in holding(ROOTFS, since, TOKEN) if not h.endswith("/root/canaries")] == []
     finally:
         sandbox_sh("rm -f /root/canaries")
         # back to the inventory's own state (no API key) for the tests after this one
