@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import time
 
 import pytest
 
@@ -152,45 +151,69 @@ def test_a_kill_during_an_apt_install_then_a_run_recovers_dpkg_and_finishes(conv
 
 
 # What unattended-upgrades holds (dpkg's frontend lock) and what apt-daily holds (apt's lists lock),
-# taken with fcntl(2) as apt and dpkg take them.
-HOLD = (
-    "systemd-run --unit=glm-flash-test-apt-lock --collect python3 -c "
-    "'import fcntl, time; f = open(\"{path}\", \"w\"); fcntl.lockf(f, fcntl.LOCK_EX); "
-    "open(\"/run/glm-flash-test-locked\", \"w\").close(); time.sleep({s})'"
-)
+# taken with fcntl(2) as apt and dpkg take them. The holder lets go only once the process named by
+# `waiter` (a pgrep -f pattern) has been there `patience` seconds: it is then blocked on the lock,
+# not merely late. It writes what it saw, so a test asserts the wait itself, not a lower bound on the
+# deploy's time (a slow run that reached apt after a timed hold ended would pass that without waiting).
+HOLDER = """
+import fcntl, os, subprocess, sys, time
+path, waiter, patience = sys.argv[1], os.environ["WAITER"], float(os.environ["PATIENCE"])
+f = open(path, "w")
+fcntl.lockf(f, fcntl.LOCK_EX)
+open("/run/glm-flash-test-locked", "w").close()
+seen, end = None, time.monotonic() + 900
+while time.monotonic() < end:
+    if waiter and subprocess.run(["pgrep", "-f", waiter], capture_output=True).returncode == 0:
+        seen = seen or time.monotonic()
+        if time.monotonic() - seen >= patience:
+            break
+    time.sleep(0.2)
+waited = seen is not None and time.monotonic() - seen >= patience
+open("/run/glm-flash-test-waited", "w").write("waited" if waited else "nobody waited")
+"""
 FRONTEND, LISTS = "/var/lib/dpkg/lock-frontend", "/var/lib/apt/lists/lock"
 STAMP = "/var/lib/apt/periodic/update-success-stamp"  # pyinfra's "lists older than a day" reads its mtime
+HOLDER_UNIT = "glm-flash-test-apt-lock"
 
 
-def hold_lock(path: str, seconds: int):
-    sandbox_sh("rm -f /run/glm-flash-test-locked; systemctl stop glm-flash-test-apt-lock 2>/dev/null; true")
-    sandbox_sh(HOLD.format(path=path, s=seconds))
+def hold_lock(path: str, waiter: str = "", patience: float = 0) -> None:
+    """Hold `path` until `waiter` has waited `patience` s for it (no waiter: until stopped by hand).
+    The pattern reaches the holder in its environment: in its argv, pgrep would find the holder itself."""
+    sandbox_sh(
+        f"systemctl stop {HOLDER_UNIT} 2>/dev/null; rm -f /run/glm-flash-test-locked /run/glm-flash-test-waited; "
+        f"printf %s {shlex.quote(HOLDER)} > /run/glm-flash-test-holder.py"
+    )
+    sandbox_sh(
+        f"systemd-run --unit={HOLDER_UNIT} --collect -E WAITER={shlex.quote(waiter)} -E PATIENCE={patience} "
+        f"python3 /run/glm-flash-test-holder.py {path}"
+    )
     sandbox_sh("for i in $(seq 50); do [ -e /run/glm-flash-test-locked ] && exit 0; sleep 0.1; done; exit 1")
 
 
-def timed_deploy() -> tuple[list[str], float]:
-    t0 = time.monotonic()
-    changed, _ = deploy()
-    return changed, time.monotonic() - t0
+def held_until_waited_for() -> str:
+    sandbox_sh(f"for i in $(seq 300); do systemctl is-active -q {HOLDER_UNIT} || exit 0; sleep 0.1; done; exit 1")
+    return sandbox_sh("cat /run/glm-flash-test-waited", check=False).stdout.strip()
 
 
 def test_a_deploy_waits_for_dpkgs_lock_then_for_apts_lists_lock(converged):
     remove_package()
-    hold_lock(FRONTEND, 8)
+    hold_lock(FRONTEND)
     # the holder really blocks apt: without the wait, apt-get fails at once
     r = sandbox_sh(f"DEBIAN_FRONTEND=noninteractive apt-get -y install {PACKAGE}", check=False)
+    sandbox_sh(f"systemctl stop {HOLDER_UNIT}")
     assert r.returncode != 0 and "lock" in (r.stdout + r.stderr) and not installed()
-    # dpkg's lock held 30 s, apt's lists fresh (no update): the install waits
+    # dpkg's lock held until the deploy's install has waited 4 s for it, apt's lists fresh (no update)
     sandbox_sh(f"touch {STAMP}")
-    hold_lock(FRONTEND, 30)
-    changed, waited = timed_deploy()
+    hold_lock(FRONTEND, f"apt-get .*{PACKAGE}", 4)
+    changed, _ = deploy()
     assert "Base packages" in changed and installed()
-    assert waited >= 20, f"the deploy finished in {waited:.0f} s: the install did not wait for dpkg's lock"
-    # apt's lists lock held 20 s and the lists a day old: the update is retried until it is free
+    assert held_until_waited_for() == "waited", "the install did not wait for dpkg's lock"
+    # apt's lists lock held until the deploy's update has been retried for 7 s (it tries every 5 s),
+    # the lists a day old: the update is retried until the lock is free, then the install runs
     remove_package()
     sandbox_sh(f"touch -d '2 days ago' {STAMP}")
-    hold_lock(LISTS, 20)
-    changed, waited = timed_deploy()
+    hold_lock(LISTS, "until out=..apt-get .*update", 7)
+    changed, _ = deploy()
     assert "Base packages" in changed and installed()
-    assert waited >= 12, f"the deploy finished in {waited:.0f} s: the update did not wait for the lists lock"
+    assert held_until_waited_for() == "waited", "the update did not wait for the lists lock"
     assert deploy()[0] == []
