@@ -19,6 +19,10 @@ if not PORTS_FILE.exists():
         "glm-flash: the sandbox has no ports yet (.sandbox/ports.json). Fix: make sandbox-up, then run this again"
     )
 ports = json.loads(PORTS_FILE.read_text())
+if not {"engine", "node_exporter"} <= set(ports):
+    raise SystemExit(
+        "glm-flash: .sandbox/ports.json is from an older checkout (no engine port). Fix: make sandbox-up, then run this again"
+    )
 PORT = int(os.environ.get("GLM_FLASH_SANDBOX_PORT") or ports["ssh"])
 _standin_default = (
     int(os.environ["GLM_FLASH_SANDBOX_PORT"]) + 6000 if os.environ.get("GLM_FLASH_SANDBOX_PORT") else ports["standin"]
@@ -50,6 +54,10 @@ hosts = hosts(
             "ssh_known_hosts_file": ".sandbox/known_hosts",
             "ssh_strict_host_key_checking": "yes",
             "require_gpu": False,
+            # The machine shares this one's network: this checkout's own ports (another checkout's
+            # sandbox, or a real engine on this machine, may hold SGLang's 30000 and the exporter's 9100).
+            "port": ports["engine"],
+            "node_exporter_port": ports["node_exporter"],
             # Simulated NVIDIA sources (see above): same shape and checks as the real ones.
             "nvidia_repo_url": f"{STANDIN_URL}/{standin['repo_path']}/",
             "nvidia_repo_key_url": f"file:///srv/glm-flash-standin/{standin['key_file']}",

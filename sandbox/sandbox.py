@@ -14,10 +14,11 @@ The pristine image is cached under $GLM_FLASH_CACHE (default ~/.cache/glm-flash)
 
 Two checkouts on one machine boot side by side: the machine name carries a hash of the
 checkout's real path (glm-flash-sandbox-<identity>), and `up` chooses the ports (sshd, the
-stand-in repository, the stand-in hub) among those free on 127.0.0.1, starting at a place
-derived from the same hash, and records them in .sandbox/ports.json, which the inventories,
-the fleet sandbox and the ssh_config read. GLM_FLASH_SANDBOX_PORT, GLM_FLASH_STANDIN_PORT and
-GLM_FLASH_HUB_PORT pin them instead. sshd inside the machine must be given a number (it cannot
+stand-in repository, the stand-in hub, the engine, the node exporter, and the Prometheus and
+webhook listeners of the tests) among those free on 127.0.0.1, starting at a place derived from
+the same hash, and records them in .sandbox/ports.json, which the inventories, the fleet sandbox,
+the tests and the ssh_config read. The variables of PORT_ENV (GLM_FLASH_SANDBOX_PORT,
+GLM_FLASH_STANDIN_PORT, GLM_FLASH_HUB_PORT, ...) pin them instead. sshd inside the machine must be given a number (it cannot
 take our socket), so a port can still be taken between the choice and sshd's bind: ssh's
 strict host-key check against our own known_hosts then refuses the stranger, and `up` says so.
 """
@@ -46,8 +47,20 @@ PIDFILE = STATE / "nspawn.pid"
 # One identity per checkout (its real path): two checkouts' machines and ports never meet.
 IDENTITY = hashlib.sha256(str(REPO).encode()).hexdigest()[:10]
 MACHINE = f"glm-flash-sandbox-{IDENTITY}"
-PORTS_FILE = STATE / "ports.json"  # {"ssh": .., "standin": .., "hub": ..}, chosen by `up`
-PORT_ENV = {"ssh": "GLM_FLASH_SANDBOX_PORT", "standin": "GLM_FLASH_STANDIN_PORT", "hub": "GLM_FLASH_HUB_PORT"}
+PORTS_FILE = STATE / "ports.json"  # {"ssh": .., "standin": .., "hub": .., ...}, chosen by `up`
+# The machine shares this one's network, so every port something listens on in it, or a test beside
+# it, is chosen per checkout: sshd, the stand-in repository and hub; the engine's port and the node
+# exporter's (inventory/sandbox.py gives them to the deploy); Prometheus and a webhook listener that
+# tests run in it (tests/sandbox/test_prometheus_scrape.py).
+PORT_ENV = {
+    "ssh": "GLM_FLASH_SANDBOX_PORT",
+    "standin": "GLM_FLASH_STANDIN_PORT",
+    "hub": "GLM_FLASH_HUB_PORT",
+    "engine": "GLM_FLASH_SANDBOX_ENGINE_PORT",
+    "node_exporter": "GLM_FLASH_SANDBOX_NODE_EXPORTER_PORT",
+    "prometheus": "GLM_FLASH_SANDBOX_PROMETHEUS_PORT",
+    "webhook": "GLM_FLASH_SANDBOX_WEBHOOK_PORT",
+}
 # Where the choice looks: below Linux's ephemeral range (32768-60999), so an outgoing connection's
 # own port never takes a sandbox's; the start in it is derived from the identity.
 PORT_RANGE = range(20000, 32000)

@@ -36,7 +36,11 @@ from tests.unit.test_observability import DOCUMENTED, SCRAPED_IN_SANDBOX
 pytestmark = pytest.mark.sandbox
 TEST_DIR = "/run/glm-flash-test-watch"
 PY = "/opt/glm-flash/engine/current/bin/python"  # install_root of inventory/sandbox.py
-PROM_PORT = 19090
+# This checkout's own ports (sandbox/sandbox.py chose them): the machine shares this one's network.
+PORTS = (
+    json.loads((REPO / ".sandbox" / "ports.json").read_text()) if (REPO / ".sandbox" / "ports.json").exists() else {}
+)
+PROM_PORT, HOOK_PORT = PORTS.get("prometheus", 0), PORTS.get("webhook", 0)
 CANARY = "c4n4ry-w3bh00k-71f3"
 
 
@@ -154,10 +158,16 @@ def test_prometheus_scrapes_the_node(sandbox):
             ("glm-flash-engine", "1"),
             ("glm-flash-node", "1"),
         }, up
-        time.sleep(5)  # one more scrape of each
-        names = set(
-            json.loads(sh(f"curl -sf http://127.0.0.1:{PROM_PORT}/api/v1/label/__name__/values").stdout)["data"]
-        )
+        sglang = {m for m in DOCUMENTED if m.startswith("sglang:")}
+        deadline, names = time.time() + 60, set()
+        while time.time() < deadline:  # until a scrape of each has stored every series asked for below
+            names = set(
+                json.loads(sh(f"curl -sf http://127.0.0.1:{PROM_PORT}/api/v1/label/__name__/values").stdout)["data"]
+            )
+            scraped = {n.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count") for n in names}
+            if SCRAPED_IN_SANDBOX <= names and sglang <= scraped:
+                break
+            time.sleep(1)
         # Host metrics, and the GPU collector's n/a: present 0, collector up.
         assert SCRAPED_IN_SANDBOX <= names, SCRAPED_IN_SANDBOX - names
         assert [r["value"][1] for r in query("glm_flash_gpu_present")] == ["0"]
@@ -166,7 +176,6 @@ def test_prometheus_scrapes_the_node(sandbox):
         ]
         assert "glm_flash_gpu_memory_used_bytes" not in names  # n/a, not 0
         # The engine stand-in: every sglang metric the dashboard names, from the installed engine's own collectors.
-        sglang = {m for m in DOCUMENTED if m.startswith("sglang:")}
         scraped = {n.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count") for n in names}
         assert sglang <= scraped, (sglang - scraped, sorted(n for n in names if "sglang" in n)[:20], len(names))
         assert [r["value"][1] for r in query("sglang:num_queue_reqs")] == ["2"]
@@ -210,7 +219,7 @@ def notify_deploy(webhook: str | None):
 
 
 def test_a_failed_unit_is_told_once_and_the_secret_stays_roots(sandbox):
-    url = f"http://127.0.0.1:18099/hooks/{CANARY}"
+    url = f"http://127.0.0.1:{HOOK_PORT}/hooks/{CANARY}"
     record = "/var/lib/glm-flash-notify/last-failure.json"
     saved_record = sh(f"cat {record} 2>/dev/null || true").stdout
     since = sh("date -u '+%Y-%m-%d %H:%M:%S'").stdout.strip()
@@ -224,7 +233,7 @@ def test_a_failed_unit_is_told_once_and_the_secret_stays_roots(sandbox):
             f"chmod 755 {TEST_DIR}/sink"
         )
         # The listener records the path's hash: the canary stays out of its argv and its files.
-        sh(f"systemd-run --unit=glm-flash-test-hook python3 {TEST_DIR}/listener.py 18099 {TEST_DIR}/posts.jsonl")
+        sh(f"systemd-run --unit=glm-flash-test-hook python3 {TEST_DIR}/listener.py {HOOK_PORT} {TEST_DIR}/posts.jsonl")
         sh(
             f"cp /etc/glm-flash-notify/notify.json {TEST_DIR}/notify.json.orig && "
             f"printf '%s' '{json.dumps({'command': [f'{TEST_DIR}/sink'], 'lines': 5})}' > /etc/glm-flash-notify/notify.json"
@@ -234,13 +243,19 @@ def test_a_failed_unit_is_told_once_and_the_secret_stays_roots(sandbox):
             "-p RestartSec=4 -p StartLimitBurst=3 -p StartLimitIntervalSec=120 "
             "sh -c 'echo fail-line-one; echo fail-line-two; exit 3'"
         )
+        notifier = f"glm-flash-notify@{FAILING}.service"
         deadline = time.time() + 120
-        while time.time() < deadline:
+        while time.time() < deadline:  # until the unit failed for good and the notifier ran to its end after that
             state = sh(f"systemctl show {FAILING} -p Result -p ActiveState --value", check=False).stdout.split()
-            if state[:1] == ["failed"] and sh(f"test -s {TEST_DIR}/posts.jsonl", check=False).returncode == 0:
-                time.sleep(3)
+            failed_at, told_at = (
+                int(sh(f"systemctl show {u} -p InactiveEnterTimestampMonotonic --value").stdout.strip() or 0)
+                for u in (FAILING, notifier)
+            )
+            told_state = sh(f"systemctl show {notifier} -p ActiveState --value").stdout.strip()
+            if state[:1] == ["failed"] and told_state in ("inactive", "failed") and told_at > failed_at:
                 break
-            time.sleep(1)
+            time.sleep(0.5)
+        sh("journalctl --sync")
         notifier_lines = sh(
             f"journalctl -q -o cat --since {shlex.quote(since)} -u 'glm-flash-notify@{FAILING}.service' "
             "| grep '^glm-flash-notify:' || true"

@@ -69,7 +69,8 @@ def test_two_checkouts_get_their_own_machine_and_ports(checkouts):
     # recorded in each checkout's own state, which the inventories and the ssh_config read
     assert json.loads((checkouts[0] / ".sandbox/ports.json").read_text()) == ports_a
     assert json.loads((checkouts[1] / ".sandbox/ports.json").read_text()) == ports_b
-    assert len(set(ports_b.values())) == 3
+    assert len(set(ports_b.values())) == len(b.PORT_ENV) == 7
+    assert {30000, 9100, 19090, 18099}.isdisjoint([*ports_a.values(), *ports_b.values()])
 
 
 def test_the_choice_refuses_a_port_already_held(checkouts):
@@ -91,7 +92,9 @@ def test_pinned_ports_win_and_follow_the_old_offsets(checkouts, monkeypatch):
     monkeypatch.setenv("GLM_FLASH_SANDBOX_PORT", "2400")
     sb = load(checkouts[0], "sandbox")
     assert (sb.PORT, sb.STANDIN_PORT, sb.HUB_PORT) == (2400, 8400, 9400)
-    assert sb.settle_ports() == {"ssh": 2400, "standin": 8400, "hub": 9400}
+    ports = sb.settle_ports()
+    assert {k: ports[k] for k in ("ssh", "standin", "hub")} == {"ssh": 2400, "standin": 8400, "hub": 9400}
+    assert len(set(ports.values())) == 7  # the others chosen, none of them the pinned ones
 
 
 def test_two_checkouts_fleets_use_their_own_addresses_and_names(checkouts):
