@@ -115,12 +115,14 @@ def test_humaneval_plus_from_evalplus_shaped_data(problems, run_eval, tmp_path):
 
 
 def test_humaneval_plus_without_github_says_why(problems, run_eval, tmp_path):
-    with socket.socket() as s:  # a proxy that refuses: what a machine without GitHub sees, fast
+    # A proxy that refuses, what a machine without GitHub sees, fast: a port bound and not listening,
+    # held for the whole run (closed first, another program could take it and answer).
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
-    env = eval_env(GLM_FLASH_CACHE=str(tmp_path / "cache"), HTTPS_PROXY=f"http://127.0.0.1:{closed}")
-    with FakeOpenAI(api_key=KEY, answer=answering(problems, lambda t, p: right(p))) as fake:
-        run = run_eval("--url", fake.url, "--tasks", "0", "--plus", "auto", env=env)
+        env = eval_env(GLM_FLASH_CACHE=str(tmp_path / "cache"), HTTPS_PROXY=f"http://127.0.0.1:{closed}")
+        with FakeOpenAI(api_key=KEY, answer=answering(problems, lambda t, p: right(p))) as fake:
+            run = run_eval("--url", fake.url, "--tasks", "0", "--plus", "auto", env=env)
     assert run.returncode == 0, run.stderr
     why = run.results["plus_skipped"]
     assert why.startswith("HumanEval+ skipped: evalplus's data could not be downloaded from https://github.com/")

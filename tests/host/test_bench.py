@@ -12,7 +12,7 @@ import json
 import os
 import socket
 import subprocess
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -22,69 +22,67 @@ FLOOR = 0.8
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
-def free_port() -> int:
-    """A port for ssh -L, which takes a number, not a socket: chosen free here, so another program can
-    still take it before ssh binds. ssh then exits (ExitOnForwardFailure), and open_tunnel tries again."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-TUNNEL_TRIES = 3
-
-
-def ssh_tunnel(backend, local: int, remote: int) -> list[str]:
-    """ssh -L with the same host, user, port, config and key testinfra connects with."""
+def ssh_command(backend, *args: str) -> list[str]:
+    """ssh with the same host, user, port, config and key testinfra connects with."""
     spec = backend.host
-    cmd = [
-        "ssh",
-        "-N",
-        "-o",
-        "ExitOnForwardFailure=yes",
-        "-o",
-        "BatchMode=yes",
-        "-L",
-        f"127.0.0.1:{local}:127.0.0.1:{remote}",
-    ]
+    cmd = ["ssh", "-o", "BatchMode=yes"]
     if backend.ssh_config:
         cmd += ["-F", backend.ssh_config]
     if backend.ssh_identity_file:
         cmd += ["-i", backend.ssh_identity_file]
     if spec.port:
         cmd += ["-p", str(spec.port)]
-    return cmd + [f"{spec.user}@{spec.name}" if spec.user else spec.name]
+    return cmd + [*args, f"{spec.user}@{spec.name}" if spec.user else spec.name]
 
 
-def wait_listening(port: int, proc: subprocess.Popen, seconds: float = 30) -> bool:
-    """True once the tunnel listens; False when ssh could not bind the port (another program took it)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            err = proc.stderr.read()
-            if "Address already in use" in err or "cannot listen to port" in err:
-                return False
-            pytest.fail(f"ssh tunnel exited: {err[-500:]}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0 and proc.poll() is None:
-                return True
-        time.sleep(0.5)
-    pytest.fail(f"ssh tunnel to the engine's port not up after {seconds:.0f} s")
+def to_pipe(conn: socket.socket, pipe) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        while data := conn.recv(65536):
+            pipe.write(data)
+            pipe.flush()
+    with contextlib.suppress(OSError):
+        pipe.close()
 
 
-def open_tunnel(backend, remote: int) -> tuple[subprocess.Popen, int]:
-    """ssh -L on a free local port, chosen again when another program took it first (a bounded number of times)."""
-    for _ in range(TUNNEL_TRIES):
-        local = free_port()
-        proc = subprocess.Popen(
-            ssh_tunnel(backend, local, remote),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        if wait_listening(local, proc):
-            return proc, local
-    pytest.fail(f"ssh -L: another program took the chosen local port {TUNNEL_TRIES} times")
+def to_socket(pipe, conn: socket.socket) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        while data := pipe.read1(65536):
+            conn.sendall(data)
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_WR)
+
+
+class Tunnel:
+    """The engine's remote loopback port on a local port of ours: a socket this process binds to port 0
+    and holds until closed (no port chosen, released, then bound by ssh: another program cannot take
+    it between), each connection carried by its own `ssh -W` (stdio forwarding over testinfra's SSH)."""
+
+    def __init__(self, backend, remote: int):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.command = ssh_command(backend, "-W", f"127.0.0.1:{remote}")
+        self.procs: list[subprocess.Popen] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:  # closed
+                return
+            proc = subprocess.Popen(
+                self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            )
+            self.procs.append(proc)
+            threading.Thread(target=to_pipe, args=(conn, proc.stdin), daemon=True).start()
+            threading.Thread(target=to_socket, args=(proc.stdout, conn), daemon=True).start()
+
+    def close(self) -> None:
+        self.listener.close()
+        for proc in self.procs:
+            proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
 
 
 @contextlib.contextmanager
@@ -101,12 +99,11 @@ def engine_url(host, profile):
             f"not applicable: the engine listens on {profile.listen_host} and the {host.backend.NAME} "
             "connection cannot be tunnelled; check with --hosts ssh://..."
         )
-    tunnel, local = open_tunnel(host.backend, profile.port)
+    tunnel = Tunnel(host.backend, profile.port)
     try:
-        yield f"http://127.0.0.1:{local}"
+        yield f"http://127.0.0.1:{tunnel.port}"
     finally:
-        tunnel.terminate()
-        tunnel.wait(timeout=10)
+        tunnel.close()
 
 
 @pytest.mark.gpu

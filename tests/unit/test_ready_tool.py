@@ -8,6 +8,7 @@ as ExecStartPost, run as a subprocess with the system's python3 as on a host.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -91,8 +92,11 @@ def test_an_empty_answer_is_not_ready_and_says_why(engine):
 def test_an_engine_on_one_address_is_asked_there(engine):
     port = engine.server_address[1]
     assert ready("127.0.0.7", port, "--once").returncode == 0
-    # the old probe (always 127.0.0.1) finds nothing there
-    missed = ready("127.0.0.1", port, "--once")
+    # the old probe (always 127.0.0.1) finds nothing there: the same port on 127.0.0.1 bound by the
+    # test and not listening, so nothing else can answer it meanwhile
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", port))
+        missed = ready("127.0.0.1", port, "--once")
     assert missed.returncode == 1 and "no completion from http://127.0.0.1:" in missed.stderr
 
 
