@@ -194,7 +194,7 @@ def test_the_service_fails_to_start_only_for_the_missing_gpu(gb10):
     r = sh("systemctl start glm-flash.service", check=False)
     assert r.returncode != 0
     sh("systemctl stop glm-flash.service")  # no restarts left behind (Restart=on-failure)
-    log = sh("journalctl -u glm-flash.service --no-pager -n 30 -o cat").stdout
+    log = sh("journalctl --sync; journalctl -u glm-flash.service --no-pager -n 30 -o cat").stdout
     assert "0 NVIDIA GPU(s) visible, the profile needs 1; the engine cannot start." in log, log
     # refused in its preflight (ExecStartPre): the engine's own process never started
     assert sh("systemctl show -p ExecMainStartTimestampMonotonic --value glm-flash.service").stdout.strip() == "0"
@@ -266,7 +266,7 @@ def test_with_nvidia_smi_answering_as_a_gb10_only_the_start_fails(gb10):
         "glm-flash.service started from the files on disk"
     ], r.stderr[-4000:]
     assert done[-1][1] == "Error"
-    log = sh("journalctl -u glm-flash.service --no-pager -n 30 -o cat").stdout
+    log = sh("journalctl --sync; journalctl -u glm-flash.service --no-pager -n 30 -o cat").stdout
     assert "0 NVIDIA GPU(s) visible, the profile needs 1; the engine cannot start." in log, log
 
 
@@ -314,7 +314,18 @@ def test_upgrade_to_another_fork_commit_and_roll_back(gb10):
     assert f"vllm-moet-{commits()['next'][:12]}-" in upgraded
     assert sh(f"readlink -f {ENGINE}/previous").stdout.strip() == good
     assert "fork edit, v2" in sh(f"tail -1 {upgraded}/{SITE}/vllm/envs.py").stdout
-    sh("glm-flash-rollback", check=False)  # restarts the service: its preflight refuses here (no GPU)
+    # One command back. It restarts the service, which cannot start without a GPU: the command says so
+    # and exits 3 (switched, restart refused). A rollback that skipped the restart would exit 0 and
+    # leave the service's last start as it was.
+    before = sh("systemctl show -p InvocationID --value glm-flash.service").stdout.strip()
+    r = sh("glm-flash-rollback", check=False)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "glm-flash-engine: switched, but `systemctl restart glm-flash.service` failed: " in r.stdout, r.stdout
+    tried = sh("systemctl show -p InvocationID --value glm-flash.service").stdout.strip()
+    assert tried and tried != before, "the rollback did not start the service again"
+    sh("systemctl stop glm-flash.service; journalctl --sync")  # no restarts left behind (Restart=on-failure)
+    log = sh(f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={tried} + INVOCATION_ID={tried}").stdout
+    assert "0 NVIDIA GPU(s) visible, the profile needs 1; the engine cannot start." in log, log
     assert current() == good
     assert sh(f"readlink -f {ENGINE}/previous").stdout.strip() == upgraded
     assert "fork edit, v2" not in sh(f"tail -1 {good}/{SITE}/vllm/envs.py").stdout
