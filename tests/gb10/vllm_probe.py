@@ -45,7 +45,11 @@ def main():
                 results.append({"error": f"{type(e).__name__}: {e}"})
         print(json.dumps(results, default=lambda o: o.__dict__ if hasattr(o, "__dict__") else repr(o)))
         return
-    args = parse(json.loads(sys.argv[2]))
+    argv, fd = json.loads(sys.argv[2]), int(sys.argv[3])
+    args = parse(argv)
+    # The server's own argv, as glm-flash-launch leaves it for `python -m <module>` (its --api-key
+    # added in-process): the thinking-budget middleware reads the server's keys from there.
+    sys.argv = ["vllm.entrypoints.openai.api_server", *argv]
     import uvicorn
     from fastapi import Request
     from fastapi.routing import APIRoute
@@ -65,7 +69,7 @@ def main():
         app.router.routes.insert(0, APIRoute(path, echo, methods=["POST"]))
     # argv[3]: the fd of a socket the test bound to 127.0.0.1:0 and listens on (passed down, so no
     # port is closed by the test and then reused here). No lifespan: it would wait for the engine.
-    uvicorn.run(app, fd=int(sys.argv[3]), log_level="warning", lifespan="off")
+    uvicorn.run(app, fd=fd, log_level="warning", lifespan="off")
 
 
 if __name__ == "__main__":
