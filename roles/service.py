@@ -88,12 +88,13 @@ def unit_context(profile: Profile, api_key: bool, systemd_version: int = LOG_FIL
     )
 
 
-def filtered_env(profile: Profile) -> dict[str, str]:
-    """Behind the address filter (ip_allow): NCCL's and Gloo's sockets between the TP workers of
-    this one engine on loopback, which the filter lets in. By default NCCL picks the first
-    interface that is not lo or docker* (docs/sources.md §15), whose address need not be the one
-    the filter allows on a host with several."""
-    return {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"} if ip_allow(profile) else {}
+def tp_env(profile: Profile) -> dict[str, str]:
+    """NCCL's and Gloo's sockets between the TP workers of this one engine on loopback. Tensor
+    parallelism never leaves the host here (tp_size is at most the host's own GPUs), and by default
+    NCCL binds its unauthenticated bootstrap to the first interface that is not lo or docker*
+    (docs/sources.md §15): the LAN, even when the API listens on 127.0.0.1. Behind the address
+    filter of a fleet worker (ip_allow) loopback is also what the filter lets in."""
+    return {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
 
 
 def ip_allow(profile: Profile) -> list[str]:
@@ -142,7 +143,7 @@ def apply(profile: Profile, engine: EngineResult) -> None:
             f"{where}/glm-flash.env",
             name=f"Service environment{what}",
             state_dir=state_dir(profile),
-            extra_env={**engine.service_env, **filtered_env(profile)},
+            extra_env={**engine.service_env, **tp_env(profile)},
             **owner,
         )
         paths.put(

@@ -173,5 +173,9 @@ def test_behind_the_address_filter_nccl_and_gloo_stay_on_loopback(monkeypatch):
             "fleet_gateway_address": "10.0.0.2",
         },
     )
-    assert service.filtered_env(worker) == {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
-    assert service.filtered_env(build("gpu1", {})) == {}  # a single node: NCCL chooses as before
+    assert service.tp_env(worker) == {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
+    # a single node too (#36 item 7): TP stays in the host, NCCL's bootstrap never on the LAN
+    gb10 = {"platform": "gb10", "vllm_ref": "0123456789abcdef0123456789abcdef01234567", "accept_drafter_license": True}
+    for single in (build("gpu1", {}), build("gpu1", gb10)):
+        env = service.tp_env(single)
+        assert env == {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
