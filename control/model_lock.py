@@ -78,12 +78,32 @@ def record(model_id: str, revision: str, commit: str, path: Path | None = None) 
         raise
 
 
+def origin(url: str) -> tuple[str, str, int | None]:
+    u = urllib.parse.urlsplit(url)
+    return u.scheme, (u.hostname or "").lower(), u.port or {"http": 80, "https": 443}.get(u.scheme)
+
+
+class _TokenStaysHome(urllib.request.HTTPRedirectHandler):
+    """Follows the hub's redirects, the token only to the origin it was given for: urllib copies a
+    Request's headers onto any redirect target, another host included (huggingface_hub drops it
+    across origins too)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        token = req.unredirected_hdrs.get("Authorization")
+        if new is not None and token and origin(newurl) == origin(req.full_url):
+            new.add_unredirected_header("Authorization", token)
+        return new
+
+
 def resolve(endpoint: str, model_id: str, revision: str, token: str | None) -> str:
     """The commit the hub at `endpoint` names for `model_id`@`revision` (its model-info API)."""
     url = f"{endpoint.rstrip('/')}/api/models/{model_id}/revision/{urllib.parse.quote(revision, safe='')}"
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    req = urllib.request.Request(url)
+    if token:
+        req.add_unredirected_header("Authorization", f"Bearer {token}")  # not copied by urllib's redirect
     try:
-        with urllib.request.urlopen(req, timeout=60) as r:
+        with urllib.request.build_opener(_TokenStaysHome).open(req, timeout=60) as r:
             commit = json.load(r)["sha"]
     except urllib.error.HTTPError as e:
         raise ModelLockError(f"{url}: the hub answered {e.code} (gated or private: set HF_TOKEN)") from None
