@@ -258,3 +258,50 @@ def test_the_token_is_never_on_a_command_line(seed, tmp_path):
     """ps shows argv: the server's and aria2c's hold the token's file, never the token."""
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert TOKEN not in out
+
+
+class Trickle(http.server.ThreadingHTTPServer):
+    """A holder that lists the file and then sends it one byte every half second (#36 item 8, L5)."""
+
+    def __init__(self, rel: str, size: int):
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.path == "/.have":
+                    body = rel.encode()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(size))
+                self.end_headers()
+                try:
+                    for _ in range(size):
+                        self.wfile.write(b"t")
+                        self.wfile.flush()
+                        time.sleep(0.5)
+                except OSError:
+                    pass
+
+            def log_message(self, *a):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.daemon_threads = True
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+def test_a_holder_that_trickles_is_dropped_not_waited_for_forever(tmp_path):
+    manifest = tmp_path / "m.txt"
+    (tmp_path / "src").mkdir()
+    manifest.write_text(make(tmp_path / "src", {"big.bin": b"b" * (1 << 20)}))
+    trickle = Trickle("big.bin", 1 << 20)
+    began = time.monotonic()
+    try:
+        r = fetch(tmp_path, tmp_path / "peer", manifest, f"http://127.0.0.1:{trickle.server_address[1]}")
+    finally:
+        trickle.shutdown()
+        trickle.server_close()
+    assert r.returncode != 0 and "big.bin: incomplete" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert time.monotonic() - began < 100  # aria2 dropped the slow connection (it would take 6 days)
