@@ -161,7 +161,9 @@ def serving(
     idle: int = IDLE_S,
 ) -> list[str]:
     """Start glm-flash-peer's server as a transient unit: its own dynamic user, no privileges, the
-    receivers' addresses only; the token a credential (the root-only file is removed once read)."""
+    receivers' addresses only; the token a credential. The root-only file stays: a worker that both
+    serves and receives (it holds some files and lacks others) reads it for its own fetch, which
+    removes it after, as the stop does (stopping)."""
     q = shlex.quote
     props = [*SERVER_PROPERTIES, f"RuntimeMaxSec={RUNTIME_MAX_S}", f"LoadCredential={CREDENTIAL}:{token_file}"]
     props.append("IPAddressAllow=" + " ".join(allow))
@@ -172,7 +174,6 @@ def serving(
         + " ".join(f"-p {q(p)}" for p in props)
         + f" -- /usr/bin/python3 {q(tool)} serve {q(root)} {q(mfile)} --bind {q(bind)} --port {PEER_PORT}"
         f" --token-credential {CREDENTIAL} --idle {int(idle)}{allowed}{extra}"
-        f" && rm -f {q(token_file)}"
     ]
 
 

@@ -241,7 +241,17 @@ def test_the_peer_server_unit_is_unprivileged_and_its_token_is_no_argument():
     assert "IPAddressAllow=10.0.0.2" in cmd and "--allow 10.0.0.2" in cmd and "--bind 10.0.0.1" in cmd
     assert f"RuntimeMaxSec={RUNTIME_MAX_S}" in cmd and RUNTIME_MAX_S <= 3600 and "--idle 120" in cmd
     assert "LoadCredential=peer-token:/t/x.token" in cmd and "--token-credential peer-token" in cmd
-    assert cmd.endswith("&& rm -f /t/x.token")
+    # The token file stays for a fetch on the same worker (it serves what it holds and receives what
+    # it lacks): the fetch removes it once done, whatever its outcome, and so does the stop (#36 L10).
+    assert "rm -f" not in cmd
+    from roles.fleet.artifacts import fetching, stopping
+
+    receiver = type(
+        "Host", (), {"name": "w1", "data": type("Data", (), {"dict": lambda self: {"fleet_address": "10.0.0.1"}})()}
+    )()
+    (fetch,) = fetching("/opt/glm-flash/bin/glm-flash-peer", "/opt/glm-flash", "/m.txt", [], receiver, "/t/x.token")
+    assert fetch.index("--token-file /t/x.token") < fetch.index("rc=$?; rm -f /t/x.token; exit $rc")
+    assert stopping("u", "/t/x.token")[0].startswith("rm -f /t/x.token; systemctl stop u")
 
 
 def ip_workers(n=2, **extra):
