@@ -555,8 +555,9 @@ KNOBS: dict[str, Knob] = {
         low=0,
     ),
     "preflight_memory_gib": K(
-        320.0,
-        "the FP8 CPU experts of the 306 GiB checkpoint stay in RAM, plus the OS (the field box: 768 GB)",
+        330.0,
+        "MemTotal; the FP8 CPU experts of the 306 GiB checkpoint stay in RAM: KTransformers' recipe asks for "
+        "at least 350 GB (326 GiB) available, plus the OS (docs/sources.md §2; the field box: 768 GB)",
         float,
         low=0,
     ),
