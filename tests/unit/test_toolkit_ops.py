@@ -45,7 +45,9 @@ def test_path_and_env_select_the_toolkit_by_path():
     assert toolkit.toolkit_path(p) == "/usr/local/cuda-12.8"
     env = toolkit.toolkit_env(p)
     assert env["CUDA_HOME"] == "/usr/local/cuda-12.8"
-    assert env["PATH"].startswith("/usr/local/cuda-12.8/bin:")
+    # the engine environment's bin/ (its pip ninja, which flashinfer's JIT runs by name), then nvcc's
+    assert env["PATH"].startswith("/opt/glm-flash/engine/current/bin:/usr/local/cuda-12.8/bin:")
+    assert "ninja-build" in p.base_packages and "build-essential" in p.base_packages
     assert "/usr/local/cuda/" not in env["PATH"] + "/" and not env["PATH"].startswith("/usr/local/cuda:")
 
 
