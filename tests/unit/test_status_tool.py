@@ -235,6 +235,22 @@ def test_service_and_readiness():
     assert no["state"] == "problem" and "journalctl" in no["fix"]
 
 
+def test_gpu_check():
+    def out(*parts):
+        return json.dumps({"parts": [{"part": p, "state": state, "detail": d} for p, state, d in parts]})
+
+    na = st.decide_gpu_check(0, out(("toolchain", "pass", "ninja 1.11.1"), ("cuda", "n/a", "no NVIDIA GPU")))
+    assert na["state"] == "n/a" and "cuda: no NVIDIA GPU" in na["detail"]  # never ok without a GPU
+    ok = st.decide_gpu_check(0, out(("toolchain", "pass", "ninja"), ("cuda", "pass", "GPU 0 sm_89 fp8")))
+    assert ok["state"] == "ok"
+    bad = st.decide_gpu_check(
+        1, out(("toolchain", "fail", "ninja is not on the unit's PATH (/usr/bin)"), ("cuda", "n/a", "no GPU"))
+    )
+    assert bad["state"] == "problem" and bad["detail"] == "toolchain: ninja is not on the unit's PATH (/usr/bin)"
+    assert "glm-flash-gpu-check run" in bad["fix"]
+    assert st.decide_gpu_check(1, "Failed to start transient service unit")["state"] == "problem"
+
+
 def test_disk():
     assert st.decide_disk({"/": 400 << 30})["state"] == "ok"
     low = st.decide_disk({"/": 400 << 30, "/srv": 3 << 30})
