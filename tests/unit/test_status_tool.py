@@ -109,6 +109,12 @@ def test_a_kernel_without_the_module_is_a_problem_with_its_dkms_command():
     it = st.decide_modules(cfg(), True, kernels)
     assert it["state"] == "problem" and it["fix"].startswith("dkms autoinstall -k 6.12.57+deb13-amd64")
     assert st.module_version("590.48.01\n") == "590.48.01"
+    # an older kernel without headers (from before an upgrade): named, not a problem; the deploy skips it
+    older = {"6.12.30+deb13-amd64": None, "6.12.48+deb13-amd64": "590.48.01"}
+    it = st.decide_modules(cfg(), True, older, headers={"6.12.48+deb13-amd64"})
+    assert it["state"] == "ok" and it["detail"].endswith("; not built, no headers: 6.12.30+deb13-amd64")
+    # the newest kernel (the one the box boots) without the module stays a problem, headers or not
+    assert st.decide_modules(cfg(), True, kernels, headers={"6.12.48+deb13-amd64"})["state"] == "problem"
 
 
 # --- repository, CUDA ------------------------------------------------------------------------------
