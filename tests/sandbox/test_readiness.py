@@ -51,7 +51,7 @@ class Engine(BaseHTTPRequestHandler):
         if self.headers.get("Authorization") != "Bearer " + key:
             self.send_response(401); self.end_headers(); return
         if sampled_fails and request.get("temperature", 1.0) > 0:  # as sglang without ninja: argmax only
-            body = b'{"object": "error", "message": "FileNotFoundError: No such file or directory: \'ninja\'"}'
+            body = json.dumps({"object": "error", "message": "FileNotFoundError: No such file or directory: 'ninja'"}).encode()
             self.send_response(500); self.send_header("Content-Length", str(len(body))); self.end_headers()
             self.wfile.write(body); return
         body = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
