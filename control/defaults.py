@@ -136,8 +136,9 @@ KNOBS: dict[str, Knob] = {
     "apt_security_mirror": K("http://deb.debian.org/debian-security", "security updates mirror", **URL),
     "debian_suite": K("trixie", "Debian 13 is what the field report ran", choices=("trixie",)),
     "base_packages": K(
-        ["ca-certificates", "curl", "python3", "build-essential", "pciutils", "numactl", "jq"],
-        "python3 runs our host tools; build-essential is needed by JIT kernel compiles",
+        ["ca-certificates", "curl", "python3", "build-essential", "ninja-build", "pciutils", "numactl", "jq"],
+        "python3 runs our host tools; build-essential and ninja-build: the engines' JIT kernel compiles "
+        "(flashinfer runs `ninja` by name)",
         list,
         **DEB_PACKAGE,
     ),
@@ -555,8 +556,9 @@ KNOBS: dict[str, Knob] = {
         low=0,
     ),
     "preflight_memory_gib": K(
-        320.0,
-        "the FP8 CPU experts of the 306 GiB checkpoint stay in RAM, plus the OS (the field box: 768 GB)",
+        330.0,
+        "MemTotal; the FP8 CPU experts of the 306 GiB checkpoint stay in RAM: KTransformers' recipe asks for "
+        "at least 350 GB (326 GiB) available, plus the OS (docs/sources.md §2; the field box: 768 GB)",
         float,
         low=0,
     ),

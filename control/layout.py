@@ -89,9 +89,14 @@ def site_packages(profile, env_dir: str) -> str:
     return f"{env_dir}/lib/python{profile.python_version}/site-packages"
 
 
+def engine_bin(profile) -> str:
+    """The bin/ of the environment `current` points at (its python, its ninja)."""
+    return f"{engine_root(profile)}/current/bin"
+
+
 def engine_python(profile) -> str:
     """The interpreter of the environment `current` points at: what the service runs."""
-    return f"{engine_root(profile)}/current/bin/python"
+    return f"{engine_bin(profile)}/python"
 
 
 def hub_venv(profile) -> str:

@@ -10,8 +10,11 @@ repository has one, else an apt pin), the compute-only driver set (open kernel m
 gets headers and the module is built for it; driver packages are held, kernel packages only
 when `hold_kernel`. Secure Boot without an enrolled DKMS key stops the host with the steps
 to enroll it. With a GPU: nouveau blacklisted (initramfs rebuilt only when the blacklist
-changed), persistence mode on, and a reboot only when a new driver or kernel is installed
-but not running, the module is built for the kernel the box will boot, and `allow_reboot`.
+changed), persistence mode enabled (started once the driver on disk is the one loaded: before
+the first reboot nouveau holds the cards), and a reboot only when a new driver or kernel is
+installed but not running, the module is built for the kernel the box will boot, and
+`allow_reboot`. The module is built for each kernel that has headers; one without them (from
+before an upgrade) is named and skipped.
 
 Every decision that depends on the host is made inside an operation from facts read
 when it runs (roles/operations/driver.py); this role only composes them.

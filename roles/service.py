@@ -21,6 +21,7 @@ from control.layout import (
     SECRETS_DIR,
     UNIT,
     bin_dir,
+    engine_python,
     engine_root,
 )
 from control.layout import service_home as state_dir
@@ -70,6 +71,8 @@ def unit_context(profile: Profile, api_key: bool, systemd_version: int = LOG_FIL
         state_dir=state_dir(profile),
         state_directory=state_directory(profile),
         bin=bin_dir(profile),
+        engine_python=engine_python(profile),
+        tp_size=profile.tp_size,
         alloc_conf=profile.pytorch_alloc_conf,
         api_key=api_key,
         gpu_count=profile.gpu_count,

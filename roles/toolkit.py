@@ -16,6 +16,7 @@ not installed.
 
 from __future__ import annotations
 
+from control import layout
 from control.report import skipped
 from roles import driver
 from roles.operations.toolkit import toolkit_installed, toolkit_present
@@ -27,12 +28,15 @@ def toolkit_path(profile) -> str:
 
 
 def toolkit_env(profile) -> dict[str, str]:
-    """Environment that selects the profile's toolkit by path (CUDA_HOME, nvcc on PATH)."""
+    """Environment that selects the profile's toolkit by path (CUDA_HOME, nvcc on PATH), with
+    the engine environment's own bin/ first, as activating it would: the engines' JIT builds run
+    tools by name (flashinfer and tvm-ffi run `ninja`, the pip one installed there), and the
+    launcher execs the environment's python without activating it."""
     path = toolkit_path(profile)
     return {
         "CUDA_HOME": path,
         "CUDA_PATH": path,
-        "PATH": f"{path}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PATH": f"{layout.engine_bin(profile)}:{path}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     }
 
 

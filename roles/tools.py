@@ -15,6 +15,7 @@ TOOLS = [
     "glm-flash-engine",  # engine environments: build, switch, rollback, status (roles/engines/common.py)
     "glm-flash-check-flags",  # launch flags against the engine's own parser (roles/engines/flag_check.py)
     "glm-flash-job",  # hours-long steps as transient units that survive a dropped SSH (roles/operations/job.py)
+    "glm-flash-gpu-check",  # toolchain, syscalls, GPUs, NCCL under the engine unit's own properties
 ]
 
 

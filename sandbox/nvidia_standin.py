@@ -9,8 +9,8 @@ published beside them as `<KEYID>.pub`; NVIDIA's package names (`nvidia-driver-c
 toolkit of CUDA 13.1 only (no 12.x, as in the real one). The key is a test key made here,
 never NVIDIA's. The packages install files, not drivers. The runfile honours the real one's
 `--silent --toolkit --toolkitpath=DIR` and installs a tree with the real CUDA 12.8
-crt/math_functions.h (from PyPI's nvidia-cuda-nvcc-cu12 12.8.93) and an nvcc that only
-prints its version.
+crt/math_functions.h (from PyPI's nvidia-cuda-nvcc-cu12 12.8.93) and an nvcc that prints its
+version and compiles host code only (with the system's c++).
 
     python3 sandbox/nvidia_standin.py OUT_DIR [BRANCH=VERSION ...]
 """
@@ -160,9 +160,13 @@ def index(repo: Path, home: Path) -> None:
 def runfile(header: bytes) -> bytes:
     """A shell installer with a tar.gz payload, honouring the real runfile's toolkit options."""
     nvcc = (
-        b"#!/bin/sh\n# stand-in nvcc (TEST ONLY): prints the version of CUDA 12.8.1's\n"
+        b"#!/bin/sh\n# stand-in nvcc (TEST ONLY): prints the version of CUDA 12.8.1's; given files, compiles\n"
+        b"# their host code with the system's c++, as the real one hands host code to it (no device code)\n"
+        b'case "${1:---version}" in --version|-V)\n'
         b"echo 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
         b"echo 'Cuda compilation tools, release 12.8, V12.8.93'\n"
+        b"exit 0 ;;\nesac\n"
+        b'exec c++ -x c++ "$@"\n'
     )
     members = {
         "bin/nvcc": (nvcc, 0o755),

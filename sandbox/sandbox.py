@@ -459,6 +459,9 @@ def nspawn(root: Path, machine: str, logfile: Path, pidfile: Path) -> subprocess
             "--keep-unit",
             "--console=passive",
             "--resolv-conf=copy-host",
+            # nspawn's own syscall allow-list refuses pidfd_getfd, which a real box allows and the
+            # engine unit's filter allows for PyTorch's CUDA IPC (glm-flash-gpu-check's syscalls part)
+            "--system-call-filter=pidfd_getfd",
         ],
         stdin=subprocess.DEVNULL,
         stdout=log,

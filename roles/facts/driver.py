@@ -150,6 +150,22 @@ class Kernels(ParsedFact):
         return KernelState(running, tuple(sorted(set(installed), key=version_key)))
 
 
+class KernelHeaders(ParsedFact):
+    """Kernel releases whose headers are installed: `/lib/modules/K/build` leads to a
+    directory, which is where DKMS looks for them (dkms's kernel_source_dir)."""
+
+    def command(self):
+        return "for d in /lib/modules/*/build; do [ -d \"$d/\" ] && { d=${d%/build}; echo \"${d##*/}\"; }; done; true"
+
+    @staticmethod
+    def default():
+        return frozenset()
+
+    @staticmethod
+    def parse(lines) -> frozenset[str]:
+        return frozenset(line.strip() for line in lines if line.strip())
+
+
 @dataclass(frozen=True)
 class RebootFlag:
     required: bool

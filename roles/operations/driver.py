@@ -25,6 +25,7 @@ from pyinfra_ext.refusal import refusing
 from roles.facts.apt import AptHeldPackages
 from roles.facts.driver import (
     AptVersions,
+    KernelHeaders,
     Kernels,
     NvidiaLoadedModule,
     NvidiaModuleFor,
@@ -170,15 +171,28 @@ def driver_installed(packages: list[str], branch: str):
 
     `linux-headers-amd64` follows every new kernel, so DKMS builds the module for it at
     install; the running kernel's own headers too when it is this system's (not a
-    container's host kernel). A package missing or from another branch is (re)installed;
-    the pin picks the version, so moving between branches may downgrade held packages.
+    container's host kernel) and the archive still has them. Debian keeps only the current
+    kernel ABI's headers: when the running kernel's are gone and no newer kernel is installed,
+    the current image comes with its headers (`linux-image-amd64`), the module is built for
+    it, and the reboot step boots it. A package missing or from another branch is
+    (re)installed; the pin picks the version, so moving between branches may downgrade held
+    packages.
     """
     kernels = memo.fact(host, Kernels)
     installed = memo.fact(host, DebPackages)
     support = ["linux-headers-amd64", "dkms"]
     if kernels.running in kernels.installed:
-        support.append(f"linux-headers-{kernels.running}")
-    missing_support = [p for p in support if not _installed(installed, p)]
+        own = f"linux-headers-{kernels.running}"
+        if _installed(installed, own) or memo.fact(host, AptVersions, package=own):
+            support.append(own)
+        elif not kernels.newer_installed:
+            logger.warning(
+                f"{host.name}: {own} is not in the archive any more (it keeps the current kernel's only): "
+                "installing the current kernel with its headers; the module is built for it and the box "
+                "boots it at the reboot step"
+            )
+            support.insert(0, "linux-image-amd64")
+    missing_support = [p for p in support if not _installed(installed, p) or p == "linux-image-amd64"]
     todo = []
     for name in packages:
         versions = _installed(installed, name)
@@ -209,16 +223,31 @@ def driver_installed(packages: list[str], branch: str):
 
 @operation()
 def modules_built():
-    """The nvidia module exists for every installed kernel; `dkms autoinstall` builds it where not."""
+    """The nvidia module exists for every installed kernel whose headers are installed;
+    `dkms autoinstall` builds it where not. A kernel without headers (one from before an
+    upgrade: `linux-headers-amd64` follows the newest only) is skipped and named, since dkms
+    fails on it ("Your kernel headers for kernel ... cannot be found", dkms#484). The reboot
+    step never boots a kernel the module is not built for."""
     kernels = memo.fact(host, Kernels)
     if not kernels.installed:
         skipped("nvidia module for each installed kernel", "no kernel is installed here (a container)")
         return
+    headers = memo.fact(host, KernelHeaders)
     missing = [k for k in kernels.installed if not memo.fact(host, NvidiaModuleFor, kernel=k)]
-    if not missing:
-        host.noop(f"nvidia module built for {', '.join(kernels.installed)}")
+    headless = [k for k in missing if k not in headers]
+    if headless:
+        skipped(
+            f"nvidia module for kernel {', '.join(headless)}",
+            "its headers are not installed (no /lib/modules/<kernel>/build), so DKMS cannot build for it; "
+            "remove that kernel's image or install its headers if the box should boot it",
+        )
+    build = [k for k in missing if k in headers]
+    if not build:
+        host.noop(
+            f"nvidia module built for {', '.join(k for k in kernels.installed if k not in headless) or 'no kernel'}"
+        )
         return
-    for kernel in missing:
+    for kernel in build:
         yield StringCommand("dkms", "autoinstall", "-k", QuoteString(kernel))
 
 
@@ -302,12 +331,36 @@ def nouveau_blacklisted():
     yield StringCommand("echo", wanted, ">", INITRAMFS_MARKER)
 
 
+def driver_running() -> str | None:
+    """Why the nvidia module that runs is not the one on disk (None when it is): until the
+    reboot that loads it, nouveau or an older driver holds the cards."""
+    loaded = memo.fact(host, NvidiaLoadedModule)
+    on_disk = memo.fact(host, NvidiaModuleOnDisk)
+    if on_disk and loaded and loaded.version == on_disk:
+        return None
+    if not on_disk:
+        return "no nvidia module is built for the running kernel"
+    if not loaded:
+        held = " (nouveau holds the GPUs)" if "nouveau" in (memo.fact(host, KernelModules) or {}) else ""
+        return f"driver {on_disk} is installed but not loaded{held}"
+    return f"driver {on_disk} is installed, {loaded.version} is loaded"
+
+
 @operation()
 def persistence_mode():
-    """nvidia-persistenced started with --persistence-mode, enabled and running."""
+    """nvidia-persistenced with --persistence-mode, enabled; started (restarted for a new
+    drop-in) only while the loaded nvidia module is the one on disk. Before the reboot that
+    loads it the daemon cannot open the devices and exits, which would stop the run before its
+    own reboot: then it is only enabled and the boot starts it, as NVIDIA's Ansible role does
+    (enable, then reboot)."""
+    not_yet = driver_running()
     changed = yield from _ensure_file(PERSISTENCED_DROPIN, PERSISTENCED_CONTENT)
     if changed:
         yield "systemctl daemon-reload"
+    if not_yet:
+        logger.warning(f"{host.name}: nvidia-persistenced enabled, not started until the reboot: {not_yet}")
+        yield from systemd.service._inner(service="nvidia-persistenced.service", running=None, enabled=True)
+        return
     yield from systemd.service._inner(
         service="nvidia-persistenced.service", running=True, enabled=True, restarted=changed
     )

@@ -26,6 +26,10 @@ def toolkit_package(cuda_version: str) -> str:
 
 
 RUNFILE_MARKER = ".glm-flash-runfile"
+# The runfile's own installer (cuda-installer) links libxml2.so.2, which a minimal Debian 13
+# lacks: "error while loading shared libraries: libxml2.so.2" on debian:13 (spack/spack-packages
+# issue 5969; docs/sources.md §7). Installed before the runfile runs.
+RUNFILE_NEEDS = ("libxml2",)
 
 
 @operation()
@@ -42,6 +46,11 @@ def toolkit_installed(cuda_version: str, tool: str, runfile_url: str, runfile_sh
         host.noop(f"CUDA {cuda_version} at {path} from {runfile_url.rsplit('/', 1)[-1]}")
         return
     if not memo.fact(host, AptVersions, package=package):
+        installed = memo.fact(host, DebPackages)
+        needs = [p for p in RUNFILE_NEEDS if not installed.get(p)]
+        if needs:
+            yield APT_UPDATE
+            yield StringCommand(apt_get("install --no-install-recommends"), *[QuoteString(p) for p in needs])
         yield StringCommand(
             QuoteString(tool),
             "runfile",

@@ -172,6 +172,33 @@ def test_a_completion_answers(host, profile):
     assert out.rc == 0, out.stderr
 
 
+def _gpu_check(host) -> dict[str, dict]:
+    """glm-flash-gpu-check run: its probe in a transient unit with glm-flash.service's own properties."""
+    r = host.run("glm-flash-gpu-check run --json")
+    assert r.stdout.strip(), r.stderr
+    return {p["part"]: p for p in json.loads(r.stdout.strip().splitlines()[-1])["parts"]}
+
+
+def test_the_engines_toolchain_and_syscalls_under_its_unit(host):
+    """ninja on the unit's PATH and a compile through its toolkit (flashinfer's JIT builds its
+    sampling kernels on the first sampled request), and the syscalls the engine needs beyond
+    @system-service, all as the engine gets them. On the sandbox the toolkit is the stand-in's."""
+    parts = _gpu_check(host)
+    for name in ("toolchain", "syscalls"):
+        assert parts[name]["state"] == "pass", parts[name]
+
+
+@pytest.mark.gpu
+def test_gpu_check_passes_under_the_units_properties(host, profile):
+    """On a GPU node, every part passes (never n/a): the device nodes open, CUDA runs an FP8
+    matmul on each GPU, NCCL all-reduces across the TP ranks, under the engine unit's sandbox."""
+    parts = _gpu_check(host)
+    for name in ("toolchain", "syscalls", "devices", "cuda"):
+        assert parts[name]["state"] == "pass", parts[name]
+    assert parts["nccl"]["state"] == ("pass" if profile.tp_size > 1 else "n/a"), parts["nccl"]
+    assert parts["cuda"]["detail"].count("GPU ") == profile.gpu_count, parts["cuda"]
+
+
 def test_without_gpu_the_service_refuses_fast_and_says_why(host, has_gpu):
     if has_gpu:
         pytest.skip("not applicable: this host has a GPU")

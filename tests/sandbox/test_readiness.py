@@ -5,7 +5,8 @@ private address) and an API key (a non-loopback address needs one). A drop-in un
 swaps only the engine for a stand-in (no GPU here: simulated is the engine, an OpenAI-shaped
 server bound to that one address that checks the key from its credential); the unit's own
 ExecStartPost, rendered by the deploy, decides whether the start succeeds. Then the stand-in
-answers an empty message: the start fails and the journal says why. Afterwards the drop-in
+answers an empty message, then greedy requests only (a sampled one gets sglang's error without
+ninja): each start fails and the journal says why. Afterwards the drop-in
 goes and the inventory's own values are deployed again (converged: nothing left changed).
 """
 
@@ -39,15 +40,20 @@ STANDIN = """
 import json, os, sys, time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 address, port, content, load_s = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+sampled_fails = sys.argv[5:] == ["sampled-fails"]
 for i in range(1, load_s + 1):  # a first start's load: lines in the journal, nothing listening yet
     print(f"stand-in engine: loading weights {i}/{load_s}", flush=True)
     time.sleep(1)
 key = open(os.path.join(os.environ["CREDENTIALS_DIRECTORY"], "api-key")).read().strip()
 class Engine(BaseHTTPRequestHandler):
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
         if self.headers.get("Authorization") != "Bearer " + key:
             self.send_response(401); self.end_headers(); return
+        if sampled_fails and request.get("temperature", 1.0) > 0:  # as sglang without ninja: argmax only
+            body = json.dumps({"object": "error", "message": "FileNotFoundError: No such file or directory: 'ninja'"}).encode()
+            self.send_response(500); self.send_header("Content-Length", str(len(body))); self.end_headers()
+            self.wfile.write(body); return
         body = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]}).encode()
         self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
         self.wfile.write(body)
@@ -69,21 +75,23 @@ def deploy(*data: str, key: str | None = None) -> list[str]:
     return changed_operations(run.stdout)
 
 
-def engine_standin(content: str, port: int, load_s: int = 0) -> None:
-    """The drop-in: the unit's engine is the stand-in (answers `content` after `load_s` s), stopped."""
+def engine_standin(content: str, port: int, load_s: int = 0, sampled_fails: bool = False) -> None:
+    """The drop-in: the unit's engine is the stand-in (answers `content` after `load_s` s; with
+    `sampled_fails`, greedy requests only), stopped."""
     put(ENGINE, STANDIN)
     sandbox_sh(f"chmod 0644 {ENGINE}")
     put(
         DROPIN,
         "[Service]\nExecStartPre=\n"
-        f"ExecStart=\nExecStart=/usr/bin/python3 {ENGINE} {ADDRESS} {port} {json.dumps(content)} {load_s}\n"
-        "TimeoutStartSec=40\nRestart=no\n",
+        f"ExecStart=\nExecStart=/usr/bin/python3 {ENGINE} {ADDRESS} {port} {json.dumps(content)} {load_s}"
+        + (" sampled-fails\n" if sampled_fails else "\n")
+        + "TimeoutStartSec=40\nRestart=no\n",
     )
     sandbox_sh(f"systemctl daemon-reload; systemctl stop {UNIT}; systemctl reset-failed {UNIT}", check=False)
 
 
-def start_with_engine(content: str, port: int) -> tuple[int, str]:
-    engine_standin(content, port)
+def start_with_engine(content: str, port: int, sampled_fails: bool = False) -> tuple[int, str]:
+    engine_standin(content, port, sampled_fails=sampled_fails)
     start = sandbox_sh(f"timeout 90 systemctl start {UNIT}", check=False)
     inv = sandbox_sh(f"systemctl show -p InvocationID --value {UNIT}").stdout.strip()
     log = sandbox_sh(
@@ -125,6 +133,16 @@ def test_an_empty_answer_is_not_ready_and_the_journal_says_why(one_address):
     assert rc != 0, log
     assert sandbox_sh(f"systemctl is-active {UNIT}", check=False).stdout.strip() != "active"
     assert "answered with an empty message" in log, log
+
+
+def test_an_engine_that_fails_sampled_requests_is_not_ready_and_the_journal_says_why(one_address):
+    """#35: sglang without ninja answers temperature 0 (argmax) and fails the first sampled request;
+    the unit's readiness sends one of each, so the start fails at once, naming the cause."""
+    rc, log = start_with_engine("OK", one_address, sampled_fails=True)
+    assert rc != 0, log
+    assert sandbox_sh(f"systemctl is-active {UNIT}", check=False).stdout.strip() != "active"
+    assert "answered a greedy request but a sampled one (temperature 0.7, top_p 0.9) failed" in log, log
+    assert "No such file or directory: 'ninja'" in log, log
 
 
 def test_the_deploy_shows_the_engine_and_the_elapsed_time_while_readiness_waits(one_address):

@@ -21,6 +21,7 @@ from roles import driver
 from roles.facts.apt import AptHeldPackages
 from roles.facts.driver import (
     AptVersions,
+    KernelHeaders,
     Kernels,
     KernelState,
     LoadedModule,
@@ -116,6 +117,9 @@ def fresh_host(over=None):
         NvidiaRepoState: None,
         AptVersions: [],
         F(AptVersions, package=PINNING): ["590.48.01-1"],
+        F(AptVersions, package=f"linux-headers-{RUNNING}"): ["6.12.38-1"],  # the archive's current ABI
+        # as the module step sees it, after the headers' install earlier in the run
+        KernelHeaders: frozenset({RUNNING}),
         SecureBoot: SecureBootState(False, False, False),
         NvidiaModuleFor: None,
         F(Sha256File, path=driver_ops.SOURCES_FILE): None,
@@ -205,8 +209,7 @@ FRESH_COMMANDS = [
     f"echo {sha(driver_ops.BLACKLIST_CONTENT)} > {driver_ops.INITRAMFS_MARKER}",
     *whole(driver_ops.PERSISTENCED_DROPIN, driver_ops.PERSISTENCED_CONTENT),
     "systemctl daemon-reload",
-    "systemctl start nvidia-persistenced.service",
-    "systemctl enable nvidia-persistenced.service",
+    "systemctl enable nvidia-persistenced.service",  # started by the boot that loads the driver
 ]
 OPS = [
     "openpgp_tool",
@@ -224,7 +227,8 @@ OPS = [
 
 def test_fresh_host(monkeypatch):
     """Fresh host: gpg, the repository (key and branch checked by the host tool), NVIDIA's
-    pinning package, headers for every kernel, driver, module, blacklist, persistence.
+    pinning package, headers for every kernel, driver, module, blacklist, persistence enabled
+    (not started: nouveau holds the cards until the reboot).
     Holds and the reboot check see the facts from before the install (the real run re-reads
     them when each operation executes)."""
     rec = simulate(monkeypatch, fresh_host(), profile())
@@ -287,7 +291,13 @@ def test_reboot_after_fresh_install():
 def test_no_reboot_into_a_kernel_without_the_module(caplog):
     """A new kernel is installed but DKMS did not build the module for it: rebooting would
     leave the box without its GPUs, so it does not reboot and says why."""
-    facts = current_host({Kernels: KernelState(RUNNING, (RUNNING, NEWER)), F(NvidiaModuleFor, kernel=NEWER): None})
+    facts = current_host(
+        {
+            Kernels: KernelState(RUNNING, (RUNNING, NEWER)),
+            F(NvidiaModuleFor, kernel=NEWER): None,
+            KernelHeaders: frozenset({RUNNING, NEWER}),
+        }
+    )
     fake = FakeHost(facts)
     with on(fake), caplog.at_level("WARNING", logger="pyinfra"):
         assert list(driver_ops.rebooted_if_needed._inner(allow_reboot=True)) == []
@@ -502,9 +512,79 @@ def test_no_update_initramfs_is_reported_not_pretended(caplog):
 
 
 def test_module_built_for_every_installed_kernel():
-    facts = current_host({Kernels: KernelState(RUNNING, (RUNNING, NEWER)), F(NvidiaModuleFor, kernel=NEWER): None})
+    facts = current_host(
+        {
+            Kernels: KernelState(RUNNING, (RUNNING, NEWER)),
+            F(NvidiaModuleFor, kernel=NEWER): None,
+            KernelHeaders: frozenset({RUNNING, NEWER}),
+        }
+    )
     assert commands(driver_ops.modules_built, facts) == [f"dkms autoinstall -k {NEWER}"]
     assert commands(driver_ops.modules_built, current_host()) == []
+
+
+OLDER = "6.12.30+deb13-amd64"
+
+
+def test_a_kernel_without_headers_is_skipped_and_named(caplog):
+    """A kernel from before an upgrade keeps its image in /boot but has no headers
+    (linux-headers-amd64 follows the newest only): dkms would fail the step on it (dkms#484).
+    It is skipped and named; the kernels with headers still get the module."""
+    facts = current_host(
+        {
+            Kernels: KernelState(RUNNING, (OLDER, RUNNING, NEWER)),
+            F(NvidiaModuleFor, kernel=OLDER): None,
+            F(NvidiaModuleFor, kernel=NEWER): None,
+            KernelHeaders: frozenset({RUNNING, NEWER}),
+        }
+    )
+    with caplog.at_level("WARNING", logger="pyinfra"):
+        assert commands(driver_ops.modules_built, facts) == [f"dkms autoinstall -k {NEWER}"]
+    assert f"skipped: nvidia module for kernel {OLDER}: its headers are not installed" in caplog.text
+    # built for the others: nothing to do, the old kernel still named
+    caplog.clear()
+    done = {**facts, F(NvidiaModuleFor, kernel=NEWER): "590.48.01"}
+    with caplog.at_level("WARNING", logger="pyinfra"):
+        assert commands(driver_ops.modules_built, done) == []
+    assert f"skipped: nvidia module for kernel {OLDER}" in caplog.text
+
+
+def test_running_kernel_whose_headers_left_the_archive_gets_the_current_kernel(caplog):
+    """Debian's archive keeps the current kernel ABI's headers only: a box not upgraded lately
+    cannot install linux-headers-$(uname -r). The current image and its headers are installed
+    instead (DKMS builds the module for that kernel), and the reboot step boots it."""
+    stale = {
+        Kernels: KernelState(RUNNING, (RUNNING,)),
+        F(AptVersions, package=f"linux-headers-{RUNNING}"): [],
+        KernelHeaders: frozenset(),
+    }
+    with caplog.at_level("WARNING", logger="pyinfra"):
+        cmds = commands(driver_ops.driver_installed, fresh_host(stale), packages=OPEN, branch="590")
+    assert cmds[:2] == [UPDATE, f"{INSTALL} linux-image-amd64 linux-headers-amd64 dkms"]
+    assert f"linux-headers-{RUNNING} is not in the archive any more" in caplog.text
+    # after that install: the new kernel has headers and the module; the running one is named, not built
+    after = current_host(
+        {
+            Kernels: KernelState(RUNNING, (RUNNING, NEWER)),
+            F(AptVersions, package=f"linux-headers-{RUNNING}"): [],
+            DebPackages: {
+                k: v for k, v in installed_packages("590.48.01-1").items() if k != f"linux-headers-{RUNNING}"
+            },
+            KernelHeaders: frozenset({NEWER}),
+            F(NvidiaModuleFor, kernel=RUNNING): None,
+            NvidiaLoadedModule: None,
+            NvidiaModuleOnDisk: None,
+            KernelModules: {"nouveau": {}},
+        }
+    )
+    assert commands(driver_ops.driver_installed, after, packages=OPEN, branch="590") == []
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pyinfra"):
+        assert commands(driver_ops.modules_built, after) == []
+    assert f"skipped: nvidia module for kernel {RUNNING}: its headers are not installed" in caplog.text
+    assert "( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &" in commands(
+        driver_ops.rebooted_if_needed, after, allow_reboot=True
+    )
 
 
 def test_fact_parsers_on_the_commands_output():
@@ -526,3 +606,31 @@ def test_fact_parsers_on_the_commands_output():
     assert NvidiaRepoState.parse(["missing"]) is None
     assert NvidiaRepoState.parse(['{"fingerprints": ["AB"], "sources_current": true}']) == repo_state(("AB",))
     assert NvidiaModuleFor.parse(["590.48.01"]) == "590.48.01" and NvidiaModuleFor.parse([]) is None
+
+
+def test_persistenced_is_started_only_when_the_driver_on_disk_runs(caplog):
+    """Before the reboot nouveau holds the cards and nvidia-persistenced would exit ("Failed to
+    query NVIDIA devices", NVIDIA/ansible-role-nvidia-driver#3), stopping the run before its own
+    reboot: it is enabled only, and the run goes on to the reboot step. After the reboot (the
+    module on disk is the one loaded) it is started; a new drop-in restarts it."""
+    before = current_host(
+        {NvidiaLoadedModule: None, KernelModules: {"nouveau": {}}, SystemdStatus: {}, SystemdEnabled: {}}
+    )
+    with caplog.at_level("WARNING", logger="pyinfra"):
+        assert commands(driver_ops.persistence_mode, before) == ["systemctl enable nvidia-persistenced.service"]
+    assert (
+        "nvidia-persistenced enabled, not started until the reboot: driver 590.48.01 is installed but not "
+        "loaded (nouveau holds the GPUs)" in caplog.text
+    )
+    # an older driver still loaded (a branch move before its reboot): not started either
+    older = current_host({NvidiaLoadedModule: LoadedModule("570.172.08", True), SystemdStatus: {}})
+    assert commands(driver_ops.persistence_mode, older) == []
+    # after the reboot: enabled by the first run, started (systemd would have; a run converges either way)
+    after = current_host({SystemdStatus: {"nvidia-persistenced.service": False}})
+    assert commands(driver_ops.persistence_mode, after) == ["systemctl start nvidia-persistenced.service"]
+    assert commands(driver_ops.persistence_mode, current_host()) == []
+    stale = current_host({F(Sha256File, path=driver_ops.PERSISTENCED_DROPIN): None})
+    assert commands(driver_ops.persistence_mode, stale)[-2:] == [
+        "systemctl daemon-reload",
+        "systemctl restart nvidia-persistenced.service",
+    ]

@@ -268,3 +268,73 @@ def test_mode_and_owner_are_kept(tmp_path, tree, env):
     assert run(env, "apply", json_set(tmp_path, tree)).returncode == 0
     st = os.stat(tree / "config.json")
     assert (st.st_mode & 0o777, st.st_uid, st.st_gid) == (0o600, 1234, 1234)
+
+
+def model_set(tmp_path, root):
+    """The repo's own config.json set (patches/model/), rendered as roles/engines/kt/patches.py does."""
+    import yaml
+
+    from control import patch_sets
+
+    raw = yaml.safe_load((REPO / "patches/model/glm-5.3-flash-index-share.yaml").read_text())
+    return write_set(tmp_path / "model-set.json", **patch_sets.render(raw, {}, str(root), version="rev1"))
+
+
+# The public record shows the nested key only: a config.json without the top-level one.
+NESTED_ONLY = CONFIG.replace('\n  "index_share_for_mtp_iteration": true,', "", 1)
+
+
+def test_config_without_the_top_level_key_patches_cleanly(tmp_path, tree, env):
+    assert "index_share_for_mtp_iteration" not in json.loads(NESTED_ONLY)
+    (tree / "config.json").write_text(NESTED_ONLY)
+    s = model_set(tmp_path, tree)
+    assert run(env, "check", s).returncode == 1
+    r = run(env, "apply", s)
+    assert r.returncode == 0, r.stderr
+    new = (tree / "config.json").read_text()
+    assert new == NESTED_ONLY.replace('"index_share_for_mtp_iteration": true', '"index_share_for_mtp_iteration": false')
+    assert "index_share_for_mtp_iteration" not in json.loads(new)  # nothing added at the top level
+    before = sha(tree / "config.json")
+    assert run(env, "apply", s).returncode == 0 and sha(tree / "config.json") == before
+    assert run(env, "check", s).returncode == 0
+    # with the key the same set edits both, as before
+    (tree / "config.json").write_text(CONFIG)
+    assert run(env, "apply", s).returncode == 0
+    data = json.loads((tree / "config.json").read_text())
+    assert (
+        data["index_share_for_mtp_iteration"] is False and data["text_config"]["index_share_for_mtp_iteration"] is False
+    )
+
+
+@pytest.mark.parametrize(
+    "config,needle",
+    [
+        # the nested key is the one the engine reads: its absence is still drift
+        (CONFIG.replace('    "index_share_for_mtp_iteration": true,\n', ""), "is missing in text_config"),
+        # a top-level key that is there but not true is drift, if_present or not
+        (
+            CONFIG.replace(
+                '"index_share_for_mtp_iteration": true,\n  "num', '"index_share_for_mtp_iteration": 1,\n  "num'
+            ),
+            "is 1",
+        ),
+        # no text_config at all: the object the edit lives in is missing
+        ('{"index_share_for_mtp_iteration": true}', "'text_config' is missing"),
+    ],
+)
+def test_model_set_still_refuses_drift(tmp_path, tree, env, config, needle):
+    (tree / "config.json").write_text(config)
+    r = run(env, "apply", model_set(tmp_path, tree))
+    assert r.returncode == 2 and needle in r.stderr, r.stderr
+    assert (tree / "config.json").read_text() == config
+
+
+def test_if_present_only_on_json_edits(tmp_path, tree, env):
+    bad = write_set(
+        tmp_path / "bad.json",
+        name="bad",
+        root=str(tree),
+        files=[{"path": "a.py", "edits": [{"id": "x", "anchor": "x = 1\n", "replace": "x = 2\n", "if_present": True}]}],
+    )
+    r = run(env, "apply", bad)
+    assert r.returncode == 2 and "if_present is a json edit's option" in r.stderr, r.stderr

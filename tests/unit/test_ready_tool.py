@@ -20,12 +20,26 @@ import pytest
 TOOL = Path(__file__).resolve().parents[2] / "files" / "glm-flash-ready"
 
 
-def serve(address: str, message):
-    """An engine stand-in on `address`, port 0 (the kernel's choice, read back from the socket)."""
+# What sglang answers when a sampled request's kernel cannot be built (flashinfer runs `ninja` by
+# name; not on the engine's PATH): the request fails, greedy ones (argmax, no kernel) still pass.
+NO_NINJA = {"object": "error", "message": "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'"}
+
+
+def serve(address: str, message, sampled_fails: bool = False):
+    """An engine stand-in on `address`, port 0 (the kernel's choice, read back from the socket);
+    with `sampled_fails`, a request with a temperature above 0 gets a 500 (NO_NINJA)."""
 
     class Engine(BaseHTTPRequestHandler):
         def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
+            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            self.server.requests.append(request)
+            if sampled_fails and request.get("temperature", 1.0) > 0:
+                body = json.dumps(NO_NINJA).encode()
+                self.send_response(500)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
             body = json.dumps({"choices": [{"message": message}]}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -37,6 +51,7 @@ def serve(address: str, message):
             pass
 
     server = ThreadingHTTPServer((address, 0), Engine)
+    server.requests = []
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -53,8 +68,8 @@ def ready(host: str, port: int, *extra: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def engine(request):
-    address, message = request.param
-    server = serve(address, message)
+    address, message, *sampled_fails = request.param
+    server = serve(address, message, *sampled_fails)
     yield server
     server.shutdown()
     server.server_close()
@@ -72,6 +87,19 @@ def test_a_real_answer_is_ready(engine):
     r = ready("127.0.0.1", engine.server_address[1], "--once")
     assert r.returncode == 0, r.stderr
     assert "ready after" in r.stdout
+    # one greedy request and one sampled, as clients send (generation_config's top_p applies to theirs)
+    assert [(q.get("temperature"), q.get("top_p")) for q in engine.requests] == [(0, None), (0.7, 0.9)]
+
+
+@pytest.mark.parametrize("engine", [("127.0.0.1", {"content": "OK"}, True)], indirect=True)
+def test_greedy_answers_but_sampled_fails_is_not_ready_and_says_why(engine):
+    """#35: an engine without ninja on its PATH answers temperature 0 (argmax) and dies on the
+    first sampled request. Not ready, at once (waiting does not mend it), naming the cause."""
+    r = ready("127.0.0.1", engine.server_address[1], "--timeout", "600")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "answered a greedy request but a sampled one (temperature 0.7, top_p 0.9) failed" in r.stderr, r.stderr
+    assert "HTTP Error 500" in r.stderr and "No such file or directory: 'ninja'" in r.stderr, r.stderr
+    assert len(engine.requests) == 2  # no waiting loop
 
 
 @pytest.mark.parametrize(

@@ -82,7 +82,8 @@ def test_threadpool_count_none_reads_the_numa_nodes():
 
 def test_environment_selects_the_toolkit_by_path_and_transport():
     env = launch.kt_env(build("gpu1", {}))
-    assert env["CUDA_HOME"] == "/usr/local/cuda-12.8" and env["PATH"].startswith("/usr/local/cuda-12.8/bin:")
+    assert env["CUDA_HOME"] == "/usr/local/cuda-12.8"
+    assert env["PATH"].startswith("/opt/glm-flash/engine/current/bin:/usr/local/cuda-12.8/bin:")
     assert env["SGLANG_KT_GLM5_NEXT_FP8_TRANSPORT"] == "native"
     assert "PYTORCH_CUDA_ALLOC_CONF" not in env and "PYTORCH_ALLOC_CONF" not in env
     text = render("glm-flash.env.j2", state_dir="/var/lib/glm-flash", extra_env=env)

@@ -109,6 +109,12 @@ def test_a_kernel_without_the_module_is_a_problem_with_its_dkms_command():
     it = st.decide_modules(cfg(), True, kernels)
     assert it["state"] == "problem" and it["fix"].startswith("dkms autoinstall -k 6.12.57+deb13-amd64")
     assert st.module_version("590.48.01\n") == "590.48.01"
+    # an older kernel without headers (from before an upgrade): named, not a problem; the deploy skips it
+    older = {"6.12.30+deb13-amd64": None, "6.12.48+deb13-amd64": "590.48.01"}
+    it = st.decide_modules(cfg(), True, older, headers={"6.12.48+deb13-amd64"})
+    assert it["state"] == "ok" and it["detail"].endswith("; not built, no headers: 6.12.30+deb13-amd64")
+    # the newest kernel (the one the box boots) without the module stays a problem, headers or not
+    assert st.decide_modules(cfg(), True, kernels, headers={"6.12.48+deb13-amd64"})["state"] == "problem"
 
 
 # --- repository, CUDA ------------------------------------------------------------------------------
@@ -233,6 +239,22 @@ def test_service_and_readiness():
     assert st.decide_ready(True, "active", 0, "glm-flash: ready, glm-5.3-flash answered: {}")["state"] == "ok"
     no = st.decide_ready(True, "active", 1, "glm-flash: no completion from http://127.0.0.1:30000 (timed out)")
     assert no["state"] == "problem" and "journalctl" in no["fix"]
+
+
+def test_gpu_check():
+    def out(*parts):
+        return json.dumps({"parts": [{"part": p, "state": state, "detail": d} for p, state, d in parts]})
+
+    na = st.decide_gpu_check(0, out(("toolchain", "pass", "ninja 1.11.1"), ("cuda", "n/a", "no NVIDIA GPU")))
+    assert na["state"] == "n/a" and "cuda: no NVIDIA GPU" in na["detail"]  # never ok without a GPU
+    ok = st.decide_gpu_check(0, out(("toolchain", "pass", "ninja"), ("cuda", "pass", "GPU 0 sm_89 fp8")))
+    assert ok["state"] == "ok"
+    bad = st.decide_gpu_check(
+        1, out(("toolchain", "fail", "ninja is not on the unit's PATH (/usr/bin)"), ("cuda", "n/a", "no GPU"))
+    )
+    assert bad["state"] == "problem" and bad["detail"] == "toolchain: ninja is not on the unit's PATH (/usr/bin)"
+    assert "glm-flash-gpu-check run" in bad["fix"]
+    assert st.decide_gpu_check(1, "Failed to start transient service unit")["state"] == "problem"
 
 
 def test_disk():

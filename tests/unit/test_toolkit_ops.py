@@ -45,7 +45,9 @@ def test_path_and_env_select_the_toolkit_by_path():
     assert toolkit.toolkit_path(p) == "/usr/local/cuda-12.8"
     env = toolkit.toolkit_env(p)
     assert env["CUDA_HOME"] == "/usr/local/cuda-12.8"
-    assert env["PATH"].startswith("/usr/local/cuda-12.8/bin:")
+    # the engine environment's bin/ (its pip ninja, which flashinfer's JIT runs by name), then nvcc's
+    assert env["PATH"].startswith("/opt/glm-flash/engine/current/bin:/usr/local/cuda-12.8/bin:")
+    assert "ninja-build" in p.base_packages and "build-essential" in p.base_packages
     assert "/usr/local/cuda/" not in env["PATH"] + "/" and not env["PATH"].startswith("/usr/local/cuda:")
 
 
@@ -76,13 +78,29 @@ def test_toolkit_from_the_repository_when_it_carries_it(monkeypatch):
 
 
 def test_runfile_where_the_repository_has_no_such_toolkit(monkeypatch):
-    """NVIDIA's debian13 repository carries no 12.x toolkit: the runfile, toolkit only."""
+    """NVIDIA's debian13 repository carries no 12.x toolkit: the runfile, toolkit only, with
+    libxml2 installed first (its installer links libxml2.so.2; spack-packages#5969 on debian:13)."""
+    runfile = (
+        f"{TOOL} runfile --url {DEFAULTS.cuda_runfile_url} --sha256 {DEFAULTS.cuda_runfile_sha256} "
+        "--toolkitpath /usr/local/cuda-12.8"
+    )
     facts = {DebPackages: {}, MARKER: None, F(AptVersions, package="cuda-toolkit-12-8"): []}
     rec = simulate(monkeypatch, facts, profile(require_gpu=False))
     assert rec.all_commands == [
-        f"{TOOL} runfile --url {DEFAULTS.cuda_runfile_url} --sha256 {DEFAULTS.cuda_runfile_sha256} "
-        "--toolkitpath /usr/local/cuda-12.8"
+        packages.UPDATE,
+        'DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" '
+        '-o Dpkg::Options::="--force-confold" -o DPkg::Lock::Timeout=600 install --no-install-recommends libxml2',
+        runfile,
     ]
+    with_libxml2 = {**facts, DebPackages: {"libxml2": {"2.12.7+dfsg+really2.9.14-2.1"}}}
+    assert commands(
+        toolkit_ops.toolkit_installed,
+        with_libxml2,
+        cuda_version="12.8",
+        tool=TOOL,
+        runfile_url=DEFAULTS.cuda_runfile_url,
+        runfile_sha256=DEFAULTS.cuda_runfile_sha256,
+    ) == [runfile]
     args = dict(
         cuda_version="12.8",
         tool=TOOL,
@@ -92,7 +110,7 @@ def test_runfile_where_the_repository_has_no_such_toolkit(monkeypatch):
     # converged: the marker holds the runfile's sha256
     assert commands(toolkit_ops.toolkit_installed, {**facts, MARKER: [DEFAULTS.cuda_runfile_sha256]}, **args) == []
     # a different runfile pinned in the profile installs again
-    assert len(commands(toolkit_ops.toolkit_installed, {**facts, MARKER: ["0" * 64]}, **args)) == 1
+    assert commands(toolkit_ops.toolkit_installed, {**with_libxml2, MARKER: ["0" * 64]}, **args) == [runfile]
 
 
 def test_installed_toolkit_changes_nothing(monkeypatch):
