@@ -138,3 +138,41 @@ def test_while_waiting_it_says_why_and_for_how_long(engine):
     r = ready("127.0.0.1", engine.server_address[1], "--timeout", "6")
     assert r.returncode == 1
     assert "not ready after 0 s of 6 s: glm-5.3-flash answered with an empty message" in r.stdout, r.stdout
+
+
+def test_a_redirect_is_not_followed_and_the_key_stays_home(tmp_path):
+    """Root asks the engine with the key (glm-flash status): an engine that redirects is not followed,
+    so the key never goes where the engine points (#36 item 8, L2), and the answer is read bounded."""
+    elsewhere = serve("127.0.0.1", {"content": "OK"})
+
+    class Redirecting(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(307)
+            self.send_header("Location", f"http://127.0.0.1:{elsewhere.server_address[1]}/v1/chat/completions")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    engine = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+    threading.Thread(target=engine.serve_forever, daemon=True).start()
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    (creds / "api-key").write_text("sk-root-only-0123456789")
+    try:
+        r = subprocess.run(
+            [sys.executable, str(TOOL), "--port", str(engine.server_address[1]), "--model", "m", "--once"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PATH": "/usr/bin:/bin", "CREDENTIALS_DIRECTORY": str(creds)},
+        )
+    finally:
+        engine.shutdown()
+        engine.server_close()
+        elsewhere.shutdown()
+        elsewhere.server_close()
+    assert r.returncode == 1 and "not followed" in r.stderr, r.stderr
+    assert elsewhere.requests == [], "the redirect was followed, with the key"
