@@ -491,7 +491,14 @@ KNOBS: dict[str, Knob] = {
     "drafter_model": K("incoai/GLM-5.3-Flash-DFlash2", "DFlash2 gave +49% decode on code over MTP", **HF_REPO),
     "accept_drafter_license": K(False, "the drafter is CC-BY-NC-ND-4.0: accept it explicitly", bool),
     "num_speculative_tokens": K(7, "k=7: acceptance length 5.5 on code", int, low=1, high=16),
-    "max_model_len": K(204800, "200K context fits 121.6 GiB with one stream", int, low=4096),
+    "max_model_len": K(
+        204800,
+        "200K context fits 121.6 GiB with one stream; at most the checkpoint's max_position_embeddings "
+        "(1,048,576) and what the unified memory left beside the model holds (control/profile.py)",
+        int,
+        low=4096,
+        high=1048576,
+    ),
     "reasoning_effort": K(
         "low", "the default max is far too slow for local agent work", choices=("low", "medium", "high", "max")
     ),

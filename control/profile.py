@@ -266,6 +266,21 @@ def _python_source_lacks_python(v: dict[str, Any]) -> bool:
     )
 
 
+# The GB10 box's memory, from the field report (docs/sources.md §1): 121.6 GiB usable, the model
+# (2-bit experts, the rest native, the drafter) 99.6 GiB, and a KV cache of at most 7.5 GiB for its
+# 204,800-token context: about 38.4 KiB a token. What gpu_memory_utilization leaves beside the model
+# bounds the context one stream can have; vLLM would refuse more only at the start, after the load.
+GB10_USABLE_GIB = 121.6
+GB10_MODEL_GIB = 99.6
+GB10_KV_GIB_PER_TOKEN = 7.5 / 204800
+
+
+def gb10_context_fits(v: dict[str, Any]) -> int:
+    """The most tokens of KV cache the GB10's memory holds beside the model at gpu_memory_utilization."""
+    room = GB10_USABLE_GIB * v["gpu_memory_utilization"] - GB10_MODEL_GIB
+    return max(0, int(room / GB10_KV_GIB_PER_TOKEN))
+
+
 def _runfile_name(v: dict[str, Any]) -> str:
     return v["cuda_runfile_url"].rsplit("/", 1)[-1]
 
@@ -371,6 +386,20 @@ PLATFORM_RULES: dict[str, list[Rule]] = {
         ),
     ],
     "gb10": [
+        Rule(
+            "max_model_len",
+            lambda v: v["max_model_len"] > gb10_context_fits(v),
+            lambda v: (
+                f"{v['max_model_len']} tokens do not fit: gpu_memory_utilization {v['gpu_memory_utilization']} of "
+                f"{GB10_USABLE_GIB} GiB leaves {GB10_USABLE_GIB * v['gpu_memory_utilization'] - GB10_MODEL_GIB:.1f} GiB "
+                f"beside the {GB10_MODEL_GIB} GiB model, about {gb10_context_fits(v)} tokens of KV cache "
+                "(the field report: 7.5 GiB for 204,800)"
+            ),
+            lambda v: (
+                f"set max_model_len to at most {gb10_context_fits(v)} (the field report ran 204800), "
+                "or raise gpu_memory_utilization"
+            ),
+        ),
         Rule(
             "vllm_ref",
             lambda v: not v["vllm_ref"],

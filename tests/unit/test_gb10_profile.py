@@ -144,3 +144,40 @@ def test_other_machines_are_not_taken_for_a_gb10():
         "unified memory"
     ]
     assert [w for w, _, _ in view(mem_total_kib=64 * 1048576).problems()] == ["memory"]
+
+
+GB10 = {"platform": "gb10", "vllm_ref": REF, "accept_drafter_license": True}
+
+
+@pytest.mark.parametrize(
+    "over, words",
+    [
+        # beyond the checkpoint's max_position_embeddings: on every platform
+        ({"max_model_len": 2_000_000_000}, "above the maximum 1048576"),
+        # beyond what 0.90 of the 121.6 GiB holds beside the 99.6 GiB model (about 268K tokens)
+        ({"max_model_len": 300_000}, "at most 268697"),
+        # the field's 204,800 with less memory given to vLLM
+        ({"gpu_memory_utilization": 0.85}, "leaves 3.8 GiB"),
+    ],
+)
+def test_max_model_len_is_bounded_by_the_checkpoint_and_the_box(over, words):
+    p = problems({**GB10, **over})
+    assert list(p) == ["max_model_len"]
+    assert words in p["max_model_len"].problem + p["max_model_len"].fix
+
+
+def test_max_model_len_the_box_holds_passes():
+    assert build("gx10", {**GB10, "max_model_len": 262144}, api_key_present=False).max_model_len == 262144
+    more = build("gx10", {**GB10, "max_model_len": 400000, "gpu_memory_utilization": 0.95}, api_key_present=False)
+    assert more.max_model_len == 400000
+
+
+def test_a_huge_max_model_len_stops_pyinfra_before_any_host(tmp_path):
+    inv = filled(
+        "gb10.py",
+        tmp_path,
+        **{'"accept_drafter_license": True': '"accept_drafter_license": True, "max_model_len": 2000000000'},
+    )
+    r = load(inv, user_home(tmp_path))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "no host was changed" in r.stderr and "gx10.lan: max_model_len" in r.stderr
