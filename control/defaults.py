@@ -454,10 +454,22 @@ KNOBS: dict[str, Knob] = {
         "the official vLLM release the fork's patch is made for; its wheels: locks/vllm/<version>-aarch64.txt",
         choices=("0.24.0",),
     ),
-    "fork_patch": K(
-        "patch/vllm-moet-v0.24.0.patch",
-        "the fork's patch to vllm_version, inside the fork at vllm_ref; checked with git apply --check first",
+    "fork_patches": K(
+        ["patch/vllm-moet-v0.24.0.patch"],
+        "the fork's patches to vllm_version, in the order they apply (a series: the field report's scheduler "
+        "fix is its 'patch 12'), inside the fork at vllm_ref; each checked with git apply --check on what "
+        "the ones before it left",
+        list,
+        items=str,
         **FORK_PATH,
+    ),
+    "scheduler_fix_verified_ref": K(
+        "",
+        "the build refuses a fork whose scheduler's block_size assignments do not name the Mamba group (the "
+        "field report's fix, found by name); set this to the very vllm_ref whose fix you read by hand to "
+        "accept one written another way; any other commit is refused, so a new vllm_ref is checked again",
+        optional=True,
+        **COMMIT,
     ),
     "fork_kernels": K(
         "kernels/cubins-sm120",

@@ -401,6 +401,26 @@ PLATFORM_RULES: dict[str, list[Rule]] = {
             ),
         ),
         Rule(
+            "fork_patches",
+            lambda v: not v["fork_patches"] or len(set(v["fork_patches"])) != len(v["fork_patches"]),
+            lambda v: (
+                "is empty: the fork is a series of patches on the release"
+                if not v["fork_patches"]
+                else f"names {sorted({p for p in v['fork_patches'] if v['fork_patches'].count(p) > 1})} twice"
+            ),
+            "list the fork's patches in the order they apply, each once (default: ['patch/vllm-moet-v0.24.0.patch'])",
+        ),
+        Rule(
+            "scheduler_fix_verified_ref",
+            lambda v: bool(v["scheduler_fix_verified_ref"]) and v["scheduler_fix_verified_ref"] != v["vllm_ref"],
+            lambda v: (
+                f"{v['scheduler_fix_verified_ref']} is not vllm_ref {v['vllm_ref']}: the override accepts the "
+                "scheduler fix of the one fork commit you read by hand"
+            ),
+            "read the fix in the fork's patches at vllm_ref and set this to that same commit, or remove the key "
+            "(the build then checks the fix by name)",
+        ),
+        Rule(
             "vllm_ref",
             lambda v: not v["vllm_ref"],
             "is empty; the GB10 engine is built from a pinned ref",

@@ -3,7 +3,8 @@
     .venv/bin/pyinfra inventory/gb10_sandbox.py deploy.py --data vllm_ref=<commit>
 
 What is simulated and what differs from DGX OS is in sandbox/gb10.py's docstring. The fork is
-the stand-in served on loopback; its commits (`good`, `next`, `broken`) are in
+the stand-in served on loopback; its commits (`good`, `next`, `broken`, `no-model`: patches that do not register the checkpoint's
+architecture) are in
 .sandbox/gb10/info.json; GLM_FLASH_GB10_FORK picks one by name (default `good`), `--data
 vllm_ref=` overrides it. The stand-in DeepGEMM is served beside it at its one commit
 (info.json `deepgemm`); GLM_FLASH_GB10_DEEPGEMM sets another commit. The profile is the GB10 one: only what this machine cannot be is set here.
@@ -43,6 +44,8 @@ hosts = hosts(
             # The stand-in fork (a git repository of ours over HTTP on loopback) at one of its commits.
             "vllm_repo_url": f"http://127.0.0.1:{ports['fork']}/vLLM-Moet.git",
             "vllm_ref": commits[os.environ.get("GLM_FLASH_GB10_FORK", "good")],
+            # Its patches are a series of two (the second, "patch 12", the scheduler fix).
+            "fork_patches": ["patch/vllm-moet-v0.24.0.patch", "patch/0012-mamba-block-aligned-split.patch"],
             # The stand-in DeepGEMM beside it (pure Python: the real one compiles CUDA with nvcc) at its
             # commit; GLM_FLASH_GB10_DEEPGEMM names another commit (the test's wrong one).
             "deepgemm_repo_url": f"http://127.0.0.1:{ports['fork']}/DeepGEMM.git",

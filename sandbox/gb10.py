@@ -83,6 +83,15 @@ PY312 = Path(os.environ.get("GLM_FLASH_PYTHON312_SOURCE", "/root/.pyenv/versions
 VLLM_VERSION = "0.24.0"
 TORCH_STANDIN = "2.11.0"  # what vLLM 0.24.0 pins (its CUDA 13 build on the box)
 PATCH = "patch/vllm-moet-v0.24.0.patch"
+# The fork's patches are a series (the field report's scheduler fix is its "patch 12"): the stand-in
+# has two, the inventory lists both (fork_patches), and the second edits what the first left.
+PATCH_12 = "patch/0012-mamba-block-aligned-split.patch"
+SERIES = [PATCH, PATCH_12]
+REGISTRY = "vllm/model_executor/models/registry.py"
+# The checkpoint's architecture (sandbox/fake_model.py config.json); vLLM 0.24.0 has none for it.
+ARCH = "Glm5NextForConditionalGeneration"
+MODEL_MODULE = "vllm/model_executor/models/glm5_next.py"
+REGISTRY_ANCHOR = '    "Glm4MoeLiteForCausalLM": ("glm4_moe_lite", "Glm4MoeLiteForCausalLM"),\n'
 KERNELS = "kernels/cubins-sm120"
 SCHEDULER = "vllm/v1/core/sched/scheduler.py"
 ENVS = "vllm/envs.py"
@@ -209,7 +218,7 @@ def release_files() -> dict[str, str]:
 
     whl = pypi_cache.wheel("vllm", VLLM_VERSION, accept=("none-any", "x86_64"))
     with zipfile.ZipFile(whl) as z:
-        return {rel: z.read(rel).decode() for rel in (SCHEDULER, ENVS)}
+        return {rel: z.read(rel).decode() for rel in (SCHEDULER, ENVS, REGISTRY)}
 
 
 def diff(rel: str, old: str | None, new: str) -> str:
@@ -221,22 +230,37 @@ def diff(rel: str, old: str | None, new: str) -> str:
     return head + "".join(lines)
 
 
-def fork_patch(files: dict[str, str], edit: str, broken: bool = False) -> str:
-    """A patch of ours in the fork's shape: the scheduler fix, an edit of envs.py, the fork's module
-    that reads its VLLM_MOE_W2* settings. `broken`: made against another release (does not apply)."""
-    sched, envs = files[SCHEDULER], files[ENVS]
+def fork_patches(files: dict[str, str], edit: str, broken: bool = False, model: bool = True) -> dict[str, str]:
+    """Patches of ours in the fork's shape, a series of two: the first edits envs.py, adds the fork's
+    module that reads its VLLM_MOE_W2* settings and registers the checkpoint's architecture (a model
+    module of ours and its line in vLLM's registry table); the second ("patch 12") is the scheduler
+    fix, and also edits envs.py after the first (so it applies only in the series' order).
+    `broken`: the first made against another release (does not apply). `model` False: nothing
+    registers the architecture (the release's registry as it is)."""
+    sched, envs, registry = files[SCHEDULER], files[ENVS], files[REGISTRY]
     assert sched.count(BUG) == 1, "vLLM 0.24.0's scheduler no longer has the line the stand-in fork edits"
+    assert registry.count(REGISTRY_ANCHOR) == 1, "vLLM 0.24.0's registry no longer has the line the stand-in edits"
     base = envs.splitlines(keepends=True)
     if broken:
         base[-1] = "# a last line vLLM 0.24.0 does not have\n"
     module = '"""Stand-in of the module the fork adds (moe_w2 cubit kernels)."""\nimport os\n\n' + "".join(
         f'{name} = os.environ.get("{name}", "")\n' for name in FORK_SETTINGS
     )
-    return (
-        diff(SCHEDULER, sched, sched.replace(BUG, FIX))
-        + diff(ENVS, "".join(base), "".join(base) + f"# {edit}\n")
-        + diff(MOE_MODULE, None, module)
+    first_envs = "".join(base) + f"# {edit}\n"
+    first = diff(ENVS, "".join(base), first_envs) + diff(MOE_MODULE, None, module)
+    if model:
+        entry = f'    "{ARCH}": ("glm5_next", "{ARCH}"),\n'
+        first += diff(REGISTRY, registry, registry.replace(REGISTRY_ANCHOR, REGISTRY_ANCHOR + entry))
+        first += diff(
+            MODEL_MODULE,
+            None,
+            f'"""Stand-in of the model the fork adds (glm-flash GB10 sandbox): its class, no weights."""\n\n\n'
+            f"class {ARCH}:\n    pass\n",
+        )
+    second = diff(SCHEDULER, sched, sched.replace(BUG, FIX)) + diff(
+        ENVS, first_envs, first_envs + "# the fork's patch 12 (stand-in)\n"
     )
+    return {PATCH: first, PATCH_12: second}
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -268,14 +292,16 @@ def build_fork() -> dict[str, str]:
     )
     (work / "patch").mkdir()
     commits = {}
-    for branch, edit, broken in (
-        ("good", "glm-flash stand-in fork edit", False),
-        ("next", "glm-flash stand-in fork edit, v2", False),
-        ("broken", "glm-flash stand-in fork edit, other release", True),
+    for branch, edit, broken, model in (
+        ("good", "glm-flash stand-in fork edit", False, True),
+        ("next", "glm-flash stand-in fork edit, v2", False, True),
+        ("broken", "glm-flash stand-in fork edit, other release", True, True),
+        ("no-model", "glm-flash stand-in fork edit, no model", False, False),
     ):
-        if branch != "good":  # `next` and `broken` both follow `good`
+        if branch != "good":  # the others all follow `good`
             git("checkout", "-q", "-B", branch, "good", cwd=work)
-        (work / PATCH).write_text(fork_patch(files, edit, broken))
+        for rel, text in fork_patches(files, edit, broken, model).items():
+            (work / rel).write_text(text)
         git("add", "-A", cwd=work)
         git("commit", "-qm", f"stand-in fork: {branch}", cwd=work)
         commits[branch] = git("rev-parse", "HEAD", cwd=work)

@@ -80,9 +80,9 @@ def test_example_inventory_resolves_to_the_field_settings(tmp_path, monkeypatch)
         "3.12",
     )
     # the fork as the report ran it (docs/sources.md §20): 2-bit planes from the FP8 checkpoint, 2 GiB FP4 pool
-    assert (p.vllm_version, p.fork_patch, p.fork_kernels) == (
+    assert (p.vllm_version, p.fork_patches, p.fork_kernels) == (
         "0.24.0",
-        "patch/vllm-moet-v0.24.0.patch",
+        ["patch/vllm-moet-v0.24.0.patch"],
         "kernels/cubins-sm120",
     )
     assert (p.moe_w2, p.moe_w2_delta_gb, p.moe_w2_gate, p.moe_w2_store) == (True, 2.0, False, True)
@@ -93,8 +93,13 @@ def test_example_inventory_resolves_to_the_field_settings(tmp_path, monkeypatch)
 @pytest.mark.parametrize(
     "key, value, words",
     [
-        ("fork_patch", "../../etc/shadow", "relative path inside the fork"),
-        ("fork_patch", "/patch/x.patch", "relative path inside the fork"),
+        ("fork_patches", ["../../etc/shadow"], "relative path inside the fork"),
+        ("fork_patches", ["patch/a.patch", "/patch/x.patch"], "relative path inside the fork"),
+        ("fork_patches", "patch/a.patch", "expected a list"),
+        ("fork_patches", [], "is empty"),
+        ("fork_patches", ["patch/a.patch", "patch/a.patch"], "twice"),
+        ("scheduler_fix_verified_ref", "v0.3.0", "full commit"),
+        ("scheduler_fix_verified_ref", "1" * 40, "is not vllm_ref"),
         ("fork_kernels", "kernels/$(id)", "relative path inside the fork"),
         ("vllm_version", "0.33.0", "0.24.0"),
         ("moe_w2_delta_gb", 100, "64"),
