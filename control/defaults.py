@@ -371,7 +371,20 @@ KNOBS: dict[str, Knob] = {
     "api_key_env": K(
         "GLM_FLASH_API_KEY", "control-machine variable holding the API key, read at deploy time", **ENV_NAME
     ),
-    "startup_timeout_s": K(3600, "loading 306 GiB and capturing graphs takes long", int, low=60),
+    "startup_timeout_s": K(
+        3600,
+        "loading 306 GiB and capturing graphs takes long",
+        int,
+        low=60,
+        platforms={
+            "gb10": On(
+                "GB10 default 7200: a first start also builds the 2-bit planes from the 306 GiB FP8 checkpoint, "
+                "writes the ~146 GB FP4 expert store and JIT-compiles flashinfer (no jit-cache); none of it is "
+                "measured in the record, so twice the L40S's",
+                low=60,
+            )
+        },
+    ),
     # --- a fleet worker behind a gateway (control/fleet.py fills the fleet_* ones) -----
     "engine_allow_from": K(
         [],
@@ -609,6 +622,9 @@ PLATFORMS: dict[str, dict[str, Any]] = {
         "port": 8000,
         "python_version": "3.12",
         "host_python_version": "3.12",
+        # First start: 2-bit planes from 306 GiB, the ~146 GB FP4 store written, flashinfer JIT-compiled
+        # (no jit-cache): not measured anywhere in the record, so twice the L40S's 3600 s.
+        "startup_timeout_s": 7200,
         # DGX OS's own python3.12 builds the fork's environment; the page cache shares the 121.6 GiB.
         "drop_page_cache": True,
         # The GPU allocates from the same memory: guard the host's available memory (roles/memory_guard.py).

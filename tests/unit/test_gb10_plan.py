@@ -329,8 +329,13 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
         "VLLM_MOE_W2_GATE=0",
         "VLLM_MOE_W2_CUBIT_DIR=/opt/glm-flash/engine/current/cubit-share",
         "VLLM_MOE_W2_STORE_DIR=/var/lib/glm-flash/moe-w2-store",
+        # DGX OS's CUDA 13.0 by path, as the L40S names its toolkit (flashinfer's JIT finds nvcc there)
+        "CUDA_HOME=/usr/local/cuda-13.0",
+        "PATH=/usr/local/cuda-13.0/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     ):
         assert line in env, (line, env)
+    # the first start builds planes from 306 GiB, writes the FP4 store and JIT-compiles: 7200 s
+    assert "TimeoutStartSec=7260" in unit and "--timeout 7200" in unit
     # the FP8 checkpoint, checked by the model role as on the L40S (its facts say it is complete: no download)
     assert plan.find(f"Checkpoint zai-org/GLM-5.3-Flash@{MODEL_COMMIT} (main) in /srv/models/GLM-5.3-Flash")
     assert plan.commands(f"Checkpoint zai-org/GLM-5.3-Flash@{MODEL_COMMIT} (main) in /srv/models/GLM-5.3-Flash") == []
