@@ -334,6 +334,14 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
         "PATH=/usr/local/cuda-13.0/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     ):
         assert line in env, (line, env)
+    # the summary says which expert codes the node serves and what the field measured for each
+    from roles.summary import render
+
+    planned = plan.find("Summary: what this host serves now")[0][2]["planned"]
+    assert "builds at load from the FP8 checkpoint" in planned["weights"]
+    assert "97.0% (159/164) with GPTQ" in planned["weights"] and "95.7% (157/164)" in planned["weights"]
+    out = render({"gx10": {**planned, "result": "deployed", "refused": [], "skipped": []}})
+    assert "weights: 2-bit expert codes" in out and "make eval SUITE=full" in out
     # the first start builds planes from 306 GiB, writes the FP4 store and JIT-compiles: 7200 s
     assert "TimeoutStartSec=7260" in unit and "--timeout 7200" in unit
     # the FP8 checkpoint, checked by the model role as on the L40S (its facts say it is complete: no download)
