@@ -55,6 +55,9 @@ FIELD = {
         ("original, z.ai API (GB10 report)", 147, 164),
     ],
     "loop": [("GB10 report", 0, 16)],
+    # Its ablation: the same 2-bit experts with round-to-nearest codes instead of GPTQ-calibrated ones
+    # (what a GB10 node serves when the fork builds plain codes at load; docs/gb10.md).
+    "humaneval_rtn": [("2-bit experts, round-to-nearest codes (GB10 report's ablation)", 157, 164)],
 }
 
 
@@ -346,6 +349,8 @@ def write_report(out: Path, results: dict) -> Path:
     for (name, p, t), (_, pp, pt) in zip(FIELD["humaneval"], FIELD["humaneval_plus"]):
         loop = "0 of 16" if "Spark" in name else "—"
         lines.append(f"| {name} | {100 * p / t:.1f}% ({p}/{t}) | {100 * pp / pt:.1f}% ({pp}/{pt}) | {loop} |")
+    for name, p, t in FIELD["humaneval_rtn"]:
+        lines.append(f"| {name} | {100 * p / t:.1f}% ({p}/{t}) | — | — |")
     if results.get("plus_skipped"):
         lines += ["", results["plus_skipped"]]
     if results.get("floor"):

@@ -214,7 +214,26 @@ KNOBS: dict[str, Knob] = {
         "3.11",
         "kt-kernel ships cp311 and cp312 wheels only",
         choices=("3.11", "3.12"),
-        platforms={"gb10": On("the fork is built with DGX OS's own python3.12", choices=("3.12",))},
+        platforms={
+            "gb10": On(
+                "the fork is built with the box's own python3: DGX OS's 3.12 (3.13 only where the GB10 "
+                "userland is Debian 13's, the GB10 sandbox)",
+                choices=("3.12", "3.13"),
+            )
+        },
+    ),
+    "host_python_version": K(
+        "3.13",
+        "the host's own python3 (Debian 13's), which runs the model downloader and the fleet's gateway: "
+        "their wheels are chosen for it and for the host's machine (uname -m)",
+        choices=("3.13",),
+        platforms={
+            "gb10": On(
+                "DGX OS (Ubuntu 24.04)'s python3 is 3.12 (3.13 only where the GB10 userland is Debian 13's, "
+                "the GB10 sandbox)",
+                choices=("3.12", "3.13"),
+            )
+        },
     ),
     "python_source": K(
         "",
@@ -365,7 +384,20 @@ KNOBS: dict[str, Knob] = {
     "api_key_env": K(
         "GLM_FLASH_API_KEY", "control-machine variable holding the API key, read at deploy time", **ENV_NAME
     ),
-    "startup_timeout_s": K(3600, "loading 306 GiB and capturing graphs takes long", int, low=60),
+    "startup_timeout_s": K(
+        3600,
+        "loading 306 GiB and capturing graphs takes long",
+        int,
+        low=60,
+        platforms={
+            "gb10": On(
+                "GB10 default 7200: a first start also builds the 2-bit planes from the 306 GiB FP8 checkpoint, "
+                "writes the ~146 GB FP4 expert store and JIT-compiles flashinfer (no jit-cache); none of it is "
+                "measured in the record, so twice the L40S's",
+                low=60,
+            )
+        },
+    ),
     # --- a fleet worker behind a gateway (control/fleet.py fills the fleet_* ones) -----
     "engine_allow_from": K(
         [],
@@ -448,10 +480,21 @@ KNOBS: dict[str, Knob] = {
         "the official vLLM release the fork's patch is made for; its wheels: locks/vllm/<version>-aarch64.txt",
         choices=("0.24.0",),
     ),
-    "fork_patch": K(
-        "patch/vllm-moet-v0.24.0.patch",
-        "the fork's patch to vllm_version, inside the fork at vllm_ref; checked with git apply --check first",
+    "fork_patches": K(
+        ["patch/vllm-moet-v0.24.0.patch"],
+        "the fork's patches to vllm_version, in the order they apply (a series: the field report's scheduler "
+        "fix is its 'patch 12'), inside the fork at vllm_ref; each checked with git apply --check on what "
+        "the ones before it left",
+        list,
         **FORK_PATH,
+    ),
+    "scheduler_fix_verified_ref": K(
+        "",
+        "the build refuses a fork whose scheduler's block_size assignments do not name the Mamba group (the "
+        "field report's fix, found by name); set this to the very vllm_ref whose fix you read by hand to "
+        "accept one written another way; any other commit is refused, so a new vllm_ref is checked again",
+        optional=True,
+        **COMMIT,
     ),
     "fork_kernels": K(
         "kernels/cubins-sm120",
@@ -485,7 +528,14 @@ KNOBS: dict[str, Knob] = {
     "drafter_model": K("incoai/GLM-5.3-Flash-DFlash2", "DFlash2 gave +49% decode on code over MTP", **HF_REPO),
     "accept_drafter_license": K(False, "the drafter is CC-BY-NC-ND-4.0: accept it explicitly", bool),
     "num_speculative_tokens": K(7, "k=7: acceptance length 5.5 on code", int, low=1, high=16),
-    "max_model_len": K(204800, "200K context fits 121.6 GiB with one stream", int, low=4096),
+    "max_model_len": K(
+        204800,
+        "200K context fits 121.6 GiB with one stream; at most the checkpoint's max_position_embeddings "
+        "(1,048,576) and what the unified memory left beside the model holds (control/profile.py)",
+        int,
+        low=4096,
+        high=1048576,
+    ),
     "reasoning_effort": K(
         "low", "the default max is far too slow for local agent work", choices=("low", "medium", "high", "max")
     ),
@@ -584,6 +634,10 @@ PLATFORMS: dict[str, dict[str, Any]] = {
         "tp_size": 1,
         "port": 8000,
         "python_version": "3.12",
+        "host_python_version": "3.12",
+        # First start: 2-bit planes from 306 GiB, the ~146 GB FP4 store written, flashinfer JIT-compiled
+        # (no jit-cache): not measured anywhere in the record, so twice the L40S's 3600 s.
+        "startup_timeout_s": 7200,
         # DGX OS's own python3.12 builds the fork's environment; the page cache shares the 121.6 GiB.
         "drop_page_cache": True,
         # The GPU allocates from the same memory: guard the host's available memory (roles/memory_guard.py).

@@ -94,6 +94,7 @@ class PlatformFacts:
     debian_sources: bool  # base.py writes Debian's apt sources (DGX OS keeps its own, Ubuntu's and NVIDIA's)
     cpu_experts: bool  # the experts run in CPU threads: kt_cpuinfer is held against the cores (preflight)
     fork_files: bool  # the fork's expert store and the drafter checkpoint: disk (preflight), uninstall
+    weights: str  # what the node computes with, for the end-of-run summary (docs/gb10.md for the GB10)
 
 
 ON_PLATFORM: dict[str, PlatformFacts] = {
@@ -103,6 +104,7 @@ ON_PLATFORM: dict[str, PlatformFacts] = {
         debian_sources=True,
         cpu_experts=True,
         fork_files=False,
+        weights="the FP8 checkpoint as published (routed experts in FP8 on the CPU)",
     ),
     "gb10": PlatformFacts(
         "vLLM",
@@ -110,6 +112,12 @@ ON_PLATFORM: dict[str, PlatformFacts] = {
         debian_sources=False,
         cpu_experts=False,
         fork_files=True,
+        weights=(
+            "2-bit expert codes the fork builds at load from the FP8 checkpoint (no GPTQ codes are downloaded "
+            "or built by this deploy); the field report measured HumanEval 97.0% (159/164) with GPTQ-calibrated "
+            "codes and 95.7% (157/164) with round-to-nearest ones: `make eval SUITE=full` against this node "
+            "tells which it serves (docs/gb10.md)"
+        ),
     ),
 }
 
@@ -266,6 +274,21 @@ def _python_source_lacks_python(v: dict[str, Any]) -> bool:
     )
 
 
+# The GB10 box's memory, from the field report (docs/sources.md §1): 121.6 GiB usable, the model
+# (2-bit experts, the rest native, the drafter) 99.6 GiB, and a KV cache of at most 7.5 GiB for its
+# 204,800-token context: about 38.4 KiB a token. What gpu_memory_utilization leaves beside the model
+# bounds the context one stream can have; vLLM would refuse more only at the start, after the load.
+GB10_USABLE_GIB = 121.6
+GB10_MODEL_GIB = 99.6
+GB10_KV_GIB_PER_TOKEN = 7.5 / 204800
+
+
+def gb10_context_fits(v: dict[str, Any]) -> int:
+    """The most tokens of KV cache the GB10's memory holds beside the model at gpu_memory_utilization."""
+    room = GB10_USABLE_GIB * v["gpu_memory_utilization"] - GB10_MODEL_GIB
+    return max(0, int(room / GB10_KV_GIB_PER_TOKEN))
+
+
 def _runfile_name(v: dict[str, Any]) -> str:
     return v["cuda_runfile_url"].rsplit("/", 1)[-1]
 
@@ -371,6 +394,40 @@ PLATFORM_RULES: dict[str, list[Rule]] = {
         ),
     ],
     "gb10": [
+        Rule(
+            "max_model_len",
+            lambda v: v["max_model_len"] > gb10_context_fits(v),
+            lambda v: (
+                f"{v['max_model_len']} tokens do not fit: gpu_memory_utilization {v['gpu_memory_utilization']} of "
+                f"{GB10_USABLE_GIB} GiB leaves {GB10_USABLE_GIB * v['gpu_memory_utilization'] - GB10_MODEL_GIB:.1f} GiB "
+                f"beside the {GB10_MODEL_GIB} GiB model, about {gb10_context_fits(v)} tokens of KV cache "
+                "(the field report: 7.5 GiB for 204,800)"
+            ),
+            lambda v: (
+                f"set max_model_len to at most {gb10_context_fits(v)} (the field report ran 204800), "
+                "or raise gpu_memory_utilization"
+            ),
+        ),
+        Rule(
+            "fork_patches",
+            lambda v: not v["fork_patches"] or len(set(v["fork_patches"])) != len(v["fork_patches"]),
+            lambda v: (
+                "is empty: the fork is a series of patches on the release"
+                if not v["fork_patches"]
+                else f"names {sorted({p for p in v['fork_patches'] if v['fork_patches'].count(p) > 1})} twice"
+            ),
+            "list the fork's patches in the order they apply, each once (default: ['patch/vllm-moet-v0.24.0.patch'])",
+        ),
+        Rule(
+            "scheduler_fix_verified_ref",
+            lambda v: bool(v["scheduler_fix_verified_ref"]) and v["scheduler_fix_verified_ref"] != v["vllm_ref"],
+            lambda v: (
+                f"{v['scheduler_fix_verified_ref']} is not vllm_ref {v['vllm_ref']}: the override accepts the "
+                "scheduler fix of the one fork commit you read by hand"
+            ),
+            "read the fix in the fork's patches at vllm_ref and set this to that same commit, or remove the key "
+            "(the build then checks the fix by name)",
+        ),
         Rule(
             "vllm_ref",
             lambda v: not v["vllm_ref"],

@@ -3,7 +3,8 @@
     .venv/bin/pyinfra inventory/gb10_sandbox.py deploy.py --data vllm_ref=<commit>
 
 What is simulated and what differs from DGX OS is in sandbox/gb10.py's docstring. The fork is
-the stand-in served on loopback; its commits (`good`, `next`, `broken`) are in
+the stand-in served on loopback; its commits (`good`, `next`, `broken`, `no-model`: patches that do not register the checkpoint's
+architecture) are in
 .sandbox/gb10/info.json; GLM_FLASH_GB10_FORK picks one by name (default `good`), `--data
 vllm_ref=` overrides it. The stand-in DeepGEMM is served beside it at its one commit
 (info.json `deepgemm`); GLM_FLASH_GB10_DEEPGEMM sets another commit. The profile is the GB10 one: only what this machine cannot be is set here.
@@ -43,6 +44,8 @@ hosts = hosts(
             # The stand-in fork (a git repository of ours over HTTP on loopback) at one of its commits.
             "vllm_repo_url": f"http://127.0.0.1:{ports['fork']}/vLLM-Moet.git",
             "vllm_ref": commits[os.environ.get("GLM_FLASH_GB10_FORK", "good")],
+            # Its patches are a series of two (the second, "patch 12", the scheduler fix).
+            "fork_patches": ["patch/vllm-moet-v0.24.0.patch", "patch/0012-mamba-block-aligned-split.patch"],
             # The stand-in DeepGEMM beside it (pure Python: the real one compiles CUDA with nvcc) at its
             # commit; GLM_FLASH_GB10_DEEPGEMM names another commit (the test's wrong one).
             "deepgemm_repo_url": f"http://127.0.0.1:{ports['fork']}/DeepGEMM.git",
@@ -54,9 +57,12 @@ hosts = hosts(
             "model_revision": hub["model"]["commit"],
             "drafter_model": hub["drafter"]["repo"],
             "hf_endpoint": f"http://127.0.0.1:{ports['hub']}",
-            # Debian 13 underneath: Ubuntu's python3.12-venv/-dev do not exist here (the stand-in
-            # CPython 3.12 carries venv and its headers), and nothing is compiled (no compilers, cmake).
-            "base_packages": ["ca-certificates", "curl", "git", "pciutils", "jq"],
+            # Debian 13 arm64 underneath: its own python3 is 3.13 (DGX OS's is 3.12; Debian 13 has no
+            # 3.12), so the engine is built with it and the wheels sent here are chosen for it; Ubuntu's
+            # python3.12-venv/-dev do not exist here, and nothing is compiled (no compilers, cmake).
+            "python_version": "3.13",
+            "host_python_version": "3.13",
+            "base_packages": ["ca-certificates", "curl", "git", "python3-venv", "pciutils", "jq"],
             # Preflight against this machine (2 cores, a disk shared with the control machine):
             # the stand-in checkpoint is small and no engine loads; /proc/meminfo is the GX10's.
             "preflight_model_gib": 1,

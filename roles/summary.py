@@ -144,7 +144,7 @@ def render(all_hosts: dict[str, dict]) -> str:
         lines.append(f"    [{name}] {s['result']}")
         for reason in s["refused"]:
             lines.append(f"        refused: {reason}")
-        for key in ("endpoint", "serving", "service", "readiness", "engine_set", "environment", "engine"):
+        for key in ("endpoint", "serving", "service", "readiness", "engine_set", "weights", "environment", "engine"):
             if key in s:
                 lines.append(f"        {key}: {s[key]}")
         for key in ("model_commit", "model", "driver_branch", "driver", "toolkit", "reboot_pending"):
@@ -186,6 +186,7 @@ def apply(profile: Profile) -> None:
     record.planned[host.name] = {
         "endpoint": endpoint(profile, host.data.dict().get("ssh_hostname") or host.name),
         "engine_set": profile.on_platform.engine_build(profile),
+        "weights": profile.on_platform.weights,
         "driver_branch": profile.driver_branch if profile.driver_source == "nvidia-repo" else profile.driver_source,
         "cuda_version": profile.cuda_version,
         "model_id": profile.model_id,

@@ -3,7 +3,8 @@
 `files/glm-flash-check-flags` runs on the host with the engine environment's python and
 parses the rendered flags with the engine's own parser (sglang's, or vLLM 0.24.0's with the
 fork's patch applied; no GPU needed, nothing started). On the GB10 it also checks that the
-patched engine reads each VLLM_* setting of the unit's environment. A flag the
+patched engine reads each VLLM_* setting of the unit's environment, and that the patched
+engine's model registry resolves the checkpoint's architectures (its config.json). A flag the
 engine does not know, or a value it refuses, fails this operation with the tool's message,
 which stops the host's deploy before the launch spec is written and the unit restarted.
 Nothing changes on the host when the flags are fine, so a second run reports no change.
@@ -29,7 +30,7 @@ def tool_path(profile: Profile) -> str:
 
 def apply(profile: Profile, spec: dict) -> None:
     """Check `spec` (a launch spec) with the python it names (the tool comes with roles/tools.py)."""
-    check = {k: spec[k] for k in ("module", "args", "api_key_flag", "env") if k in spec}
+    check = {k: spec[k] for k in ("module", "args", "api_key_flag", "env", "architectures_of") if k in spec}
     flags_accepted(
         name=f"Launch flags accepted by {spec['module']} (the installed engine's own parser)",
         python=spec["python"],

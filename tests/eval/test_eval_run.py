@@ -59,6 +59,7 @@ def test_pass_at_1_is_the_share_answered_right(problems, run_eval):
     assert "stream" not in body and len(fake.bodies) == len(TASKS)  # no loop probe with --tasks
     assert "| 50.0% (5/10) |" in run.report
     assert "97.0% (159/164)" in run.report and "95.1% (156/164)" in run.report
+    assert "round-to-nearest codes (GB10 report's ablation) | 95.7% (157/164)" in run.report
     assert "93.9% (154/164)" in run.report and "89.6% (147/164)" in run.report
 
 

@@ -118,7 +118,7 @@ def test_standin_patch_checks_applies_records_and_reapplies_as_a_no_op(site, tmp
     rec = json.loads(record.read_text())
     assert rec["fork_commit"] == "a" * 40
     assert set(rec["files"]) == {SCHEDULER, ENVS, NEW_MODULE}
-    assert rec["patch_sha256"] == __import__("hashlib").sha256(patch.read_bytes()).hexdigest()
+    assert [p["sha256"] for p in rec["patches"]] == [__import__("hashlib").sha256(patch.read_bytes()).hexdigest()]
     compile((site / SCHEDULER).read_text(), SCHEDULER, "exec")
 
     fix = run("scheduler-fix", "--site", site)

@@ -131,8 +131,9 @@ def build(tmp_path, release, monkeypatch):
                 vllm_version="0.24.0",
                 fork_repo=str(fork),
                 fork_commit=commit,
-                fork_patch=patch,
+                fork_patch=[patch],
                 fork_kernels=kernels,
+                scheduler_fix_verified_ref="",
                 deepgemm_repo=str(deepgemm["repo"]),
                 deepgemm_commit=deepgemm_commit or deepgemm["commit"],
             ),
@@ -174,7 +175,7 @@ def test_builds_from_the_lock_applies_the_fork_and_records_it(build, tmp_path, r
         "moe_w2_mm_k6144_a32.cubin",
     ]
     marker = json.loads((env_dir / ".glm-flash-complete").read_text())
-    assert (marker["fork_commit"], marker["vllm"], marker["fork_patch"]) == (commit, "0.24.0", PATCH)
+    assert (marker["fork_commit"], marker["vllm"], marker["fork_patches"]) == (commit, "0.24.0", [PATCH])
     assert git("rev-parse", "HEAD", cwd=env_dir / "fork") == commit
     # DeepGEMM: fetched at its commit before anything is installed, built into the environment after
     # the lock without isolation, recorded
@@ -267,7 +268,7 @@ def test_upgrade_between_fork_commits_builds_beside_and_rollback_restores(build,
 def test_fork_commit_without_the_patch_stops_before_installing(build, tmp_path, release):
     fork, commit = make_fork(tmp_path, release)
     result, calls, env_dir = build(fork, commit, patch="patch/vllm-moet-v0.25.0.patch")
-    assert "has no patch/vllm-moet-v0.25.0.patch (fork_patch)" in str(result)
+    assert "has no patch/vllm-moet-v0.25.0.patch (fork_patches)" in str(result)
     assert not [c for c in calls if c[1:3] == ["-m", "venv"]] and not (env_dir / ".glm-flash-complete").exists()
 
 
@@ -323,7 +324,7 @@ def test_glm_flash_status_items_for_the_fork(build, tmp_path, release, monkeypat
     cfg = {
         "install_root": str(root),
         "python_version": "3.12",
-        "fork_patch": PATCH,
+        "fork_patches": [PATCH],
         "vllm_ref": commit,
         "platform": "gb10",
     }

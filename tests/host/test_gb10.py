@@ -93,14 +93,16 @@ def test_deepgemm_is_the_pinned_commit(host, profile, env_dir):
 
 
 def test_fork_patch_is_applied_as_recorded(host, profile, env_dir):
-    """The fork's patch is in place (git apply --check --reverse) and no patched file changed since."""
+    """The fork's patch series is in place (it reverses, last first) and no patched file changed since."""
     site = layout.site_packages(profile, env_dir)
-    patch = f"{env_dir}/fork/{profile.fork_patch}"
-    out = host.run(f"python3 {profile.install_root}/bin/glm-flash-fork-patch check --site {site} --patch {patch}")
+    patches = [f"{env_dir}/fork/{rel}" for rel in profile.fork_patches]
+    series = " ".join(f"--patch {p}" for p in patches)
+    out = host.run(f"python3 {profile.install_root}/bin/glm-flash-fork-patch check --site {site} {series}")
     assert out.rc == 0, out.stdout + out.stderr
     record = json.loads(host.file(f"{env_dir}/glm-flash-fork-patch.json").content_string)
     assert record["fork_commit"] == profile.vllm_ref
-    assert record["patch_sha256"] == host.check_output(f"sha256sum {patch}").split()[0]
+    assert [p["path"] for p in record["patches"]] == profile.fork_patches
+    assert [p["sha256"] for p in record["patches"]] == [host.check_output(f"sha256sum {p}").split()[0] for p in patches]
     for rel, digest in record["files"].items():
         assert host.check_output(f"sha256sum {site}/{rel}").split()[0] == digest, f"{rel} changed since it was patched"
 
@@ -108,7 +110,9 @@ def test_fork_patch_is_applied_as_recorded(host, profile, env_dir):
 def test_scheduler_fix_is_in_the_patched_scheduler(host, profile, env_dir):
     """The Mamba-block fix of the field report ships in the fork's patch: checked, never patched again."""
     site = layout.site_packages(profile, env_dir)
-    out = host.run(f"python3 {profile.install_root}/bin/glm-flash-fork-patch scheduler-fix --site {site}")
+    override = profile.scheduler_fix_verified_ref
+    flags = f" --verified-ref {override} --commit {profile.vllm_ref}" if override else ""
+    out = host.run(f"python3 {profile.install_root}/bin/glm-flash-fork-patch scheduler-fix --site {site}{flags}")
     assert out.rc == 0, out.stdout + out.stderr
 
 

@@ -15,6 +15,7 @@ real system is tested elsewhere (tests/sandbox, tests/gb10 against real vLLM fil
 from __future__ import annotations
 
 import hashlib
+import json
 import runpy
 from pathlib import Path
 
@@ -328,8 +329,21 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
         "VLLM_MOE_W2_GATE=0",
         "VLLM_MOE_W2_CUBIT_DIR=/opt/glm-flash/engine/current/cubit-share",
         "VLLM_MOE_W2_STORE_DIR=/var/lib/glm-flash/moe-w2-store",
+        # DGX OS's CUDA 13.0 by path, as the L40S names its toolkit (flashinfer's JIT finds nvcc there)
+        "CUDA_HOME=/usr/local/cuda-13.0",
+        "PATH=/usr/local/cuda-13.0/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     ):
         assert line in env, (line, env)
+    # the summary says which expert codes the node serves and what the field measured for each
+    from roles.summary import render
+
+    planned = plan.find("Summary: what this host serves now")[0][2]["planned"]
+    assert "builds at load from the FP8 checkpoint" in planned["weights"]
+    assert "97.0% (159/164) with GPTQ" in planned["weights"] and "95.7% (157/164)" in planned["weights"]
+    out = render({"gx10": {**planned, "result": "deployed", "refused": [], "skipped": []}})
+    assert "weights: 2-bit expert codes" in out and "make eval SUITE=full" in out
+    # the first start builds planes from 306 GiB, writes the FP4 store and JIT-compiles: 7200 s
+    assert "TimeoutStartSec=7260" in unit and "--timeout 7200" in unit
     # the FP8 checkpoint, checked by the model role as on the L40S (its facts say it is complete: no download)
     assert plan.find(f"Checkpoint zai-org/GLM-5.3-Flash@{MODEL_COMMIT} (main) in /srv/models/GLM-5.3-Flash")
     assert plan.commands(f"Checkpoint zai-org/GLM-5.3-Flash@{MODEL_COMMIT} (main) in /srv/models/GLM-5.3-Flash") == []
@@ -411,6 +425,29 @@ def test_a_fork_setting_the_patched_engine_does_not_read_stops_before_the_switch
     assert names.index(plan.find("Launch flags accepted")[0][1]) < names.index(plan.find("Switch engine current")[0][1])
 
 
+def test_the_checkpoints_architecture_is_checked_with_the_patched_engine_before_the_switch(monkeypatch, profile):
+    """The flag check names the checkpoint's config.json: the patched registry must resolve its
+    architecture (files/glm-flash-check-flags; the real check on vLLM 0.24.0's files is
+    tests/gb10/test_fork_series.py). A fork that does not register it stops the host there."""
+    env = engine_vllm.env_id(profile)
+    state = EngineState(current=None, previous=None, complete=(env,), present=(env,))
+    said = (
+        "glm-flash-check-flags: vllm.entrypoints.openai.api_server: architecture Glm5NextForConditionalGeneration "
+        "(the checkpoint's config.json) is not in the installed vLLM's model registry"
+    )
+    plan, _ = run_deploy(
+        monkeypatch,
+        gb10_facts({EngineEnvs: state}),
+        flag_state={"exit": 1, "lines": [said]},
+        extra_facts_for=lambda f, m: model_facts(f, m, drafter_ok=True),
+    )
+    (call,) = plan.find("Launch flags accepted")
+    assert json.loads(call[2]["spec_json"])["architectures_of"] == "/srv/models/GLM-5.3-Flash/config.json"
+    assert "Glm5NextForConditionalGeneration" in call[3][0] and call[3][0].endswith(">&2; exit 1")
+    names = plan.names()
+    assert names.index(call[1]) < names.index(plan.find("Switch engine current")[0][1])
+
+
 def refusal_of(plan: Plan) -> str:
     """The reasons of the one refusal in the plan: the host fails there, only it (#10 item 6)."""
     (call,) = plan.find("Refused")
@@ -475,7 +512,13 @@ def test_the_lock_goes_up_beside_the_build_and_names_the_environment(monkeypatch
 
 
 @pytest.mark.parametrize(
-    "key, value", [("fork_patch", "patch/vllm-moet-v0.24.1.patch"), ("fork_kernels", "kernels/cubins-sm121")]
+    "key, value",
+    [
+        ("fork_patches", ["patch/vllm-moet-v0.24.1.patch"]),
+        ("fork_patches", ["patch/vllm-moet-v0.24.0.patch", "patch/0012-mamba-block-aligned-split.patch"]),
+        ("fork_kernels", "kernels/cubins-sm121"),
+        ("scheduler_fix_verified_ref", REF),
+    ],
 )
 def test_another_patch_or_kernel_path_is_another_environment(profile, key, value):
     other = build("gx10.example.lan", dict(INVENTORY, **{key: value}), api_key_present=False)

@@ -80,9 +80,9 @@ def test_example_inventory_resolves_to_the_field_settings(tmp_path, monkeypatch)
         "3.12",
     )
     # the fork as the report ran it (docs/sources.md §20): 2-bit planes from the FP8 checkpoint, 2 GiB FP4 pool
-    assert (p.vllm_version, p.fork_patch, p.fork_kernels) == (
+    assert (p.vllm_version, p.fork_patches, p.fork_kernels) == (
         "0.24.0",
-        "patch/vllm-moet-v0.24.0.patch",
+        ["patch/vllm-moet-v0.24.0.patch"],
         "kernels/cubins-sm120",
     )
     assert (p.moe_w2, p.moe_w2_delta_gb, p.moe_w2_gate, p.moe_w2_store) == (True, 2.0, False, True)
@@ -93,8 +93,13 @@ def test_example_inventory_resolves_to_the_field_settings(tmp_path, monkeypatch)
 @pytest.mark.parametrize(
     "key, value, words",
     [
-        ("fork_patch", "../../etc/shadow", "relative path inside the fork"),
-        ("fork_patch", "/patch/x.patch", "relative path inside the fork"),
+        ("fork_patches", ["../../etc/shadow"], "relative path inside the fork"),
+        ("fork_patches", ["patch/a.patch", "/patch/x.patch"], "relative path inside the fork"),
+        ("fork_patches", "patch/a.patch", "expected a list"),
+        ("fork_patches", [], "is empty"),
+        ("fork_patches", ["patch/a.patch", "patch/a.patch"], "twice"),
+        ("scheduler_fix_verified_ref", "v0.3.0", "full commit"),
+        ("scheduler_fix_verified_ref", "1" * 40, "is not vllm_ref"),
         ("fork_kernels", "kernels/$(id)", "relative path inside the fork"),
         ("vllm_version", "0.33.0", "0.24.0"),
         ("moe_w2_delta_gb", 100, "64"),
@@ -144,3 +149,40 @@ def test_other_machines_are_not_taken_for_a_gb10():
         "unified memory"
     ]
     assert [w for w, _, _ in view(mem_total_kib=64 * 1048576).problems()] == ["memory"]
+
+
+GB10 = {"platform": "gb10", "vllm_ref": REF, "accept_drafter_license": True}
+
+
+@pytest.mark.parametrize(
+    "over, words",
+    [
+        # beyond the checkpoint's max_position_embeddings: on every platform
+        ({"max_model_len": 2_000_000_000}, "above the maximum 1048576"),
+        # beyond what 0.90 of the 121.6 GiB holds beside the 99.6 GiB model (about 268K tokens)
+        ({"max_model_len": 300_000}, "at most 268697"),
+        # the field's 204,800 with less memory given to vLLM
+        ({"gpu_memory_utilization": 0.85}, "leaves 3.8 GiB"),
+    ],
+)
+def test_max_model_len_is_bounded_by_the_checkpoint_and_the_box(over, words):
+    p = problems({**GB10, **over})
+    assert list(p) == ["max_model_len"]
+    assert words in p["max_model_len"].problem + p["max_model_len"].fix
+
+
+def test_max_model_len_the_box_holds_passes():
+    assert build("gx10", {**GB10, "max_model_len": 262144}, api_key_present=False).max_model_len == 262144
+    more = build("gx10", {**GB10, "max_model_len": 400000, "gpu_memory_utilization": 0.95}, api_key_present=False)
+    assert more.max_model_len == 400000
+
+
+def test_a_huge_max_model_len_stops_pyinfra_before_any_host(tmp_path):
+    inv = filled(
+        "gb10.py",
+        tmp_path,
+        **{'"accept_drafter_license": True': '"accept_drafter_license": True, "max_model_len": 2000000000'},
+    )
+    r = load(inv, user_home(tmp_path))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "no host was changed" in r.stderr and "gx10.lan: max_model_len" in r.stderr

@@ -80,7 +80,7 @@ def env_id(profile: Profile) -> str:
         [
             profile.vllm_repo_url,
             profile.vllm_ref,
-            profile.fork_patch,
+            "\n".join(profile.fork_patches),  # one patch: the same id as when the knob named one file
             profile.fork_kernels,
             profile.deepgemm_repo_url,
             profile.deepgemm_ref,
@@ -88,6 +88,8 @@ def env_id(profile: Profile) -> str:
             profile.python_version,
             hashlib.sha256(wheel_lock(profile).read_bytes()).hexdigest(),
         ]
+        # the override decides what the build accepts: another environment when it is set
+        + ([profile.scheduler_fix_verified_ref] if profile.scheduler_fix_verified_ref else [])
     )
     return f"vllm-moet-{profile.vllm_ref[:12]}-{hashlib.sha256(inputs.encode()).hexdigest()[:8]}"
 
@@ -110,14 +112,18 @@ def build_argv(profile: Profile, env: str) -> list[str]:
         profile.vllm_repo_url,
         "--fork-commit",
         profile.vllm_ref,
-        "--fork-patch",
-        profile.fork_patch,
+        *(a for patch in profile.fork_patches for a in ("--fork-patch", patch)),
         "--fork-kernels",
         profile.fork_kernels,
         "--deepgemm-repo",
         profile.deepgemm_repo_url,
         "--deepgemm-commit",
         profile.deepgemm_ref,
+        *(
+            ["--scheduler-fix-verified-ref", profile.scheduler_fix_verified_ref]
+            if profile.scheduler_fix_verified_ref
+            else []
+        ),
     ]
 
 
@@ -218,7 +224,17 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
     spec = launch.launch_spec(profile)
     # The flags against the patched engine's own parser, and the fork's settings against the
     # patched engine's files, before `current` is switched (roles/engines/flag_check.py).
-    flag_check.apply(profile, {**spec, "python": f"{env_dir}/bin/python", "env": launch.engine_env_names(profile)})
+    # The checkpoint's architectures against the patched registry: vLLM 0.24.0 has no GLM-5.3-Flash,
+    # so only the fork's patches can teach it; a fork commit that does not stops here, not at the load.
+    flag_check.apply(
+        profile,
+        {
+            **spec,
+            "python": f"{env_dir}/bin/python",
+            "env": launch.engine_env_names(profile),
+            "architectures_of": f"{profile.model_path}/config.json",
+        },
+    )
     return common.EngineResult(
         profile.on_platform.engine_label, env, env_dir, spec, launch.vllm_env(profile), common.switch(profile, env)
     )

@@ -24,6 +24,7 @@ import json
 from control.layout import engine_python, engine_root, moe_store_dir
 from control.profile import Profile
 from roles.engines.common import serving_args
+from roles.toolkit import toolkit_env
 
 # `python -m` entry of the OpenAI server of vLLM 0.24.0, the release the fork patches
 # (vllm/entrypoints/openai/api_server.py, `if __name__ == "__main__"`; 0.24.0 has no
@@ -89,6 +90,9 @@ def vllm_env(profile: Profile) -> dict[str, str]:
     }
     if p.moe_w2_store:
         env["VLLM_MOE_W2_STORE_DIR"] = moe_store_dir(p)
+    # DGX OS's CUDA 13.0 by path, as on the L40S: flashinfer's, DeepGEMM's and tilelang's JIT builds
+    # find nvcc through CUDA_HOME and PATH, never through the /usr/local/cuda link.
+    env.update(toolkit_env(p))
     return env
 
 
