@@ -331,7 +331,8 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
         "VLLM_MOE_W2_STORE_DIR=/var/lib/glm-flash/moe-w2-store",
         # DGX OS's CUDA 13.0 by path, as the L40S names its toolkit (flashinfer's JIT finds nvcc there)
         "CUDA_HOME=/usr/local/cuda-13.0",
-        "PATH=/usr/local/cuda-13.0/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        # and the engine environment's own bin/ first (its pip ninja, which the JIT builds run by name)
+        "PATH=/opt/glm-flash/engine/current/bin:/usr/local/cuda-13.0/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     ):
         assert line in env, (line, env)
     # the summary says which expert codes the node serves and what the field measured for each
