@@ -36,6 +36,7 @@ from typing import Any
 
 from pyinfra import logger
 from pyinfra.api import FactBase, State, StringCommand
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 
 from control.defaults import KNOBS
 from control.pypi_cache import cache_root, distrust
@@ -245,6 +246,16 @@ def _command_of(fact_obj: FactBase, kwargs: dict):
     return command
 
 
+def _connector_arguments(host) -> dict[str, Any]:
+    """What pyinfra gives a fact's own command on this host (`_sudo`, `_sudo_user`, `_su_user`,
+    `_shell_executable`, ...): from the current operation, a deploy's arguments, the host's data and
+    the config, as pyinfra's own fact read does (pyinfra/api/facts.py, _handle_fact_kwargs). Without
+    them a host reached as a user with `_sudo` would have its facts read as that user."""
+    ctx = dict(getattr(host, "current_op_global_arguments", None) or {})
+    arguments, _ = pop_global_arguments(host.state, host, ctx)
+    return {k: v for k, v in arguments.items() if k in CONNECTOR_ARGUMENT_KEYS}
+
+
 def _read_together(host, facts: dict[tuple, tuple[type[FactBase], dict]]) -> dict[tuple, Any]:
     """One command that runs each fact's own command, side by side; the values of those that ran
     cleanly, parsed by their class.
@@ -272,7 +283,9 @@ def _read_together(host, facts: dict[tuple, tuple[type[FactBase], dict]]) -> dic
             f') 2>/dev/null; r=$?; echo; echo "{END} {i} $r"; }} >"$d/{i}" &',
         ]
     parts.append('wait; cat "$d"/*; rm -rf "$d"')
-    status, output = host.run_shell_command(StringCommand(*parts), print_output=False, print_input=False)
+    status, output = host.run_shell_command(
+        StringCommand(*parts), print_output=False, print_input=False, **_connector_arguments(host)
+    )
     if not status:
         return {}
     chunks: dict[int, list[str]] = {}
