@@ -36,11 +36,11 @@ from typing import Any
 
 from pyinfra import logger
 from pyinfra.api import FactBase, State, StringCommand
-from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 
 from control.defaults import KNOBS
 from control.pypi_cache import cache_root, distrust
 from control.run import dry_run
+from pyinfra_ext.host_args import connector_arguments
 
 # A fact that printed this instead of running lacks its command (pyinfra's own marker):
 # pyinfra's get_fact says so properly, so such a value is read again through it.
@@ -246,16 +246,6 @@ def _command_of(fact_obj: FactBase, kwargs: dict):
     return command
 
 
-def _connector_arguments(host) -> dict[str, Any]:
-    """What pyinfra gives a fact's own command on this host (`_sudo`, `_sudo_user`, `_su_user`,
-    `_shell_executable`, ...): from the current operation, a deploy's arguments, the host's data and
-    the config, as pyinfra's own fact read does (pyinfra/api/facts.py, _handle_fact_kwargs). Without
-    them a host reached as a user with `_sudo` would have its facts read as that user."""
-    ctx = dict(getattr(host, "current_op_global_arguments", None) or {})
-    arguments, _ = pop_global_arguments(host.state, host, ctx)
-    return {k: v for k, v in arguments.items() if k in CONNECTOR_ARGUMENT_KEYS}
-
-
 def _read_together(host, facts: dict[tuple, tuple[type[FactBase], dict]]) -> dict[tuple, Any]:
     """One command that runs each fact's own command, side by side; the values of those that ran
     cleanly, parsed by their class.
@@ -284,7 +274,7 @@ def _read_together(host, facts: dict[tuple, tuple[type[FactBase], dict]]) -> dic
         ]
     parts.append('wait; cat "$d"/*; rm -rf "$d"')
     status, output = host.run_shell_command(
-        StringCommand(*parts), print_output=False, print_input=False, **_connector_arguments(host)
+        StringCommand(*parts), print_output=False, print_input=False, **connector_arguments(host)
     )
     if not status:
         return {}

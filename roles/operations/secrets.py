@@ -26,6 +26,7 @@ from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCo
 from pyinfra.facts.files import Directory, File
 
 from pyinfra_ext import memo
+from pyinfra_ext.host_args import connector_arguments
 
 
 class Secret:
@@ -67,6 +68,7 @@ def holds(dest: str, secret: Secret) -> bool:
         _stdin=base64.b64encode(secret.reveal()).decode(),
         print_output=False,
         print_input=False,
+        **connector_arguments(host),
     )
     return bool(status)
 
