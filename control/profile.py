@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import json
 import math
 import os
 import re
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
 
 from control import run_limit
@@ -36,6 +37,7 @@ from control.connection import (
 from control.defaults import HOST_PATH, KEY_URL, KNOBS, LISTEN, LOCAL_PATH, PLATFORMS, URL, Knob
 from control.layout import REPO
 from control.problems import Problem, ProfileError, control_char, non_ascii, safe_repr
+from control.run import json_output
 
 try:  # the bench's environment (.venv-bench) loads inventories without pyinfra
     from pyinfra import host as current_host
@@ -491,6 +493,9 @@ def fail(error: ProfileError) -> NoReturn:
     print("glm-flash: the inventory has mistakes; no host was changed.", file=sys.stderr)
     for p in error.problems:
         print(f"  - {p}", file=sys.stderr)
+    if json_output():  # a script reading pyinfra's --json gets the refusal as JSON, not an empty stdout
+        body = {"error": "inventory refused; no host was changed", "problems": [asdict(p) for p in error.problems]}
+        print(json.dumps(body, indent=2), flush=True)
     raise SystemExit(2)
 
 

@@ -83,3 +83,24 @@ def test_python_release_matches_python_version(data, expected):
         build("gpu1", data, api_key_present=False)
     (problem,) = e.value.problems
     assert problem.key == "python_release" and expected in problem.problem and "uv python list" in problem.fix
+
+
+def test_json_run_of_a_refused_inventory_prints_a_json_error(tmp_path):
+    """pyinfra --json: a script reads stdout as JSON; a refused inventory gives it an error object
+    with each problem, not an empty stdout (the text for a person still goes to stderr)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    home = tmp_path / "empty-home"
+    home.mkdir()
+    env = dict(os.environ, HOME=str(home), PYTHONPATH=str(REPO))
+    env.pop("GLM_FLASH_API_KEY", None)
+    cmd = [sys.executable, "-m", "pyinfra", "--json", "-y", str(REPO / "inventory/l40s.py"), str(REPO / "deploy.py")]
+    run = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "no host was changed" in run.stderr
+    body = json.loads(run.stdout)
+    assert body["error"] == "inventory refused; no host was changed"
+    keys = {(p["host"], p["key"]) for p in body["problems"]}
+    assert ("gpu1.example.lan", "ssh_key") in keys and all(p["fix"] for p in body["problems"])
