@@ -229,6 +229,9 @@ def unpacked(tmp: Path, hostname: str, keys: Path) -> Path:
     tmp.mkdir(parents=True)
     run(["tar", "-xpf", str(tar), "-C", str(tmp)])
     (tmp / "etc/hostname").write_text(f"{hostname}\n")
+    # As Debian's installer writes it: the host's own name resolves (sudo says so on every call otherwise).
+    hosts = tmp / "etc/hosts"
+    hosts.write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
     ssh = tmp / "root/.ssh"
     ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
     shutil.copy(keys / "id_ed25519.pub", ssh / "authorized_keys")
@@ -249,7 +252,12 @@ def add_sudo_user(root: Path, keys: Path) -> None:
     if not secret.exists():
         secret.write_text(os.urandom(18).hex() + "\n")
         secret.chmod(0o600)
-    run(["chpasswd", "--root", str(root)], input=f"{USER}:{secret.read_text().strip()}\n", text=True)
+    # chpasswd hashes through PAM, which fails in a chroot: hash here (openssl reads the password on
+    # stdin) and give chpasswd the hash (-e), as the installer's shadow entry is one.
+    hashed = run(
+        ["openssl", "passwd", "-6", "-stdin"], input=secret.read_text().strip(), text=True, capture_output=True
+    )
+    run(["chpasswd", "-e", "--root", str(root)], input=f"{USER}:{hashed.stdout.strip()}\n", text=True)
     entry = next(
         line.split(":") for line in (root / "etc/passwd").read_text().splitlines() if line.startswith(USER + ":")
     )
