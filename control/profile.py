@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
 
-from control import run_limit
+from control import model_lock, run_limit
 from control.connection import (
     HOST_NAME,
     PYINFRA_VERSION,
@@ -659,6 +659,9 @@ def hosts(*entries: tuple[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any
     Under `--limit`/`--exclude` a host's own problems are left to check_inventory(), which knows
     the inventory's groups and so which hosts the run targets (control/run_limit.py); the hosts
     are then not recorded as checked, so it checks them."""
+    caller = sys._getframe(1).f_globals.get("__file__")
+    if caller:  # the inventory's own file: its model lock is kept beside it (control/model_lock.py)
+        model_lock.inventory_is(caller)
     problems = check_entries(entries)
     if problems and run_limit.patterns() is not None:
         problems = [p for p in problems if p.key in WHOLE_INVENTORY_KEYS]

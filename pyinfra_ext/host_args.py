@@ -13,6 +13,8 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 
 
 def connector_arguments(host) -> dict[str, Any]:
+    if getattr(host, "state", None) is None:  # a stand-in host of the unit tests: no pyinfra state
+        return {}
     ctx = dict(getattr(host, "current_op_global_arguments", None) or {})
     arguments, _ = pop_global_arguments(host.state, host, ctx)
     return {k: v for k, v in arguments.items() if k in CONNECTOR_ARGUMENT_KEYS}

@@ -259,3 +259,19 @@ def test_make_model_lock_asks_the_hub_once(tmp_path):
         assert r.returncode == 0, r.stdout + r.stderr
         assert [p for _, p, _ in hub.requests] == ["/api/models/zai-org/GLM-5.3-Flash/revision/main"]
     assert json.loads(lock.read_text()) == {"zai-org/GLM-5.3-Flash": {"main": COMMIT}}
+
+
+def test_the_model_lock_is_beside_an_operators_inventory(tmp_path):
+    """An inventory outside the repo's tracked inventory/ (inventory/local/, or a directory of
+    the operator's own) keeps its lock beside it; the repo's own inventories use locks/model.json."""
+    from control import layout
+
+    assert model_lock.lock_path(layout.REPO / "inventory" / "l40s.py") == model_lock.LOCK
+    assert model_lock.lock_path(layout.REPO / "inventory" / "local" / "l40s.py") == (
+        layout.REPO / "inventory" / "local" / "model-lock.json"
+    )
+    mine = tmp_path / "site" / "gpu1.py"
+    mine.parent.mkdir()
+    assert model_lock.lock_path(mine) == tmp_path / "site" / "model-lock.json"
+    model_lock.record("zai-org/GLM-5.3-Flash", "main", COMMIT, model_lock.lock_path(mine))
+    assert model_lock.commit_for("zai-org/GLM-5.3-Flash", "main", tmp_path / "site" / "model-lock.json") == COMMIT
