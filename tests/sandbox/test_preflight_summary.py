@@ -32,7 +32,7 @@ def test_converged_deploy_passes_preflight_and_ends_with_the_summary(sandbox, tm
     assert changed_operations(r.stdout) == []  # stdout is pyinfra's JSON; the summary went to stderr
     s = hosts["sandbox"]
     assert s["result"] == "deployed" and s["refused"] == []
-    assert s["endpoint"] == "http://127.0.0.1:30000/v1"
+    assert s["endpoint"] == "http://127.0.0.1:30000/v1" and s["model_name"] == "glm-5.3-flash"
     assert s["serving"] is False and s["readiness"].startswith("n/a: ")  # no GPU: nothing serves
     current = sandbox_sh("basename $(readlink -f /opt/glm-flash/engine/current)").stdout.strip()
     assert s["engine_set"] == "0.7.0.post1" and s["environment"] == current

@@ -26,8 +26,8 @@ def test_examples_as_shipped_are_refused_before_connecting(tmp_path, example, ho
     assert f"{host}: (host name): '{host}' is the example inventory's placeholder" in out
     assert f"{host}: ssh_key: '~/.ssh/id_ed25519' does not exist on this machine" in out
     assert "ssh-keygen -t ed25519" in out
-    if not (REPO / "inventory" / "known_hosts").exists():
-        assert f"{host}: ssh_known_hosts_file: 'inventory/known_hosts' does not exist" in out
+    if not (REPO / "inventory" / "local" / "known_hosts").exists():
+        assert f"{host}: ssh_known_hosts_file: 'inventory/local/known_hosts' does not exist" in out
     if example == "gb10.py":
         assert f"{host}: vllm_ref: is the example inventory's placeholder" in out
         assert f"{host}: accept_drafter_license:" in out and "CC-BY-NC-ND-4.0" in out
@@ -51,7 +51,7 @@ def test_missing_known_hosts_names_the_readme_step(tmp_path):
     inv = filled("l40s.py", tmp_path)
     (inv.parent / "known_hosts").unlink()
     out = refused(load(inv, user_home(tmp_path), pyinfra=True))
-    assert "gpu1.lan: ssh_known_hosts_file: 'inventory/known_hosts' does not exist" in out
+    assert "gpu1.lan: ssh_known_hosts_file: 'inventory/local/known_hosts' does not exist" in out
     assert "First real host" in out
 
 
@@ -64,7 +64,7 @@ def test_gb10_licence_is_the_users_decision(tmp_path):
 
 def test_a_host_named_as_an_address_is_checked_too(tmp_path):
     inv = filled(
-        "l40s.py", tmp_path, **{'"ssh_user": "root",': '"ssh_user": "root", "ssh_hostname": "10.0.0.5.example.lan",'}
+        "l40s.py", tmp_path, **{'"ssh_user": "glm",': '"ssh_user": "glm", "ssh_hostname": "10.0.0.5.example.lan",'}
     )
     out = refused(load(inv, user_home(tmp_path)))
     assert "gpu1.lan: ssh_hostname: '10.0.0.5.example.lan' is the example inventory's placeholder" in out
