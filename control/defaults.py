@@ -364,6 +364,16 @@ KNOBS: dict[str, Knob] = {
         "GLM_FLASH_API_KEY", "control-machine variable holding the API key, read at deploy time", **ENV_NAME
     ),
     "startup_timeout_s": K(3600, "loading 306 GiB and capturing graphs takes long", int, low=60),
+    "engine_extra_args": K(
+        [],
+        "flags passed to the engine as they are, after the profile's own: each checked by the installed "
+        "engine's parser before the switch, like every generated flag; a flag the profile sets (port, key, "
+        "TP size, model path, ...) is refused: set its knob. One word per item: [\"--enable-torch-compile\"], "
+        "[\"--schedule-policy\", \"lpm\"] or [\"--schedule-policy=lpm\"]",
+        list,
+        pattern=r"[A-Za-z0-9._+=:,/@-]+",
+        shape="a command-line word of letters, digits and . _ + = : , / @ - (no spaces, quotes, $ or %)",
+    ),
     "served_model_name": K("glm-5.3-flash", "model name clients send", **MODEL_NAME),
     "restart_limit": K(3, "restarts within restart_window_s before systemd gives up", int, low=1, high=100),
     "restart_window_s": K(3600, "window for restart_limit", int, low=60),

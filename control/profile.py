@@ -291,6 +291,12 @@ BEFORE = [
         "(custom all-reduce buffers cannot be IPC-exported)",
         "remove expandable_segments, or set tp_size: 1",
     ),
+    Rule(
+        "engine_extra_args",
+        lambda v: bool(v["engine_extra_args"]) and not v["engine_extra_args"][0].startswith("--"),
+        lambda v: f"{v['engine_extra_args'][0]!r} comes before any flag: a value needs its flag first",
+        'start with the flag, e.g. ["--schedule-policy", "lpm"] or ["--schedule-policy=lpm"]',
+    ),
 ]
 # Per platform, in this order.
 PLATFORM_RULES: dict[str, list[Rule]] = {
