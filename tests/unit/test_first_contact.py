@@ -104,3 +104,26 @@ def test_json_run_of_a_refused_inventory_prints_a_json_error(tmp_path):
     assert body["error"] == "inventory refused; no host was changed"
     keys = {(p["host"], p["key"]) for p in body["problems"]}
     assert ("gpu1.example.lan", "ssh_key") in keys and all(p["fix"] for p in body["problems"])
+
+
+def test_make_show_prints_each_value_with_its_source(tmp_path):
+    """make show: every resolved setting and where it came from, as ansible-inventory --host does."""
+    import os
+    import subprocess
+    import sys
+
+    inv = filled(
+        "gb10.py", tmp_path, **{'"accept_drafter_license": True,': '"accept_drafter_license": True, "port": 8100,'}
+    )
+    home = user_home(tmp_path)
+    env = dict(os.environ, HOME=str(home), PYTHONPATH=str(REPO))
+    checkout = inv.parents[2]
+    run = subprocess.run(
+        [sys.executable, str(REPO / "scripts/show.py"), str(inv)], cwd=checkout, env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    lines = {line.split()[0]: line for line in run.stdout.splitlines()[1:]}
+    assert lines["port"].split()[1:] == ["8100", "#", "inventory"]
+    assert lines["gpu_count"].split()[1:] == ["1", "#", "platform", "gb10"]
+    assert lines["metrics"].split()[1:] == ["true", "#", "default"]
+    assert lines["_sudo"].split()[1:] == ["true", "#", "inventory", "(pyinfra)"]
