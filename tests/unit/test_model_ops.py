@@ -63,15 +63,15 @@ def test_secret_file_stages_root_only_then_renames_and_never_shows_the_value(mon
         on_host(monkeypatch, content)
         cmds = put(facts)
         assert cmds[0] == "install -d -m 700 -o root -g root /etc/glm-flash/secrets"
-        assert cmds[2].startswith("upload /etc/glm-flash/secrets/.api-key.upload")
+        assert cmds[2] == "function _written"  # through a root command's stdin, not an upload
         assert cmds[3:] == [
             "chown root:root /etc/glm-flash/secrets/.api-key.upload",
             "chmod 600 /etc/glm-flash/secrets/.api-key.upload",
             "sync /etc/glm-flash/secrets/.api-key.upload",
             "mv -f -T /etc/glm-flash/secrets/.api-key.upload /etc/glm-flash/api-key",
         ]
-        # the value only in the upload's content, in no command
-        assert [c for c in cmds if KEY in c] == [cmds[2]]
+        # the value in no command
+        assert [c for c in cmds if KEY in c] == []
     assert KEY not in repr(secrets.Secret(KEY)) and KEY not in str(secrets.Secret(KEY))
 
 
@@ -202,7 +202,7 @@ def test_checkpoint_present_waits_for_the_download_then_seals():
     with on(FakeHost(facts)):
         cmds = list(checkpoint.checkpoint_present._inner(**PRESENT, token=secrets.Secret(KEY)))
     rendered = [render(c) for c in cmds]
-    assert any(c.startswith("upload /etc/glm-flash/secrets/") for c in rendered)  # for a restart; removed below
+    assert "function _written" in rendered  # the token, for a restart; removed below
     # started again only when the unit is gone and its note in /run too (the host rebooted since)
     restart = [c for c in rendered if c.startswith("if ")]
     assert len(restart) == 1
@@ -275,3 +275,25 @@ def test_the_model_lock_is_beside_an_operators_inventory(tmp_path):
     assert model_lock.lock_path(mine) == tmp_path / "site" / "model-lock.json"
     model_lock.record("zai-org/GLM-5.3-Flash", "main", COMMIT, model_lock.lock_path(mine))
     assert model_lock.commit_for("zai-org/GLM-5.3-Flash", "main", tmp_path / "site" / "model-lock.json") == COMMIT
+
+
+def test_a_secret_is_written_by_root_from_stdin_never_through_an_upload():
+    """Through a sudo user pyinfra's upload parks a file in the SSH user's /tmp first (mode from
+    its umask: readable by others) before root copies it: a secret goes on a root command's stdin
+    instead, with the host's _sudo (issue 39)."""
+    import base64
+
+    from tests.unit.test_fact_memo_trust import pyinfra_host
+
+    h = pyinfra_host({"ssh_user": "glm", "_sudo": True})
+    seen = {}
+
+    def run_shell_command(command, **kw):
+        seen.update(kw, command=command.get_raw_value())
+        return True, None
+
+    h.run_shell_command = run_shell_command
+    assert secrets._written(None, h, "/etc/glm-flash/secrets/.api-key.upload", secrets.Secret(KEY))
+    assert seen["command"] == "umask 077 && base64 -d > /etc/glm-flash/secrets/.api-key.upload"
+    assert base64.b64decode(seen["_stdin"]).decode() == KEY and seen["_sudo"] is True
+    assert seen["print_input"] is False and seen["print_output"] is False
