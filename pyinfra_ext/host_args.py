@@ -11,7 +11,6 @@ from typing import Any
 
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 
-
 # A command's own arguments, which the caller gives (or not) for each command: not the host's.
 PER_COMMAND = {
     "_stdin",

@@ -158,7 +158,7 @@ def test_cross_check_rules_name_knobs_and_platforms():
         KNOBS["driver_source"].platforms["gb10"].choices == ("preinstalled",),
         "9.0" not in KNOBS["gpu_compute_capability"].platforms["l40s"].choices,
     ]
-    assert all(shaped) and len(rules) + len(shaped) == 20
+    assert all(shaped) and len(rules) + len(shaped) == 21
     assert [r.key for r in rules if r.key not in KNOBS] == []
 
 
