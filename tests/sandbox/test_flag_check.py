@@ -87,7 +87,7 @@ def test_engine_extra_args_checked_by_the_engines_parser(engine_python):
     unknown = rendered_spec(engine_extra_args=["--schedule-polcy", "lpm"])
     r = check(engine_python, unknown)
     assert r.returncode == 1 and "unknown flag --schedule-polcy (did you mean --schedule-policy?)" in r.stderr
-    for alias, dest in (["--tp", "tp_size"], ["--model", "model_path"]):
+    for alias, dest in (["--tp", "tensor_parallel_size"], ["--model", "model_path"]):
         r = check(engine_python, rendered_spec(engine_extra_args=[alias, "4"]))
         assert r.returncode == 1, r.stdout
         assert f"engine_extra_args: {alias} sets {dest!r}, which the profile's own flags set" in r.stderr
