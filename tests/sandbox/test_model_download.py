@@ -161,7 +161,7 @@ def test_canary_secrets_never_leak(sandbox, profile):
         assert API_KEY not in journal and TOKEN not in journal
         # The deploy went through the sudo user (inventory/sandbox.py: ssh_user glm, _sudo), as on
         # a stock Debian 13 box: sudo logged its commands to the journal checked above.
-        assert "SYSLOG_IDENTIFIER=sudo" in journal and re.search(r"MESSAGE=glm : .*USER=root ; COMMAND=", journal)
+        assert "SYSLOG_IDENTIFIER=sudo" in journal and re.search(r"MESSAGE=\s*glm : .*USER=root ; COMMAND=", journal)
         logs = subprocess.run(
             ["grep", "-rlaF", "-e", API_KEY, "-e", TOKEN, str(ROOTFS / "var/log"), str(ROOTFS / "var/lib/sudo")],
             capture_output=True,
