@@ -36,7 +36,7 @@ _inventory: Path | None = None
 
 
 def inventory_is(path: str | Path) -> None:
-    """The inventory file being loaded (control.profile.hosts() says so): its lock is beside it."""
+    """The inventory file pyinfra is loading (control.profile.check_inventory() says so): its lock is beside it."""
     global _inventory
     _inventory = Path(path).resolve()
 

@@ -665,9 +665,6 @@ def hosts(*entries: tuple[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any
     Under `--limit`/`--exclude` a host's own problems are left to check_inventory(), which knows
     the inventory's groups and so which hosts the run targets (control/run_limit.py); the hosts
     are then not recorded as checked, so it checks them."""
-    caller = sys._getframe(1).f_globals.get("__file__")
-    if caller:  # the inventory's own file: its model lock is kept beside it (control/model_lock.py)
-        model_lock.inventory_is(caller)
     problems = check_entries(entries)
     if problems and run_limit.patterns() is not None:
         problems = [p for p in problems if p.key in WHOLE_INVENTORY_KEYS]
@@ -690,10 +687,24 @@ def warn_outside_run(problems: list[Problem]) -> None:
         print(f"  - {p}", file=sys.stderr)
 
 
+def _note_inventory_file() -> None:
+    """The inventory file pyinfra is loading (its CLI's `inventory_filename`, a local of the
+    function on the stack that loads it and runs group_data/all.py): the model lock is kept
+    beside it (control/model_lock.py). Not a file (`@local`, `host1,host2`): the repo's lock."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_locals.get("inventory_filename")
+        if isinstance(name, str) and os.path.isfile(name):
+            model_lock.inventory_is(name)
+            return
+        frame = frame.f_back
+
+
 def check_inventory() -> None:
     """Check every host of the inventory pyinfra is loading, however it was written (a plain
     list, groups, hosts()). group_data/all.py calls this: pyinfra runs it while it loads the
     inventory, before it connects to any host."""
+    _note_inventory_file()
     problems = [
         Problem(
             "(inventory)",

@@ -297,3 +297,27 @@ def test_a_secret_is_written_by_root_from_stdin_never_through_an_upload():
     assert seen["command"] == "umask 077 && base64 -d > /etc/glm-flash/secrets/.api-key.upload"
     assert base64.b64decode(seen["_stdin"]).decode() == KEY and seen["_sudo"] is True
     assert seen["print_input"] is False and seen["print_output"] is False
+
+
+def test_pyinfra_loading_an_operators_inventory_puts_its_lock_beside_it(tmp_path, monkeypatch):
+    """pyinfra's own inventory loader (group_data/all.py runs check_inventory while it loads) tells
+    the model lock where the inventory is: a directory of the operator's own keeps its lock there."""
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.context import ctx_state
+    from pyinfra_cli.inventory import make_inventory
+
+    from control import layout
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "known_hosts").write_text("gpu9.lan ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMm\n")
+    data = {
+        "ssh_user": "root",
+        "ssh_known_hosts_file": str(site / "known_hosts"),
+        "ssh_strict_host_key_checking": "yes",
+    }
+    (site / "gpu9.py").write_text(f"hosts = [('gpu9.lan', {data!r})]\n")
+    monkeypatch.setattr(model_lock, "_inventory", None)
+    with ctx_state.use(State(Inventory(([], {})), Config())):
+        make_inventory(str(site / "gpu9.py"), cwd=str(layout.REPO))
+    assert model_lock.lock_path() == site / "model-lock.json"
