@@ -82,7 +82,7 @@ bench: bench-venv  ## speed: make bench URL=http://HOST:PORT or INVENTORY=... (d
 	  $(if $(filter-out file,$(origin INVENTORY)),--inventory '$(INVENTORY)') \
 	  $(if $(SUITE),--suite '$(SUITE)') $(if $(MODEL),--model '$(MODEL)') $(if $(OUT),--out '$(OUT)')
 
-# make eval URL=http://gpu1.lan:30000 [COMPARE_URL=https://...] [SUITE=full|floor] [TASKS=0,1,2] [PLUS=file|off]
+# make eval (any user: no root needed) URL=http://gpu1.lan:30000 [COMPARE_URL=https://...] [SUITE=full|floor] [TASKS=0,1,2] [PLUS=file|off]
 # [MODEL=] [COMPARE_MODEL=] [OUT=]; or INVENTORY=... instead of URL. Keys from GLM_FLASH_API_KEY and
 # GLM_FLASH_COMPARE_API_KEY only. The same OUT again resumes an interrupted run (docs/eval.md).
 .PHONY: eval
