@@ -10,14 +10,19 @@ INVENTORY ?= inventory/sandbox.py
 # qemu-user-static, binfmt-support: the GB10 sandbox's arm64 userland runs through them, sandbox/gb10.py).
 APT_DEPS := mmdebstrap systemd-container qemu-user-static binfmt-support openssh-client iproute2 gpg debian-archive-keyring dpkg-dev g++ libc6-dev binutils ninja-build bubblewrap aria2
 
-.PHONY: demo test deps venv sandbox-up sandbox-down sandbox-fresh deploy uninstall check clean
+.PHONY: help demo test deps venv sandbox-up sandbox-down sandbox-fresh deploy uninstall check clean
+# A bare `make` lists the targets: it must not apt-install or boot anything on an operator's laptop.
+.DEFAULT_GOAL := help
+
+help:  ## this list
+	@awk -F':[^#]*## ' '/^[a-z][a-zA-Z_-]*:.*## /{printf "  %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 demo: deps venv sandbox-fresh deploy check  ## bare Debian 13 sandbox -> deployed -> checked
 
 test: deps venv  ## the whole suite: unit, sandbox deploy, host checks
 	$(BIN)/python -m pytest --durations=25 tests
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed  ## the control machine's environment (.venv; no root needed)
 $(VENV)/.installed: requirements.txt
 	@$(PY) -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || \
 	  { echo "make venv: needs Python 3.11 or newer with its venv module as $(PY) (Debian/Ubuntu: apt install python3-venv; or make venv PY=python3.12)" >&2; exit 1; }
@@ -36,29 +41,29 @@ venv-lock: venv  ## regenerate requirements.txt (hashes) from locks/control.in (
 	  cat requirements.txt.new; } > requirements.txt
 	rm -f requirements.txt.new
 
-deps:
+deps:  ## (root) the Debian packages the sandbox and the tests need on this machine
 	@missing=$$(for p in $(APT_DEPS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-sandbox-up: deps venv
+sandbox-up: deps venv  ## (root) boot this checkout's Debian 13 sandbox
 	$(BIN)/python sandbox/sandbox.py up
 
-sandbox-down:
+sandbox-down:  ## power the sandbox off
 	$(PY) sandbox/sandbox.py down
 
-sandbox-fresh: deps venv
+sandbox-fresh: deps venv  ## (root) a bare sandbox again
 	$(BIN)/python sandbox/sandbox.py fresh
 
-deploy: venv
+deploy: venv  ## pyinfra -y INVENTORY deploy.py (default: the sandbox)
 	$(BIN)/pyinfra -y $(INVENTORY) deploy.py
 
 uninstall: venv  ## remove what deploy put on INVENTORY's hosts; keeps the checkpoint and driver (docs/uninstall.md)
 	$(BIN)/pyinfra -y $(INVENTORY) uninstall.py $(if $(DATA),$(foreach d,$(DATA),--data '$(d)'))
 
-check: venv  ## host checks; for a real host: make check INVENTORY=inventory/l40s.py HOSTS=ssh://root@gpu1
-	$(BIN)/python -m pytest tests/host -v --no-deploy --inventory $(INVENTORY) $(if $(HOSTS),--hosts $(HOSTS))
+check: venv  ## host checks; a real host as the inventory reaches it: make check INVENTORY=inventory/local/l40s.py [HOST=gpu1.lan]
+	$(BIN)/python -m pytest tests/host -v --no-deploy --inventory $(INVENTORY) $(if $(HOST),--inventory-host '$(HOST)') $(if $(HOSTS),--hosts $(HOSTS))
 
 # The bench runs from its own environment (matplotlib and numpy stay out of .venv).
 BENCH_VENV := .venv-bench
@@ -73,16 +78,16 @@ $(BENCH_VENV)/.installed: locks/bench.txt
 
 # make bench URL=http://gpu1.lan:30000 [SUITE=l40s|gb10|quick] [MODEL=] [OUT=]; or INVENTORY=inventory/l40s.py
 # instead of URL. The API key comes from GLM_FLASH_API_KEY in the environment only.
-bench: bench-venv
+bench: bench-venv  ## speed: make bench URL=http://HOST:PORT or INVENTORY=... (docs/bench.md)
 	@$(BENCH_VENV)/bin/python -m benchmark $(if $(URL),--url '$(URL)') \
 	  $(if $(filter-out file,$(origin INVENTORY)),--inventory '$(INVENTORY)') \
 	  $(if $(SUITE),--suite '$(SUITE)') $(if $(MODEL),--model '$(MODEL)') $(if $(OUT),--out '$(OUT)')
 
-# make eval URL=http://gpu1.lan:30000 [COMPARE_URL=https://...] [SUITE=full|floor] [TASKS=0,1,2] [PLUS=file|off]
+# make eval (any user: no root needed) URL=http://gpu1.lan:30000 [COMPARE_URL=https://...] [SUITE=full|floor] [TASKS=0,1,2] [PLUS=file|off]
 # [MODEL=] [COMPARE_MODEL=] [OUT=]; or INVENTORY=... instead of URL. Keys from GLM_FLASH_API_KEY and
 # GLM_FLASH_COMPARE_API_KEY only. The same OUT again resumes an interrupted run (docs/eval.md).
 .PHONY: eval
-eval: bench-venv
+eval: bench-venv  ## answers (HumanEval, no root needed): make eval URL=... [SUITE=floor] (docs/eval.md)
 	@command -v bwrap >/dev/null || { echo "make eval: needs bubblewrap (make deps, or apt install bubblewrap)" >&2; exit 2; }
 	@$(BENCH_VENV)/bin/python -m benchmark.evaluate $(if $(URL),--url '$(URL)') \
 	  $(if $(filter-out file,$(origin INVENTORY)),--inventory '$(INVENTORY)') \
@@ -93,6 +98,10 @@ eval: bench-venv
 bench-lock: venv  ## regenerate locks/bench.txt from locks/bench.in (uv pinned in locks/tools.txt)
 	$$($(BIN)/python -c 'from control.engine_lock import tools_bin; print(tools_bin())')/uv pip compile \
 	  --generate-hashes --no-config --python-version 3.11 --no-header --quiet locks/bench.in -o locks/bench.txt
+
+.PHONY: show
+show: venv  ## every resolved setting of a host with its source (default, platform, inventory): make show INVENTORY=... [HOST=]
+	@$(BIN)/python scripts/show.py '$(INVENTORY)' $(if $(HOST),'$(HOST)')
 
 .PHONY: scrape-config dashboard
 scrape-config: venv  ## Prometheus scrape config (engine, node-exporter, gateway) for INVENTORY's hosts, on stdout
@@ -117,8 +126,8 @@ vllm-lock: venv  ## regenerate locks/vllm/0.24.0-aarch64.txt (uv pinned in locks
 .PHONY: model-lock model-downloader-lock
 # make model-lock [MODEL=zai-org/GLM-5.3-Flash REVISION=main]: ask the hub which commit a revision is and
 # record it in locks/model.json (deploys serve that commit until this is run again). Needs the hub.
-model-lock: venv
-	$(BIN)/python scripts/model_lock.py $(if $(MODEL),--model '$(MODEL)' --revision '$(or $(REVISION),main)')
+model-lock: venv  ## record the model commit: make model-lock [MODEL=zai-org/GLM-5.3-Flash REVISION=main] [LOCK=]
+	$(BIN)/python scripts/model_lock.py $(if $(MODEL),--model '$(MODEL)' --revision '$(or $(REVISION),main)') $(if $(LOCK),--lock '$(LOCK)')
 
 model-downloader-lock: venv  ## regenerate files/hf-hub-requirements.txt (hashes) from locks/model-downloader.in
 	$$($(BIN)/python -c 'from control.engine_lock import tools_bin; print(tools_bin())')/uv pip compile \
@@ -142,7 +151,7 @@ knobs-doc: venv  ## regenerate docs/knobs.md from control/defaults.py (a unit te
 engine-locks: venv  ## regenerate locks/engine/*.txt (uv pinned in locks/tools.txt; needs PyPI)
 	$(BIN)/python scripts/engine_locks.py
 
-clean: sandbox-down fleet-down
+clean: sandbox-down fleet-down  ## delete the sandbox and the fleet machines (the caches stay)
 	$(PY) sandbox/sandbox.py destroy
 
 # Fleet sandbox (issue 14): N Debian 13 machines on 127.A.B.2.. (this checkout's own subnet) sharing one read-only image.

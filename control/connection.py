@@ -84,10 +84,42 @@ def connection_problems(host: str, data: dict[str, Any]) -> list[Problem]:
             problems.append(Problem(host, key, f"{safe_repr(value)} contains {bad}", "remove that character"))
             continue
         problems.extend(_shape(host, key, value))
+    user = data.get("ssh_user", "root")
+    named = any(p.key == "ssh_user" for p in problems)  # a malformed user is named once, as that
+    if (
+        not named
+        and isinstance(user, str)
+        and user != "root"
+        and data.get("_sudo") is not True
+        and not data.get("_su_user")
+    ):
+        problems.append(
+            Problem(
+                host,
+                "_sudo",
+                f"ssh_user {safe_repr(user)} is not root and _sudo is not set: every step of the deploy runs as root",
+                'add "_sudo": True (and give that user passwordless sudo: README, First real host)',
+            )
+        )
     return problems
 
 
+# pyinfra sends these on the host's command line (`env PYINFRA_SUDO_PASSWORD=... sudo -A ...`) or
+# keeps them in the inventory: every user of the host sees a command line in ps.
+PASSWORD_KEYS = ("_sudo_password", "_su_password", "ssh_password")
+
+
 def _shape(host: str, key: str, value: Any) -> list[Problem]:
+    if key in PASSWORD_KEYS and value:
+        return [
+            Problem(
+                host,
+                key,
+                "a password here reaches the host on a command line that every user of it can read (ps)",
+                "log in with a key (ssh_key) and give the SSH user passwordless sudo: README, First real host; "
+                "then remove this key",
+            )
+        ]
     if key == "ssh_port" and isinstance(value, int) and not 1 <= value <= 65535:
         return [Problem(host, key, f"{value} is not a TCP port", "use a port from 1 to 65535 (sshd's: usually 22)")]
     if key == "ssh_hostname" and isinstance(value, str) and not re.fullmatch(LISTEN["pattern"], value):

@@ -357,6 +357,9 @@ KNOBS: dict[str, Knob] = {
     "download_progress_s": K(
         30, "seconds between the checkpoint download's progress lines (bytes, rate, ETA)", int, low=1, high=3600
     ),
+    "huggingface_hub_version": K(
+        "1.33.0", "the downloader on the host; the engine locks pin the same version", **PEP440
+    ),
     # --- a fleet's transfers (roles/fleet/artifacts.py, docs/fleet.md) -----------------
     "fleet_address": K(
         "",
@@ -373,10 +376,6 @@ KNOBS: dict[str, Knob] = {
         low=5,
         high=3600,
     ),
-    "huggingface_hub_version": K(
-        "1.33.0", "the downloader on the host; the engine locks pin the same version", **PEP440
-    ),
-    "served_model_name": K("glm-5.3-flash", "model name clients send", **MODEL_NAME),
     # --- service -------------------------------------------------------------------
     "service_user": K("glm-flash", "the engine never runs as root", **UNPRIVILEGED_USER),
     "listen_host": K("127.0.0.1", "loopback unless an API key protects the port", **LISTEN),
@@ -398,6 +397,19 @@ KNOBS: dict[str, Knob] = {
             )
         },
     ),
+    "engine_extra_args": K(
+        [],
+        "flags passed to the engine as they are, after the profile's own: each checked by the installed "
+        "engine's parser before the switch, like every generated flag; a flag the profile sets (port, key, "
+        "TP size, model path, ...) is refused: set its knob. One word per item: [\"--enable-torch-compile\"], "
+        "[\"--schedule-policy\", \"lpm\"] or [\"--schedule-policy=lpm\"]",
+        list,
+        pattern=r"[A-Za-z0-9._+=:,/@-]+",
+        shape="a command-line word of letters, digits and . _ + = : , / @ - (no spaces, quotes, $ or %)",
+    ),
+    "served_model_name": K("glm-5.3-flash", "model name clients send", **MODEL_NAME),
+    "restart_limit": K(3, "restarts within restart_window_s before systemd gives up", int, low=1, high=100),
+    "restart_window_s": K(3600, "window for restart_limit", int, low=60),
     # --- a fleet worker behind a gateway (control/fleet.py fills the fleet_* ones) -----
     "engine_allow_from": K(
         [],
@@ -439,8 +451,6 @@ KNOBS: dict[str, Knob] = {
         low=0,
         high=3600,
     ),
-    "restart_limit": K(3, "restarts within restart_window_s before systemd gives up", int, low=1, high=100),
-    "restart_window_s": K(3600, "window for restart_limit", int, low=60),
     # --- watching the node (roles/watch.py, docs/observability.md) --------------------
     "metrics": K(
         True,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from control import defaults
 from control.defaults import KNOBS, PLATFORMS, Knob
+from control.fleet import GATEWAY_KNOBS
 
 _SECTION = re.compile(r"^\s*# --- (?P<title>.+?) -*\s*$")
 _KEY = re.compile(r'^    "(?P<key>[a-z0-9_]+)": K\(')
@@ -127,5 +128,20 @@ def render() -> str:
             if where.get(key, "Other") != title:
                 continue
             row = (f"`{key}`", _value(knob.default), knob.why, shape(knob), per_platform(key, knob))
+            lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
+    shared = [key for key in GATEWAY_KNOBS if key in KNOBS]
+    lines += [
+        "",
+        "## The fleet's gateway",
+        "",
+        "The gateway entry of a fleet inventory (`control/fleet.py`, docs/fleet.md) runs no engine: it takes",
+        f"these {len(GATEWAY_KNOBS)} knobs instead of the node's ({', '.join(f'`{k}`' for k in shared)}: as above).",
+        "",
+        "| Knob | Default | Why | Shape |",
+        "|---|---|---|---|",
+    ]
+    for key, knob in GATEWAY_KNOBS.items():
+        if key not in KNOBS:
+            row = (f"`{key}`", _value(knob.default), knob.why, shape(knob))
             lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
     return "\n".join(lines) + "\n"

@@ -1,4 +1,9 @@
-"""locks/model.json: a moving hub revision (`main`) resolved once to a commit, kept in the repo.
+"""The model lock: a moving hub revision (`main`) resolved once to a commit, kept beside the inventory.
+
+Where it is (lock_path): an inventory of the operator's own (inventory/local/, which git
+ignores, or a directory outside the clone) keeps its lock beside it as `model-lock.json`, so a
+`git pull` of the repo never meets an edited tracked file; the repo's own inventories
+(inventory/*.py: the examples, the sandbox) use locks/model.json.
 
 Re-runs and other hosts then serve the same commit until `make model-lock` is run on purpose.
 A revision that already is a commit (40 hex digits) needs no entry. Control machine only.
@@ -24,8 +29,30 @@ from pathlib import Path
 
 from control import layout
 
-LOCK = layout.LOCKS / "model.json"
+LOCK = layout.LOCKS / "model.json"  # the repo's own inventories'
+BESIDE = "model-lock.json"  # an operator's inventory's, in its directory
 COMMIT = re.compile(r"[0-9a-f]{40}")
+_inventory: Path | None = None
+
+
+def inventory_is(path: str | Path) -> None:
+    """The inventory file pyinfra is loading (control.profile.check_inventory() says so): its lock is beside it."""
+    global _inventory
+    _inventory = Path(path).resolve()
+
+
+def lock_path(inventory: Path | None = None) -> Path:
+    where = inventory or _inventory
+    if where is None or where.parent == (layout.REPO / "inventory").resolve():
+        return LOCK
+    return where.parent / BESIDE
+
+
+def shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(layout.REPO))
+    except ValueError:
+        return str(path)
 
 
 class ModelLockError(Exception):
@@ -33,7 +60,7 @@ class ModelLockError(Exception):
 
 
 def load(path: Path | None = None) -> dict[str, dict[str, str]]:
-    path = path or LOCK
+    path = path or lock_path()
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -45,22 +72,22 @@ def load(path: Path | None = None) -> dict[str, dict[str, str]]:
 
 def commit_for(model_id: str, revision: str, path: Path | None = None) -> str:
     """The commit a deploy serves for model_id at revision."""
-    path = path or LOCK
+    path = path or lock_path()
     if COMMIT.fullmatch(revision):
         return revision
     commit = (load(path).get(model_id) or {}).get(revision)
     if not commit or not COMMIT.fullmatch(commit):
         raise ModelLockError(
-            f"{model_id}@{revision} is not locked to a commit in locks/{path.name}: run "
-            f"`make model-lock MODEL={model_id} REVISION={revision}` (asks the hub once and records the "
-            f"commit in the repo), or set the revision to a commit"
+            f"{model_id}@{revision} is not locked to a commit in {shown(path)}: run "
+            f"`make model-lock MODEL={model_id} REVISION={revision} LOCK={shown(path)}` (asks the hub once "
+            f"and records the commit there), or set the revision to a commit"
         )
     return commit
 
 
 def record(model_id: str, revision: str, commit: str, path: Path | None = None) -> None:
     """Write `model_id`@`revision` -> `commit` into the lock, atomically (a kill leaves the old file)."""
-    path = path or LOCK
+    path = path or lock_path()
     if not COMMIT.fullmatch(commit):
         raise ModelLockError(f"the hub answered {commit!r} for {model_id}@{revision}, not a commit")
     data = load(path)

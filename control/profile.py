@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import json
 import math
 import os
 import re
 import sys
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
 
-from control import run_limit
+from control import model_lock, run_limit
 from control.connection import (
     HOST_NAME,
     PYINFRA_VERSION,
@@ -36,6 +37,7 @@ from control.connection import (
 from control.defaults import HOST_PATH, KEY_URL, KNOBS, LISTEN, LOCAL_PATH, PLATFORMS, URL, Knob
 from control.layout import REPO
 from control.problems import Problem, ProfileError, control_char, non_ascii, safe_repr
+from control.run import json_output
 
 try:  # the bench's environment (.venv-bench) loads inventories without pyinfra
     from pyinfra import host as current_host
@@ -312,6 +314,12 @@ BEFORE = [
         "(custom all-reduce buffers cannot be IPC-exported)",
         "remove expandable_segments, or set tp_size: 1",
     ),
+    Rule(
+        "engine_extra_args",
+        lambda v: bool(v["engine_extra_args"]) and not v["engine_extra_args"][0].startswith("--"),
+        lambda v: f"{v['engine_extra_args'][0]!r} comes before any flag: a value needs its flag first",
+        'start with the flag, e.g. ["--schedule-policy", "lpm"] or ["--schedule-policy=lpm"]',
+    ),
 ]
 # Per platform, in this order.
 PLATFORM_RULES: dict[str, list[Rule]] = {
@@ -548,6 +556,9 @@ def fail(error: ProfileError) -> NoReturn:
     print("glm-flash: the inventory has mistakes; no host was changed.", file=sys.stderr)
     for p in error.problems:
         print(f"  - {p}", file=sys.stderr)
+    if json_output():  # a script reading pyinfra's --json gets the refusal as JSON, not an empty stdout
+        body = {"error": "inventory refused; no host was changed", "problems": [asdict(p) for p in error.problems]}
+        print(json.dumps(body, indent=2), flush=True)
     raise SystemExit(2)
 
 
@@ -733,10 +744,24 @@ def warn_outside_run(problems: list[Problem]) -> None:
         print(f"  - {p}", file=sys.stderr)
 
 
+def _note_inventory_file() -> None:
+    """The inventory file pyinfra is loading (its CLI's `inventory_filename`, a local of the
+    function on the stack that loads it and runs group_data/all.py): the model lock is kept
+    beside it (control/model_lock.py). Not a file (`@local`, `host1,host2`): the repo's lock."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_locals.get("inventory_filename")
+        if isinstance(name, str) and os.path.isfile(name):
+            model_lock.inventory_is(name)
+            return
+        frame = frame.f_back
+
+
 def check_inventory() -> None:
     """Check every host of the inventory pyinfra is loading, however it was written (a plain
     list, groups, hosts()). group_data/all.py calls this: pyinfra runs it while it loads the
     inventory, before it connects to any host."""
+    _note_inventory_file()
     problems = [
         Problem(
             "(inventory)",

@@ -9,15 +9,17 @@ GLM_FLASH_WORKER_KEY (a key of its own: the workers accept only it). Behind a ga
 workers' engines let in only the gateway by address, so give each host's ssh_hostname as its IP
 address (docs/fleet.md); a Prometheus server that scrapes the engines goes in engine_allow_from.
 
-    .venv/bin/pyinfra inventory/fleet.py deploy_fleet.py
+    mkdir -p inventory/local && cp inventory/fleet.py inventory/local/   # yours; git ignores it
+    .venv/bin/pyinfra inventory/local/fleet.py deploy_fleet.py
 """
 
 from control.fleet import fleet
 
 ssh = {
-    "ssh_user": "root",
+    "ssh_user": "glm",  # the installer's user with passwordless sudo (README, First real host); root: drop _sudo
+    "_sudo": True,
     "ssh_key": "~/.ssh/id_ed25519",
-    "ssh_known_hosts_file": "inventory/known_hosts",
+    "ssh_known_hosts_file": "inventory/local/known_hosts",
     "ssh_strict_host_key_checking": "yes",
 }
 

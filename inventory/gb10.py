@@ -3,10 +3,11 @@ vLLM-Moet fork and the DFlash2 drafter. `platform: gb10` brings the GB10 default
 (control/defaults.py PLATFORMS); set only what differs here.
 
 Before the first deploy (README, "GB10 box"): your host's name, your SSH key, its verified key
-in inventory/known_hosts, the fork's commit, and your own decision on the drafter's licence.
+in inventory/local/known_hosts, the fork's commit, and your own decision on the drafter's licence.
 Until then this inventory is refused before any host is contacted.
 
-    .venv/bin/pyinfra inventory/gb10.py deploy.py
+    mkdir -p inventory/local && cp inventory/gb10.py inventory/local/   # yours; git ignores it
+    .venv/bin/pyinfra inventory/local/gb10.py deploy.py
 """
 
 from control.profile import hosts
@@ -16,9 +17,12 @@ hosts = hosts(
         "gx10.example.lan",
         {
             "platform": "gb10",
-            "ssh_user": "root",
+            # The user the installer created, with passwordless sudo (README, First real host): a
+            # stock Debian 13 or DGX OS box refuses root over SSH. Logging in as root: drop _sudo.
+            "ssh_user": "glm",
+            "_sudo": True,
             "ssh_key": "~/.ssh/id_ed25519",
-            "ssh_known_hosts_file": "inventory/known_hosts",
+            "ssh_known_hosts_file": "inventory/local/known_hosts",
             "ssh_strict_host_key_checking": "yes",
             # The fork, pinned to a commit (a tag or branch is refused: it moves).
             "vllm_repo_url": "https://github.com/lrozewicz/vLLM-Moet-GB10",

@@ -2,9 +2,10 @@
 
 Before the first deploy (README, "First real host"): write your host's name or address in
 place of gpu1.example.lan, point ssh_key at your key, and put the host's verified SSH key in
-inventory/known_hosts. Until then this inventory is refused before any host is contacted.
+inventory/local/known_hosts. Until then this inventory is refused before any host is contacted.
 
-    .venv/bin/pyinfra inventory/l40s.py deploy.py
+    mkdir -p inventory/local && cp inventory/l40s.py inventory/local/   # yours; git ignores it
+    .venv/bin/pyinfra inventory/local/l40s.py deploy.py
 """
 
 from control.profile import hosts
@@ -13,10 +14,13 @@ hosts = hosts(
     (
         "gpu1.example.lan",
         {
-            "ssh_user": "root",
+            # The user the installer created, with passwordless sudo (README, First real host): a
+            # stock Debian 13 or DGX OS box refuses root over SSH. Logging in as root: drop _sudo.
+            "ssh_user": "glm",
+            "_sudo": True,
             "ssh_key": "~/.ssh/id_ed25519",
             # Connect only to the host whose key you verified: a first deploy ships secrets.
-            "ssh_known_hosts_file": "inventory/known_hosts",
+            "ssh_known_hosts_file": "inventory/local/known_hosts",
             "ssh_strict_host_key_checking": "yes",
             # "kt_cpuinfer": 152,          # cores for CPU experts (EPYC 9845: 160)
             # "model_path": "/srv/models/GLM-5.3-Flash",

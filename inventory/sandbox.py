@@ -49,7 +49,10 @@ hosts = hosts(
         {
             "ssh_hostname": "127.0.0.1",
             "ssh_port": PORT,
-            "ssh_user": "root",
+            # As on a stock Debian 13 or DGX OS box: root cannot log in with a password, the
+            # installer's user has sudo (sandbox/sandbox.py USER); the deploy runs through it.
+            "ssh_user": "glm",
+            "_sudo": True,
             "ssh_key": ".sandbox/keys/id_ed25519",
             "ssh_known_hosts_file": ".sandbox/known_hosts",
             "ssh_strict_host_key_checking": "yes",

@@ -7,7 +7,9 @@
 - host_failures: a host that goes away mid-run fails alone (wraps
   pyinfra.api.operations._run_host_op_with_context);
 - refusal: a refusal decided from one host's facts fails that host only (reads and clears
-  pyinfra.api.state's per-host plan).
+  pyinfra.api.state's per-host plan);
+- host_args: the host's connector arguments (`_sudo`, ...) for commands we run ourselves, as
+  pyinfra's fact read computes them (pyinfra.api.arguments.pop_global_arguments).
 
 None of these names is part of pyinfra's public API: on another pyinfra they may be gone, renamed
 or called differently, and a patch would then fail at the first operation or, worse, run silently

@@ -40,6 +40,7 @@ from pyinfra.api import FactBase, State, StringCommand
 from control.defaults import KNOBS
 from control.pypi_cache import cache_root, distrust
 from control.run import dry_run
+from pyinfra_ext.host_args import connector_arguments
 
 # A fact that printed this instead of running lacks its command (pyinfra's own marker):
 # pyinfra's get_fact says so properly, so such a value is read again through it.
@@ -272,7 +273,9 @@ def _read_together(host, facts: dict[tuple, tuple[type[FactBase], dict]]) -> dic
             f') 2>/dev/null; r=$?; echo; echo "{END} {i} $r"; }} >"$d/{i}" &',
         ]
     parts.append('wait; cat "$d"/*; rm -rf "$d"')
-    status, output = host.run_shell_command(StringCommand(*parts), print_output=False, print_input=False)
+    status, output = host.run_shell_command(
+        StringCommand(*parts), print_output=False, print_input=False, **connector_arguments(host)
+    )
     if not status:
         return {}
     chunks: dict[int, list[str]] = {}

@@ -12,7 +12,6 @@ an operation whose one command reports the reason and returns False.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import wraps
@@ -24,6 +23,7 @@ from pyinfra.api.state import StateHostMeta
 from control import run_record
 from control.problems import Problem
 from control.profile import HOST_ONLY, HostRefused
+from control.run import yes
 
 
 def _fail_this_host(state, host, reasons: str) -> bool:  # pyinfra passes state and host by name
@@ -104,7 +104,7 @@ def _forget_plan() -> None:
 
 
 def _refuse(reasons: list[str]) -> None:
-    if not {"-y", "--yes"} & set(sys.argv):  # said before pyinfra asks to go on (or stops: --dry)
+    if not yes():  # said before pyinfra asks to go on (or stops: --dry)
         for reason in reasons:
             logger.error(f"[{host.name}] refused: {reason}")
     _forget_plan()

@@ -1,6 +1,6 @@
 """The checkpoint on the host: downloaded with huggingface-hub, or staged by other means.
 
-model_download true: model_revision resolves to a commit through locks/model.json
+model_download true: model_revision resolves to a commit through the model lock (locks/model.json, or model-lock.json beside an operator's inventory)
 (control/model_lock.py; a commit needs no entry), so every run and every host serves the same
 commit until `make model-lock` is run on purpose. The downloader (files/glm-flash-model-fetch,
 in a venv of the hash-locked files/hf-hub-requirements.txt, from wheels the control machine
@@ -231,7 +231,7 @@ def first_lock(profile: Profile, repo_id: str, revision: str, token: str | None)
     if dry_run():
         skipped(
             f"locking {repo_id}@{revision}",
-            "dry run: the real run asks the hub once for its commit and records it in locks/model.json",
+            f"dry run: the real run asks the hub once for its commit and records it in {model_lock.shown(model_lock.lock_path())}",
         )
         return None
     try:
@@ -240,13 +240,14 @@ def first_lock(profile: Profile, repo_id: str, revision: str, token: str | None)
     except (ModelLockError, OSError) as e:
         refuse(
             "model_revision",
-            f"{repo_id}@{revision} is not in locks/model.json and could not be locked: {e}",
+            f"{repo_id}@{revision} is not in {model_lock.shown(model_lock.lock_path())} and could not be locked: {e}",
             "check hf_endpoint and the token of a gated repo, or set model_revision to a commit",
         )
+    where = model_lock.shown(model_lock.lock_path())
     logger.warning(
-        f"[{host.name}] locks/model.json: {repo_id}@{revision} is now locked to {commit} (asked the hub once). "
-        "Commit locks/model.json so every host and every later run serves this commit; "
-        "`make model-lock` moves it on purpose."
+        f"[{host.name}] {where}: {repo_id}@{revision} is now locked to {commit} (asked the hub once). "
+        f"Keep {where} with your inventory (commit it where you keep the inventory) so every host and every "
+        "later run serves this commit; `make model-lock` moves it on purpose."
     )
     return commit
 

@@ -144,7 +144,17 @@ def render(all_hosts: dict[str, dict]) -> str:
         lines.append(f"    [{name}] {s['result']}")
         for reason in s["refused"]:
             lines.append(f"        refused: {reason}")
-        for key in ("endpoint", "serving", "service", "readiness", "engine_set", "weights", "environment", "engine"):
+        for key in (
+            "endpoint",
+            "model_name",
+            "serving",
+            "service",
+            "readiness",
+            "engine_set",
+            "weights",
+            "environment",
+            "engine",
+        ):
             if key in s:
                 lines.append(f"        {key}: {s[key]}")
         for key in ("model_commit", "model", "driver_branch", "driver", "toolkit", "reboot_pending"):
@@ -185,6 +195,7 @@ def apply(profile: Profile) -> None:
     record = run_record.current()
     record.planned[host.name] = {
         "endpoint": endpoint(profile, host.data.dict().get("ssh_hostname") or host.name),
+        "model_name": profile.served_model_name,  # what clients send as "model" (README, Using the endpoint)
         "engine_set": profile.on_platform.engine_build(profile),
         "weights": profile.on_platform.weights,
         "driver_branch": profile.driver_branch if profile.driver_source == "nvidia-repo" else profile.driver_source,

@@ -150,8 +150,16 @@ _ports = current_ports()
 PORT, STANDIN_PORT, HUB_PORT = _ports["ssh"], _ports["standin"], _ports["hub"]
 CACHE = Path(os.environ.get("GLM_FLASH_CACHE", Path.home() / ".cache" / "glm-flash"))
 MIRROR = os.environ.get("GLM_FLASH_SANDBOX_MIRROR", "http://deb.debian.org/debian")
-# A bare server: systemd, sshd and nothing the deploy is supposed to install.
-PACKAGES = ["systemd", "systemd-sysv", "dbus", "openssh-server", "ca-certificates", "iproute2"]
+# A bare server: systemd, sshd, sudo and nothing the deploy is supposed to install.
+PACKAGES = ["systemd", "systemd-sysv", "dbus", "openssh-server", "ca-certificates", "iproute2", "sudo"]
+# The user Debian 13's installer creates when root is given no password (DGX OS's first boot the
+# same): in group sudo, with a password; root's password field stays '*' (no password login), and
+# sshd keeps Debian's default PermitRootLogin prohibit-password. The deploy logs in as this user
+# with pyinfra's _sudo (inventory/sandbox.py). Root's key login stays for the tests' own ssh.
+USER = "glm"
+# The README's one-time step on a real box (`ssh -t glm@gpu1.lan ... sudo tee`, typing the password):
+# passwordless sudo for the deploy user, so no password ever travels on a command line.
+SUDOERS = "/etc/sudoers.d/glm-flash"
 
 
 def say(msg: str) -> None:
@@ -238,16 +246,48 @@ def unpacked(tmp: Path, hostname: str, keys: Path, tar: Path | None = None) -> P
     tmp.mkdir(parents=True)
     run(["tar", "-xpf", str(tar), "-C", str(tmp)])
     (tmp / "etc/hostname").write_text(f"{hostname}\n")
+    # As Debian's installer writes it: the host's own name resolves (sudo says so on every call otherwise).
+    hosts = tmp / "etc/hosts"
+    hosts.write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{hostname}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
     ssh = tmp / "root/.ssh"
     ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
     shutil.copy(keys / "id_ed25519.pub", ssh / "authorized_keys")
     os.chmod(ssh / "authorized_keys", 0o600)
+    add_sudo_user(tmp, keys)
     for old in (tmp / "etc/ssh").glob("ssh_host_*"):
         old.unlink()
     for suffix in ("", ".pub"):
         shutil.copy(keys / f"ssh_host_ed25519_key{suffix}", tmp / f"etc/ssh/ssh_host_ed25519_key{suffix}")
     os.chmod(tmp / "etc/ssh/ssh_host_ed25519_key", 0o600)
     return tmp
+
+
+def add_sudo_user(root: Path, keys: Path) -> None:
+    """USER as Debian 13's installer leaves it (see USER), with our key and the README's sudo rule."""
+    run(["useradd", "--root", str(root), "--create-home", "--shell", "/bin/bash", "--groups", "sudo", USER])
+    secret = keys / f"{USER}-password"  # the user's login password, only ever read by us (0600)
+    if not secret.exists():
+        secret.write_text(os.urandom(18).hex() + "\n")
+        secret.chmod(0o600)
+    # chpasswd hashes through PAM, which fails in a chroot: hash here (openssl reads the password on
+    # stdin) and give chpasswd the hash (-e), as the installer's shadow entry is one.
+    hashed = run(
+        ["openssl", "passwd", "-6", "-stdin"], input=secret.read_text().strip(), text=True, capture_output=True
+    )
+    run(["chpasswd", "-e", "--root", str(root)], input=f"{USER}:{hashed.stdout.strip()}\n", text=True)
+    entry = next(
+        line.split(":") for line in (root / "etc/passwd").read_text().splitlines() if line.startswith(USER + ":")
+    )
+    uid, gid, home = int(entry[2]), int(entry[3]), root / entry[5].lstrip("/")
+    ssh = home / ".ssh"
+    ssh.mkdir(mode=0o700, exist_ok=True)
+    shutil.copy(keys / "id_ed25519.pub", ssh / "authorized_keys")
+    os.chmod(ssh / "authorized_keys", 0o600)
+    for path in (ssh, ssh / "authorized_keys"):
+        os.chown(path, uid, gid)
+    rule = root / SUDOERS.lstrip("/")
+    rule.write_text(f"{USER} ALL=(ALL:ALL) NOPASSWD: ALL\n")
+    rule.chmod(0o440)
 
 
 def create_rootfs() -> None:

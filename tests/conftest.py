@@ -2,7 +2,9 @@
 
 `pytest tests` targets the built-in sandbox: it boots a bare Debian 13 machine, deploys
 twice and keeps both runs' pyinfra JSON results for the tests. Against a real host:
-`pytest tests/host --inventory inventory/l40s.py --hosts ssh://root@gpu1` (no deploy).
+`pytest tests/host --inventory inventory/l40s.py [--inventory-host gpu1]` (no deploy): the host,
+its address, port, user, key, known_hosts and `_sudo` come from the inventory, as the deploy
+reaches it (`--hosts` still overrides them).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ SANDBOX_INVENTORY = "inventory/sandbox.py"
 def pytest_addoption(parser):
     parser.addoption("--inventory", default=SANDBOX_INVENTORY, help="inventory file whose profile the host checks use")
     parser.addoption("--no-deploy", action="store_true", help="check the sandbox as it is, without deploying first")
+    parser.addoption(
+        "--inventory-host", default="", help="which host of --inventory to check (when it has more than one)"
+    )
 
 
 def targets_sandbox(config) -> bool:
@@ -45,6 +50,51 @@ def pytest_configure(config):
         # testinfra reaches the sandbox through the ssh_config `make sandbox-up` writes.
         config.option.hosts = "ssh://sandbox"
         config.option.ssh_config = str(REPO / ".sandbox" / "ssh_config")
+    elif not config.getoption("hosts", None) and config.getoption("--inventory") != SANDBOX_INVENTORY:
+        name, ssh_config, sudo = inventory_target(config.getoption("--inventory"), config.getoption("--inventory-host"))
+        config.option.hosts, config.option.ssh_config = f"ssh://{name}", ssh_config
+        config.option.sudo = config.option.sudo or sudo
+
+
+# pyinfra's ssh connector keys and the ssh_config options they are.
+SSH_OPTIONS = {
+    "ssh_hostname": "HostName",
+    "ssh_port": "Port",
+    "ssh_user": "User",
+    "ssh_key": "IdentityFile",
+    "ssh_known_hosts_file": "UserKnownHostsFile",
+    "ssh_strict_host_key_checking": "StrictHostKeyChecking",
+}
+
+
+def inventory_target(path: str, wanted: str) -> tuple[str, str, bool]:
+    """(host name, an ssh_config that reaches it as the deploy does, whether to sudo) for the one
+    host of inventory `path` (or `wanted` of several)."""
+    import tempfile
+
+    entries = inventory_hosts(path)
+    names = [name for name, _ in entries]
+    if wanted:
+        if wanted not in names:
+            raise pytest.UsageError(f"{wanted!r} is not a host of {path} (it has: {', '.join(names)})")
+        entries = [e for e in entries if e[0] == wanted]
+    elif len(entries) != 1:
+        raise pytest.UsageError(f"{path} has {len(entries)} hosts; name one: make check INVENTORY={path} HOST=<name>")
+    name, data = entries[0]
+    lines = [f"Host {name}"]
+    for key, option in SSH_OPTIONS.items():
+        value = data.get(key)
+        if value is None:
+            continue
+        if key in ("ssh_key", "ssh_known_hosts_file"):
+            value = (REPO / Path(str(value)).expanduser()).resolve()
+        lines.append(f"  {option} {value}")
+    if "ssh_key" in data:
+        lines.append("  IdentitiesOnly yes")
+    folder = tempfile.mkdtemp(prefix="glm-flash-check-")
+    ssh_config = Path(folder) / "ssh_config"
+    ssh_config.write_text("\n".join(lines) + "\n")
+    return name, str(ssh_config), data.get("_sudo") is True
 
 
 def inventory_hosts(path: str) -> list[tuple[str, dict]]:

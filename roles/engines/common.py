@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from control import layout
-from control.profile import Profile
+from control.profile import Profile, refuse
 from roles import service
 from roles.operations import paths
 from roles.operations.engine import current_engine
@@ -45,6 +45,21 @@ def serving_args(profile: Profile) -> list[str]:
     """What clients see, the same flags for both engines: the model's name, the address."""
     p = profile
     return ["--served-model-name", p.served_model_name, "--host", p.listen_host, "--port", str(p.port)]
+
+
+def with_extra_args(profile: Profile, generated: list[str], api_key_flag: str) -> list[str]:
+    """The profile's flags, then `engine_extra_args` as they are. An extra flag the profile
+    already sets (by the same name; an alias of it is refused on the host by the engine's own
+    parser, files/glm-flash-check-flags) is refused: two values of one setting, one silently lost."""
+    owned = {t.split("=", 1)[0] for t in generated if t.startswith("-")} | {api_key_flag}
+    taken = [name for t in profile.engine_extra_args if (name := t.split("=", 1)[0]) in owned]
+    if taken:
+        refuse(
+            "engine_extra_args",
+            f"{', '.join(taken)} is set by the profile itself",
+            "set the knob that owns it instead (make show lists them; docs/knobs.md)",
+        )
+    return [*generated, *profile.engine_extra_args]
 
 
 def env_dir(profile: Profile, env: str) -> str:

@@ -30,7 +30,9 @@ def tool_path(profile: Profile) -> str:
 
 def apply(profile: Profile, spec: dict) -> None:
     """Check `spec` (a launch spec) with the python it names (the tool comes with roles/tools.py)."""
-    check = {k: spec[k] for k in ("module", "args", "api_key_flag", "env", "architectures_of") if k in spec}
+    check = {
+        k: spec[k] for k in ("module", "args", "extra_args", "api_key_flag", "env", "architectures_of") if k in spec
+    }
     flags_accepted(
         name=f"Launch flags accepted by {spec['module']} (the installed engine's own parser)",
         python=spec["python"],

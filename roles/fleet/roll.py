@@ -49,6 +49,7 @@ from pyinfra.api.exceptions import OperationError
 
 from control.fleet import GATEWAY, gateway_profile, worker_url
 from control.profile import Profile
+from pyinfra_ext.host_args import connector_arguments
 from roles import service
 
 
@@ -200,7 +201,9 @@ class Roll:
 
     def _run(self, state, host, url: str, restart_cmd, serving: bool) -> bool:  # pyinfra passes state and host
         def restart() -> bool:
-            ok, _ = host.run_shell_command(restart_cmd, print_output=True, print_input=False)
+            ok, _ = host.run_shell_command(
+                restart_cmd, print_output=True, print_input=False, **connector_arguments(host)
+            )
             return ok
 
         return self.restart(host.name, url, restart, serving)

@@ -42,6 +42,7 @@ from pyinfra.facts.files import File
 from control import layout, run_record
 from control.report import skipped
 from pyinfra_ext import memo
+from pyinfra_ext.host_args import connector_arguments
 from roles.facts.accounts import Account
 from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive
 from roles.operations import sandboxing
@@ -374,7 +375,7 @@ def prepared_for(user: str, path: str, tool: str, unit: str) -> list[StringComma
 
 
 def _read_marker(state, host, path: str, command: StringCommand) -> bool:  # pyinfra passes state and host
-    ok, output = host.run_shell_command(command, print_input=False)
+    ok, output = host.run_shell_command(command, print_input=False, **connector_arguments(host))
     if ok:
         run_record.of(state).relayed[path] = output.stdout
     else:
@@ -390,7 +391,9 @@ def _put_marker(state, host, path: str, dest: str, seed: str) -> bool:
             "unreachable before it had one); deploy again"
         )
         return False
-    return host.put_file(io.BytesIO(marker.encode()), dest, print_output=False, print_input=False)
+    return host.put_file(
+        io.BytesIO(marker.encode()), dest, print_output=False, print_input=False, **connector_arguments(host)
+    )
 
 
 @operation(is_idempotent=False)

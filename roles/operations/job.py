@@ -15,6 +15,7 @@ from pyinfra import logger
 from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
 from control.layout import tool
+from pyinfra_ext.host_args import connector_arguments
 
 JOB_TOOL = "glm-flash-job"
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
@@ -78,7 +79,7 @@ def job(job_name: str, command: list[str], profile, **options):
 
 def _follow(state, host, name: str, cmd: StringCommand) -> bool:  # pyinfra passes state and host first
     # print_output streams each line to stderr as it arrives: the person sees the hours pass.
-    ok, output = host.run_shell_command(cmd, print_output=True, print_input=False)
+    ok, output = host.run_shell_command(cmd, print_output=True, print_input=False, **connector_arguments(host))
     if not ok:
         last = [line.line for line in output if line.buffer_name == "stderr"][-1:]
         logger.error(f"[{host.name}] job {name} did not succeed: {last[0] if last else 'no output'}")

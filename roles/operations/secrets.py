@@ -6,8 +6,9 @@ destination (0644 until its chmod). secret_file instead:
   the command's stdin (which pyinfra never prints, at any -v): only "same" or "differs" comes
   back. A hash of the file (pyinfra's Sha256File) would be printed at -vvv, and a short key
   guessed from it offline. Then the owner and mode;
-- uploads into a root-only staging directory (0700, on the same filesystem as the
-  destination), sets owner and mode there, then renames it over the destination: the file is
+- writes it, through a root command's stdin (never pyinfra's upload, which under `_sudo` parks
+  the file in the SSH user's world-readable temp file first), into a root-only staging directory
+  (0700, on the same filesystem as the destination), sets owner and mode there, then renames it over the destination: the file is
   at its final mode from the first moment anyone else could reach it, and a link planted at
   the destination is replaced, not followed;
 - refuses a destination directory that someone other than root may write.
@@ -18,14 +19,14 @@ logged at -vvv).
 from __future__ import annotations
 
 import base64
-import io
 import posixpath
 
-from pyinfra import host
-from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import Directory, File
 
 from pyinfra_ext import memo
+from pyinfra_ext.host_args import connector_arguments
 
 
 class Secret:
@@ -67,8 +68,25 @@ def holds(dest: str, secret: Secret) -> bool:
         _stdin=base64.b64encode(secret.reveal()).decode(),
         print_output=False,
         print_input=False,
+        **connector_arguments(host),
     )
     return bool(status)
+
+
+def _written(state, host, staged: str, secret: Secret) -> bool:  # pyinfra passes state and host first
+    """The secret into `staged` (root's 0700 staging directory) through the command's stdin, by
+    root (`_sudo` too). Not pyinfra's upload: through a sudo user that lands the file in the SSH
+    user's temp file first (/tmp, the user's umask: readable by others) before root copies it."""
+    ok, output = host.run_shell_command(
+        StringCommand("umask 077 && base64 -d >", QuoteString(staged)),
+        _stdin=base64.b64encode(secret.reveal()).decode(),
+        print_output=False,
+        print_input=False,
+        **connector_arguments(host),
+    )
+    if not ok:
+        logger.error(f"[{host.name}] {staged}: the secret could not be written: {output.stderr or 'no output'}")
+    return ok
 
 
 def secret_commands(secret: Secret, dest: str, stage_dir: str, user: str, group: str, mode: str):
@@ -77,7 +95,7 @@ def secret_commands(secret: Secret, dest: str, stage_dir: str, user: str, group:
     staged = posixpath.join(stage_dir, "." + posixpath.basename(dest) + ".upload")
     yield StringCommand("install", "-d", "-m", "700", "-o", "root", "-g", "root", QuoteString(stage_dir))
     yield StringCommand("rm", "-f", QuoteString(staged))
-    yield FileUploadCommand(io.BytesIO(secret.reveal()), staged)
+    yield FunctionCommand(_written, (staged, secret), {})
     yield StringCommand("chown", QuoteString(f"{user}:{group}"), QuoteString(staged))
     yield StringCommand("chmod", QuoteString(mode), QuoteString(staged))
     # On disk before the rename, so a power cut leaves the old secret or the new one, never an empty file.

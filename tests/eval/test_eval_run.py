@@ -330,4 +330,4 @@ def test_floor_exit_status_and_missing_bubblewrap(problems, run_eval, tmp_path):
     for tool in ("setpriv", "prlimit"):
         (bin_dir / tool).symlink_to(f"/usr/bin/{tool}")
     none = run_eval("--url", "http://127.0.0.1:9", "--tasks", "0", env=eval_env(PATH=str(bin_dir)))
-    assert none.returncode == 2 and "bubblewrap (bwrap), setpriv or prlimit is missing" in none.stderr
+    assert none.returncode == 2 and "bubblewrap (bwrap) or prlimit (and setpriv, run as root) is missing" in none.stderr

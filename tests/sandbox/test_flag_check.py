@@ -73,3 +73,48 @@ def test_without_the_engine_it_says_it_cannot_check(tmp_path):
         [sys.executable, str(TOOL), "--args-json", json.dumps(rendered_spec())], capture_output=True, text=True
     )
     assert r.returncode == 2 and "cannot build sglang.launch_server's argument parser" in r.stderr
+
+
+def test_engine_extra_args_checked_by_the_engines_parser(engine_python):
+    """engine_extra_args (issue 39): a known flag is accepted; an unknown one is refused by name;
+    one that sets what the profile's flags set is refused whatever name or alias it uses (sglang's
+    --tp for the profile's --tp-size, --model for --model-path), which the deploy's own name
+    check (roles/engines/common.py) cannot see."""
+    ok = rendered_spec(engine_extra_args=["--schedule-policy", "lpm", "--enable-cache-report"])
+    assert ok["args"][-3:] == ["--schedule-policy", "lpm", "--enable-cache-report"]
+    r = check(engine_python, ok)
+    assert r.returncode == 0, r.stderr
+    unknown = rendered_spec(engine_extra_args=["--schedule-polcy", "lpm"])
+    r = check(engine_python, unknown)
+    assert r.returncode == 1 and "unknown flag --schedule-polcy (did you mean --schedule-policy?)" in r.stderr
+    for alias, dest in (["--tp", "tensor_parallel_size"], ["--model", "model_path"]):
+        r = check(engine_python, rendered_spec(engine_extra_args=[alias, "4"]))
+        assert r.returncode == 1, r.stdout
+        assert f"engine_extra_args: {alias} sets {dest!r}, which the profile's own flags set" in r.stderr
+
+
+def test_engine_extra_args_through_the_deploy(sandbox):
+    """The knob end to end (issue 39): a flag the installed engine does not know stops the deploy
+    at the flag check, naming it, before the switch: launch.json is untouched; a known one reaches
+    launch.json after the parser accepted it; the inventory's own settings put it back."""
+    from tests.conftest import SANDBOX_INVENTORY, pyinfra, sandbox_sh
+
+    def launch():
+        return json.loads(sandbox_sh("cat /etc/glm-flash/launch.json").stdout)
+
+    before = launch()
+    assert "extra_args" not in before
+    try:
+        bad = pyinfra(SANDBOX_INVENTORY, "deploy.py", "--data", 'engine_extra_args=["--schedule-polcy","lpm"]')
+        assert bad.returncode != 0
+        assert "unknown flag --schedule-polcy (did you mean --schedule-policy?)" in bad.stdout + bad.stderr
+        assert launch() == before
+        good = pyinfra(SANDBOX_INVENTORY, "deploy.py", "--data", 'engine_extra_args=["--schedule-policy","lpm"]')
+        assert good.returncode == 0, good.stderr[-3000:]
+        now = launch()
+        assert now["args"] == before["args"] + ["--schedule-policy", "lpm"]
+        assert now["extra_args"] == ["--schedule-policy", "lpm"]
+    finally:
+        restore = pyinfra(SANDBOX_INVENTORY, "deploy.py")
+        assert restore.returncode == 0, restore.stderr[-3000:]
+    assert launch() == before

@@ -12,7 +12,8 @@ in a transient systemd unit as the downloader's own user.
    marker removed first) with --diff and -vvv: neither is in pyinfra's output, in any
    process's command line or environment on the host while it runs, in the journal, or in a
    world-readable file of the machine (its whole root filesystem is scanned); the token file
-   is gone afterwards.
+   is gone afterwards. The deploy logs in as the sudo user `glm` with `_sudo` (issue 39), so
+   sudo's command lines and its journal entries and logs are among those searched.
 """
 
 from __future__ import annotations
@@ -177,6 +178,15 @@ def test_canary_secrets_never_leak(sandbox, profile, tmp_path):
         ).stdout
         assert "glm-flash-model-download" in journal
         assert API_KEY not in journal and TOKEN not in journal
+        # The deploy went through the sudo user (inventory/sandbox.py: ssh_user glm, _sudo), as on
+        # a stock Debian 13 box: sudo logged its commands to the journal checked above.
+        assert "SYSLOG_IDENTIFIER=sudo" in journal and re.search(r"MESSAGE=\s*glm : .*USER=root ; COMMAND=", journal)
+        logs = subprocess.run(
+            ["grep", "-rlaF", "-e", API_KEY, "-e", TOKEN, str(ROOTFS / "var/log"), str(ROOTFS / "var/lib/sudo")],
+            capture_output=True,
+            text=True,
+        )
+        assert logs.stdout == ""  # sudo's own logs and timestamps, whoever may read them
         hits = [h for h in world_readable_hits(ROOTFS, since) if not h.endswith("/root/canaries")]
         assert hits == []
         # the secrets where they belong: the API key root-only, the token nowhere

@@ -33,7 +33,7 @@ def test_converged_deploy_passes_preflight_and_ends_with_the_summary(sandbox, tm
     s = hosts["sandbox"]
     assert s["result"] == "deployed" and s["refused"] == []
     engine_port = json.loads((REPO / ".sandbox/ports.json").read_text())["engine"]  # the inventory's port
-    assert s["endpoint"] == f"http://127.0.0.1:{engine_port}/v1"
+    assert s["endpoint"] == f"http://127.0.0.1:{engine_port}/v1" and s["model_name"] == "glm-5.3-flash"
     assert s["serving"] is False and s["readiness"].startswith("n/a: ")  # no GPU: nothing serves
     current = sandbox_sh("basename $(readlink -f /opt/glm-flash/engine/current)").stdout.strip()
     assert s["engine_set"] == "0.7.0.post1" and s["environment"] == current

@@ -22,8 +22,8 @@ def user_home(tmp_path: Path) -> Path:
 
 
 def filled(example: str, tmp_path: Path, **replace: str) -> Path:
-    """inventory/<example> with its placeholders replaced as the README says, written into a copy
-    of the repo's layout (inventory/known_hosts beside it) under tmp_path."""
+    """inventory/<example> with its placeholders replaced as the README says, copied where the
+    README puts it (inventory/local/, known_hosts beside it) in a checkout's layout under tmp_path."""
     text = (REPO / "inventory" / example).read_text()
     text = text.replace("example.lan", "lan").replace("0" * 40, REF)
     text = text.replace('"accept_drafter_license": False', '"accept_drafter_license": True')
@@ -31,9 +31,9 @@ def filled(example: str, tmp_path: Path, **replace: str) -> Path:
         assert old in text, old
         text = text.replace(old, new)
     work = tmp_path / "checkout"
-    (work / "inventory").mkdir(parents=True, exist_ok=True)
-    (work / "inventory" / "known_hosts").write_text("gpu1.lan ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMm\n")
-    path = work / "inventory" / example
+    (work / "inventory" / "local").mkdir(parents=True, exist_ok=True)
+    (work / "inventory" / "local" / "known_hosts").write_text("gpu1.lan ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMm\n")
+    path = work / "inventory" / "local" / example
     path.write_text(text)
     return path
 
@@ -46,4 +46,5 @@ def load(inventory: Path, home: Path, *, pyinfra: bool = False) -> subprocess.Co
         cmd = [sys.executable, "-m", "pyinfra", "-y", str(inventory), str(REPO / "deploy.py")]
     else:
         cmd = [sys.executable, "-c", "import runpy, sys; runpy.run_path(sys.argv[1])", str(inventory)]
-    return subprocess.run(cmd, cwd=inventory.parent.parent, env=env, capture_output=True, text=True, timeout=120)
+    checkout = next(p.parent for p in inventory.parents if p.name == "inventory")
+    return subprocess.run(cmd, cwd=checkout, env=env, capture_output=True, text=True, timeout=120)

@@ -190,7 +190,36 @@ def test_a_base_class_without_a_command_is_left_out_of_the_batch():
 
     ran = []
     out = SimpleNamespace(stdout_lines=[])
-    h = SimpleNamespace(name="node1", run_shell_command=lambda command, **kw: ran.append(command) or (True, out))
+    h = pyinfra_host({})
+    h.run_shell_command = lambda command, **kw: ran.append(command) or (True, out)
     facts = {("node1", ParsedFact, "{}"): (ParsedFact, {}), ("node1", File, "{}"): (File, {"path": "/x"})}
     assert memo._read_together(h, facts) == {}
     assert len(ran) == 1 and "/x" in str(ran[0])
+
+
+def pyinfra_host(data: dict):
+    """A host of pyinfra's own, with its state and data (no connection)."""
+    from pyinfra.api import Config, Inventory, State
+
+    inventory = Inventory(([("node1", data)], {}))
+    h = inventory.get_host("node1")
+    h.state = State(inventory, Config())
+    return h
+
+
+@pytest.mark.parametrize("data, expected", [({}, False), ({"_sudo": True}, True)])
+def test_the_batched_read_runs_as_pyinfra_reads_a_fact(data, expected):
+    """A host reached as a user with `_sudo` (issue 39): the memo's one command for many facts
+    gets the host's `_sudo` as pyinfra's own fact read does, so facts are root's view."""
+    from pyinfra.facts.files import File
+
+    h = pyinfra_host(data)
+    seen = {}
+
+    def run_shell_command(command, **kw):
+        seen.update(kw)
+        return True, SimpleNamespace(stdout_lines=[])
+
+    h.run_shell_command = run_shell_command
+    memo._read_together(h, {("node1", File, "{}"): (File, {"path": "/x"})})
+    assert seen.get("_sudo", False) is expected

@@ -26,8 +26,8 @@ def test_examples_as_shipped_are_refused_before_connecting(tmp_path, example, ho
     assert f"{host}: (host name): '{host}' is the example inventory's placeholder" in out
     assert f"{host}: ssh_key: '~/.ssh/id_ed25519' does not exist on this machine" in out
     assert "ssh-keygen -t ed25519" in out
-    if not (REPO / "inventory" / "known_hosts").exists():
-        assert f"{host}: ssh_known_hosts_file: 'inventory/known_hosts' does not exist" in out
+    if not (REPO / "inventory" / "local" / "known_hosts").exists():
+        assert f"{host}: ssh_known_hosts_file: 'inventory/local/known_hosts' does not exist" in out
     if example == "gb10.py":
         assert f"{host}: vllm_ref: is the example inventory's placeholder" in out
         assert f"{host}: accept_drafter_license:" in out and "CC-BY-NC-ND-4.0" in out
@@ -51,7 +51,7 @@ def test_missing_known_hosts_names_the_readme_step(tmp_path):
     inv = filled("l40s.py", tmp_path)
     (inv.parent / "known_hosts").unlink()
     out = refused(load(inv, user_home(tmp_path), pyinfra=True))
-    assert "gpu1.lan: ssh_known_hosts_file: 'inventory/known_hosts' does not exist" in out
+    assert "gpu1.lan: ssh_known_hosts_file: 'inventory/local/known_hosts' does not exist" in out
     assert "First real host" in out
 
 
@@ -64,7 +64,7 @@ def test_gb10_licence_is_the_users_decision(tmp_path):
 
 def test_a_host_named_as_an_address_is_checked_too(tmp_path):
     inv = filled(
-        "l40s.py", tmp_path, **{'"ssh_user": "root",': '"ssh_user": "root", "ssh_hostname": "10.0.0.5.example.lan",'}
+        "l40s.py", tmp_path, **{'"ssh_user": "glm",': '"ssh_user": "glm", "ssh_hostname": "10.0.0.5.example.lan",'}
     )
     out = refused(load(inv, user_home(tmp_path)))
     assert "gpu1.lan: ssh_hostname: '10.0.0.5.example.lan' is the example inventory's placeholder" in out
@@ -83,3 +83,47 @@ def test_python_release_matches_python_version(data, expected):
         build("gpu1", data, api_key_present=False)
     (problem,) = e.value.problems
     assert problem.key == "python_release" and expected in problem.problem and "uv python list" in problem.fix
+
+
+def test_json_run_of_a_refused_inventory_prints_a_json_error(tmp_path):
+    """pyinfra --json: a script reads stdout as JSON; a refused inventory gives it an error object
+    with each problem, not an empty stdout (the text for a person still goes to stderr)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    home = tmp_path / "empty-home"
+    home.mkdir()
+    env = dict(os.environ, HOME=str(home), PYTHONPATH=str(REPO))
+    env.pop("GLM_FLASH_API_KEY", None)
+    cmd = [sys.executable, "-m", "pyinfra", "--json", "-y", str(REPO / "inventory/l40s.py"), str(REPO / "deploy.py")]
+    run = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "no host was changed" in run.stderr
+    body = json.loads(run.stdout)
+    assert body["error"] == "inventory refused; no host was changed"
+    keys = {(p["host"], p["key"]) for p in body["problems"]}
+    assert ("gpu1.example.lan", "ssh_key") in keys and all(p["fix"] for p in body["problems"])
+
+
+def test_make_show_prints_each_value_with_its_source(tmp_path):
+    """make show: every resolved setting and where it came from, as ansible-inventory --host does."""
+    import os
+    import subprocess
+    import sys
+
+    inv = filled(
+        "gb10.py", tmp_path, **{'"accept_drafter_license": True,': '"accept_drafter_license": True, "port": 8100,'}
+    )
+    home = user_home(tmp_path)
+    env = dict(os.environ, HOME=str(home), PYTHONPATH=str(REPO))
+    checkout = inv.parents[2]
+    run = subprocess.run(
+        [sys.executable, str(REPO / "scripts/show.py"), str(inv)], cwd=checkout, env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    lines = {line.split()[0]: line for line in run.stdout.splitlines()[1:]}
+    assert lines["port"].split()[1:] == ["8100", "#", "inventory"]
+    assert lines["gpu_count"].split()[1:] == ["1", "#", "platform", "gb10"]
+    assert lines["metrics"].split()[1:] == ["true", "#", "default"]
+    assert lines["_sudo"].split()[1:] == ["true", "#", "inventory", "(pyinfra)"]

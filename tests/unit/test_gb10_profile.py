@@ -62,7 +62,7 @@ def test_the_inventory_without_acceptance_stops_pyinfra_cleanly(tmp_path):
 def test_example_inventory_resolves_to_the_field_settings(tmp_path, monkeypatch):
     inv = filled("gb10.py", tmp_path)
     monkeypatch.setenv("HOME", str(user_home(tmp_path)))
-    monkeypatch.chdir(inv.parent.parent)
+    monkeypatch.chdir(inv.parents[2])  # the checkout (the inventory is in inventory/local/)
     ((name, data),) = runpy.run_path(str(inv))["hosts"]
     p = build(name, data, api_key_present=False)
     assert (p.platform, p.driver_source, p.tp_size, p.gpu_count, p.gpu_compute_capability) == (

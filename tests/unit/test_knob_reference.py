@@ -18,7 +18,8 @@ def test_committed_reference_is_current():
 def test_every_knob_has_a_row_in_a_section_of_defaults_py():
     where = sections()
     assert set(where) == set(KNOBS), f"knobs outside a `# --- title ---` section: {set(KNOBS) - set(where)}"
-    rows = [line.split("`")[1] for line in render().splitlines() if line.startswith("| `")]
+    node = render().split("\n## The fleet's gateway")[0]  # the gateway's own table follows the node's
+    rows = [line.split("`")[1] for line in node.splitlines() if line.startswith("| `")]
     assert sorted(rows) == sorted(KNOBS) and len(rows) == len(KNOBS)
 
 
@@ -32,3 +33,11 @@ def test_rows_carry_the_default_and_each_platforms_value():
                 shown = ", ".join(map(str, value))
             assert f"**{platform}**: default `" in rows[key], (platform, key)
             assert shown in rows[key], (platform, key, value)
+
+
+def test_the_gateways_knobs_are_in_the_reference():
+    from control.fleet import GATEWAY_KNOBS
+    from control.knob_reference import render
+
+    text = render()
+    assert all(f"| `{key}` |" in text for key in GATEWAY_KNOBS)

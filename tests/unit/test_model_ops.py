@@ -63,15 +63,15 @@ def test_secret_file_stages_root_only_then_renames_and_never_shows_the_value(mon
         on_host(monkeypatch, content)
         cmds = put(facts)
         assert cmds[0] == "install -d -m 700 -o root -g root /etc/glm-flash/secrets"
-        assert cmds[2].startswith("upload /etc/glm-flash/secrets/.api-key.upload")
+        assert cmds[2] == "function _written"  # through a root command's stdin, not an upload
         assert cmds[3:] == [
             "chown root:root /etc/glm-flash/secrets/.api-key.upload",
             "chmod 600 /etc/glm-flash/secrets/.api-key.upload",
             "sync /etc/glm-flash/secrets/.api-key.upload",
             "mv -f -T /etc/glm-flash/secrets/.api-key.upload /etc/glm-flash/api-key",
         ]
-        # the value only in the upload's content, in no command
-        assert [c for c in cmds if KEY in c] == [cmds[2]]
+        # the value in no command
+        assert [c for c in cmds if KEY in c] == []
     assert KEY not in repr(secrets.Secret(KEY)) and KEY not in str(secrets.Secret(KEY))
 
 
@@ -202,7 +202,7 @@ def test_checkpoint_present_waits_for_the_download_then_seals():
     with on(FakeHost(facts)):
         cmds = list(checkpoint.checkpoint_present._inner(**PRESENT, token=secrets.Secret(KEY)))
     rendered = [render(c) for c in cmds]
-    assert any(c.startswith("upload /etc/glm-flash/secrets/") for c in rendered)  # for a restart; removed below
+    assert "function _written" in rendered  # the token, for a restart; removed below
     # started again only when the unit is gone and its note in /run too (the host rebooted since)
     restart = [c for c in rendered if c.startswith("if ")]
     assert len(restart) == 1
@@ -259,3 +259,65 @@ def test_make_model_lock_asks_the_hub_once(tmp_path):
         assert r.returncode == 0, r.stdout + r.stderr
         assert [p for _, p, _ in hub.requests] == ["/api/models/zai-org/GLM-5.3-Flash/revision/main"]
     assert json.loads(lock.read_text()) == {"zai-org/GLM-5.3-Flash": {"main": COMMIT}}
+
+
+def test_the_model_lock_is_beside_an_operators_inventory(tmp_path):
+    """An inventory outside the repo's tracked inventory/ (inventory/local/, or a directory of
+    the operator's own) keeps its lock beside it; the repo's own inventories use locks/model.json."""
+    from control import layout
+
+    assert model_lock.lock_path(layout.REPO / "inventory" / "l40s.py") == model_lock.LOCK
+    assert model_lock.lock_path(layout.REPO / "inventory" / "local" / "l40s.py") == (
+        layout.REPO / "inventory" / "local" / "model-lock.json"
+    )
+    mine = tmp_path / "site" / "gpu1.py"
+    mine.parent.mkdir()
+    assert model_lock.lock_path(mine) == tmp_path / "site" / "model-lock.json"
+    model_lock.record("zai-org/GLM-5.3-Flash", "main", COMMIT, model_lock.lock_path(mine))
+    assert model_lock.commit_for("zai-org/GLM-5.3-Flash", "main", tmp_path / "site" / "model-lock.json") == COMMIT
+
+
+def test_a_secret_is_written_by_root_from_stdin_never_through_an_upload():
+    """Through a sudo user pyinfra's upload parks a file in the SSH user's /tmp first (mode from
+    its umask: readable by others) before root copies it: a secret goes on a root command's stdin
+    instead, with the host's _sudo (issue 39)."""
+    import base64
+
+    from tests.unit.test_fact_memo_trust import pyinfra_host
+
+    h = pyinfra_host({"ssh_user": "glm", "_sudo": True})
+    seen = {}
+
+    def run_shell_command(command, **kw):
+        seen.update(kw, command=command.get_raw_value())
+        return True, None
+
+    h.run_shell_command = run_shell_command
+    assert secrets._written(None, h, "/etc/glm-flash/secrets/.api-key.upload", secrets.Secret(KEY))
+    assert seen["command"] == "umask 077 && base64 -d > /etc/glm-flash/secrets/.api-key.upload"
+    assert base64.b64decode(seen["_stdin"]).decode() == KEY and seen["_sudo"] is True
+    assert seen["print_input"] is False and seen["print_output"] is False
+
+
+def test_pyinfra_loading_an_operators_inventory_puts_its_lock_beside_it(tmp_path, monkeypatch):
+    """pyinfra's own inventory loader (group_data/all.py runs check_inventory while it loads) tells
+    the model lock where the inventory is: a directory of the operator's own keeps its lock there."""
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.context import ctx_state
+    from pyinfra_cli.inventory import make_inventory
+
+    from control import layout
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "known_hosts").write_text("gpu9.lan ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMm\n")
+    data = {
+        "ssh_user": "root",
+        "ssh_known_hosts_file": str(site / "known_hosts"),
+        "ssh_strict_host_key_checking": "yes",
+    }
+    (site / "gpu9.py").write_text(f"hosts = [('gpu9.lan', {data!r})]\n")
+    monkeypatch.setattr(model_lock, "_inventory", None)
+    with ctx_state.use(State(Inventory(([], {})), Config())):
+        make_inventory(str(site / "gpu9.py"), cwd=str(layout.REPO))
+    assert model_lock.lock_path() == site / "model-lock.json"

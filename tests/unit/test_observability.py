@@ -626,3 +626,19 @@ def test_status_says_whether_the_node_can_be_watched(tmp_path):
         {"metrics": True}, "active", na.replace('reason="no GPU"} 1', 'reason="nvidia-smi failed"} 0')
     )
     assert broken["state"] == "problem" and "(nvidia-smi failed)" in broken["detail"]
+
+
+def test_the_summary_names_the_model_clients_send_beside_the_endpoint():
+    """A client needs both: the OpenAI base URL and the served model name (issue 39)."""
+    from roles.summary import render
+
+    s = {
+        "result": "deployed",
+        "refused": [],
+        "skipped": [],
+        "endpoint": "http://gpu1.lan:30000/v1",
+        "model_name": "glm-5.3-flash",
+    }
+    lines = render({"gpu1.lan": s}).splitlines()
+    at = lines.index("        endpoint: http://gpu1.lan:30000/v1")
+    assert lines[at + 1] == "        model_name: glm-5.3-flash"

@@ -160,5 +160,22 @@ def test_cross_check_rules_name_knobs_and_platforms():
         KNOBS["driver_source"].platforms["gb10"].choices == ("preinstalled",),
         "9.0" not in KNOBS["gpu_compute_capability"].platforms["l40s"].choices,
     ]
-    assert all(shaped) and len(rules) + len(shaped) == 23
+    assert all(shaped) and len(rules) + len(shaped) == 24
     assert [r.key for r in rules if r.key not in KNOBS] == []
+
+
+@pytest.mark.parametrize(
+    "argv, env, dry",
+    [
+        (["--json", "inv.py", "deploy.py"], {}, True),  # pyinfra stops before executing: nothing changes
+        (["--json", "-y", "inv.py", "deploy.py"], {}, False),
+        (["--json", "inv.py", "deploy.py"], {"PYINFRA_YES": "1"}, False),  # pyinfra reads it as -y
+        (["--json", "inv.py", "deploy.py"], {"PYINFRA_YES": "true"}, False),
+        (["--json", "inv.py", "deploy.py"], {"PYINFRA_YES": "0"}, True),
+        (["--dry", "inv.py", "deploy.py"], {"PYINFRA_YES": "1"}, True),
+    ],
+)
+def test_dry_run_reads_yes_as_pyinfra_does(argv, env, dry):
+    from control.run import dry_run
+
+    assert dry_run(argv, env) is dry

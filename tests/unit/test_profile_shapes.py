@@ -152,6 +152,12 @@ def test_a_misspelled_pyinfra_key_is_refused(key, near):
         ({"ssh_hostname": "gpu1 lan"}, "ssh_hostname", "not a host name"),
         ({"ssh_strict_host_key_checking": "maybe"}, "ssh_strict_host_key_checking", "not one of"),
         ({"ssh_allow_agent": "no"}, "ssh_allow_agent", "pyinfra expects bool"),
+        # a password pyinfra would put on the host's command line (issue 39)
+        ({"ssh_user": "glm", "_sudo": True, "_sudo_password": "pw"}, "_sudo_password", "command line"),
+        ({"ssh_password": "pw"}, "ssh_password", "every user of it can read"),
+        # a user that is not root, without sudo: the deploy would fail at its first root step
+        ({"ssh_user": "glm"}, "_sudo", "is not root and _sudo is not set"),
+        ({"ssh_user": "glm", "_sudo": False}, "_sudo", "is not root and _sudo is not set"),
     ],
 )
 def test_pyinfra_values_have_pyinfras_types_and_a_shape(data, key, words):

@@ -44,7 +44,7 @@ def test_written_for_the_pinned_pyinfra():
 
 
 def test_another_pyinfra_is_refused_with_a_clear_message():
-    assert MODULES == ["host_failures", "memo", "op_order", "refusal"]
+    assert MODULES == ["host_args", "host_failures", "memo", "op_order", "refusal"]
     message = pyinfra_ext.mismatch("3.11.0")
     assert "pyinfra 3.11.0 is installed" in message and "pyinfra 3.10.0" in message and "make venv" in message
     for module in MODULES:

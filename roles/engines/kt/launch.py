@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from control.layout import engine_python
 from control.profile import Profile
-from roles.engines.common import serving_args
+from roles.engines.common import serving_args, with_extra_args
 from roles.engines.kt.triton_configs import moe_env
 from roles.toolkit import toolkit_env
 
@@ -69,6 +69,8 @@ def launch_spec(profile: Profile, numa_nodes: int) -> dict:
     return {
         "python": engine_python(profile),
         "module": SGLANG_MODULE,
-        "args": kt_args(profile, numa_nodes),
+        "args": with_extra_args(profile, kt_args(profile, numa_nodes), "--api-key"),
         "api_key_flag": "--api-key",
+        # only when set: a launch.json without extra flags stays as it was (no restart on upgrade)
+        **({"extra_args": list(profile.engine_extra_args)} if profile.engine_extra_args else {}),
     }

@@ -23,7 +23,7 @@ import json
 
 from control.layout import engine_python, engine_root, moe_store_dir
 from control.profile import Profile
-from roles.engines.common import serving_args
+from roles.engines.common import serving_args, with_extra_args
 from roles.toolkit import toolkit_env
 
 # `python -m` entry of the OpenAI server of vLLM 0.24.0, the release the fork patches
@@ -107,6 +107,8 @@ def launch_spec(profile: Profile) -> dict:
     return {
         "python": engine_python(profile),
         "module": VLLM_MODULE,
-        "args": vllm_args(profile),
+        "args": with_extra_args(profile, vllm_args(profile), "--api-key"),
         "api_key_flag": "--api-key",
+        # only when set: a launch.json without extra flags stays as it was (no restart on upgrade)
+        **({"extra_args": list(profile.engine_extra_args)} if profile.engine_extra_args else {}),
     }
