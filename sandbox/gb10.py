@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The GB10 sandbox: a second Debian 13 machine, arm64 (aarch64 programs through qemu-aarch64),
+"""The GB10 sandbox: a second Debian 13 machine, arm64 (aarch64 programs through qemu-user-static),
 booted with systemd-nspawn (real systemd), made to look like a GB10 box (ASUS Ascent GX10 / DGX
 Spark, DGX OS) to the facts the deploy reads.
 
@@ -10,8 +10,8 @@ Spark, DGX OS) to the facts the deploy reads.
 
 The machine is real aarch64: a Debian 13 arm64 root made by `mmdebstrap --arch=arm64` (cached in
 ${GLM_FLASH_CACHE}/sandbox, built once: emulated dpkg takes many minutes), run on this x86_64
-machine through binfmt_misc's qemu-aarch64 entry (Debian 13's static qemu-aarch64, which `up`
-fetches with apt into the cache and registers with the flags OCF; see `binfmt`). `uname -m` says aarch64
+machine through binfmt_misc's qemu-aarch64 entry (qemu-user-static with the fix-binary flag;
+`make deps` installs it, `up` mounts binfmt_misc and enables the entry). `uname -m` says aarch64
 because the programs are; the deploy's `server.Arch` fact is the machine's own, and the wheels
 the control machine sends are chosen for it. Everything runs emulated, so it is slow.
 
@@ -93,13 +93,11 @@ HUB_DIR = STATE / "hub"
 MODEL_REPO = "zai-org/GLM-5.3-Flash"
 DRAFTER_REPO = "incoai/GLM-5.3-Flash-DFlash2"
 DRAFTER_COMMIT = "bf582e4eacc1810f76656d1811693ff6c6737d2a"  # the commit public recipes pin (the default)
-# The machine's userland: Debian 13 arm64, run through qemu-aarch64 (binfmt_misc). DGX OS ships
+# The machine's userland: Debian 13 arm64, run through qemu-user-static (binfmt_misc). DGX OS ships
 # python3 (3.12); Debian 13's is 3.13, real aarch64, and the profile is told so (inventory/gb10_sandbox.py).
 ARCH_PACKAGES = ("python3",)
 PYTHON = "3.13"
 SITECUSTOMIZE = Path(f"etc/python{PYTHON}/sitecustomize.py")  # /usr/lib/python3.13/sitecustomize.py links here
-# Every program of the machine is emulated: its boot takes minutes where the L40S sandbox's takes seconds.
-BOOT_TIMEOUT = 900
 PARSER_DUMP = HERE / "vllm-0.24.0-parser.json"  # vLLM 0.24.0's serve parser (tests/gb10 check it is the real one's)
 VLLM_VERSION = "0.24.0"
 TORCH_STANDIN = "2.11.0"  # what vLLM 0.24.0 pins (its CUDA 13 build on the box)
@@ -444,73 +442,24 @@ def stage_python(root: Path) -> None:
     site.write_text(site.read_text() + "\n" + (HERE / "gb10_python.py").read_text())
 
 
-# aarch64 programs run here through qemu's user-mode emulator, registered with binfmt_misc. What
-# booted the machine's systemd 257 as PID 1 here is Debian 13's qemu-user (10.0, static) with the
-# flags OCF; Debian 12's qemu-user-static (7.2, flags PF) and Debian 13's with F alone idled in
-# PID 1 with no unit started (Debian 12's with OCF was not tried). So the emulator is Debian 13's,
-# fetched from Debian's mirror by apt (signature and hash checked) into the cache.
-QEMU_DIR = sb.CACHE / "qemu"
-BINFMT = Path("/proc/sys/fs/binfmt_misc")
-# The name Debian's qemu-user-static registers, which mmdebstrap looks for (with the F flag it needs
-# no qemu inside the root it builds): an entry of that name with another emulator is replaced.
-BINFMT_NAME = "qemu-aarch64"
-AARCH64_MAGIC = r"\x7f\x45\x4c\x46\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00"
-AARCH64_MASK = r"\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff"
-
-
-def qemu() -> Path:
-    """Debian 13's static qemu-aarch64 (package qemu-user), cached: apt downloads the package with
-    a private state (Debian 13's main, this machine's keyring), dpkg-deb unpacks it."""
-    binary = QEMU_DIR / "qemu-aarch64"
-    if binary.exists():
-        return binary
-    work = QEMU_DIR / "apt"
-    shutil.rmtree(work, ignore_errors=True)
-    (work / "state/lists/partial").mkdir(parents=True)
-    (work / "cache/archives/partial").mkdir(parents=True)
-    (work / "sources.list").write_text(f"deb [arch=amd64] {sb.MIRROR} trixie main\n")
-    opts = [
-        f"-oDir::State={work}/state",
-        f"-oDir::Cache={work}/cache",
-        f"-oDir::Etc::SourceList={work}/sources.list",
-        "-oDir::Etc::SourceParts=/dev/null",
-        "-oDir::State::status=/dev/null",
-        "-oAPT::Sandbox::User=root",
-    ]
-    say("fetching Debian 13's qemu-user (its static qemu-aarch64 runs the machine's programs)")
-    sb.run(["apt-get", *opts, "-qq", "update"])
-    subprocess.run(["apt-get", *opts, "-qq", "download", "qemu-user"], cwd=work, check=True)
-    (deb,) = work.glob("qemu-user_*.deb")
-    sb.run(["dpkg-deb", "-x", str(deb), str(work / "x")])
-    shutil.copy(work / "x/usr/bin/qemu-aarch64", binary.with_suffix(".partial"))
-    binary.with_suffix(".partial").chmod(0o755)
-    binary.with_suffix(".partial").rename(binary)
-    shutil.rmtree(work)
-    return binary
-
-
 def binfmt() -> None:
-    """aarch64 programs run on this machine: binfmt_misc mounted, and our entry for Debian 13's
-    qemu-aarch64 registered with the flags OCF (F: the emulator is opened at registration, so it
-    runs inside the machine's root, which has no qemu of its own; O: the kernel hands it the opened
-    program; C: the program's own credentials, so setuid programs behave). Debian 12's qemu-user-static
-    entry of the same name, where one is registered, is replaced (`update-binfmts --enable
-    qemu-aarch64` brings it back)."""
-    if not (BINFMT / "register").exists():
-        subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)], check=False)
-    if not (BINFMT / "register").exists():
-        sys.exit("gb10-sandbox: binfmt_misc cannot be mounted here; aarch64 programs cannot run (run as root)")
-    binary = qemu()
-    entry = BINFMT / BINFMT_NAME
+    """aarch64 programs run on this machine through qemu-user-static: binfmt_misc mounted and its
+    qemu-aarch64 entry enabled with the fix-binary flag (F: the interpreter is opened when the entry
+    is registered, so it runs inside the machine's root, which has no qemu of its own)."""
+    misc = Path("/proc/sys/fs/binfmt_misc")
+    if not (misc / "register").exists():
+        subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(misc)], check=False)
+    entry = misc / "qemu-aarch64"
+    if not entry.exists() and shutil.which("update-binfmts"):
+        subprocess.run(["update-binfmts", "--enable", "qemu-aarch64"], check=False, capture_output=True)
     lines = entry.read_text().splitlines() if entry.exists() else []
-    if lines[:3] == ["enabled", f"interpreter {binary}", "flags: OCF"]:
-        return
-    if entry.exists():
-        entry.write_text("-1\n")  # another emulator (Debian 12's), or disabled: registered anew
-    (BINFMT / "register").write_text(f":{BINFMT_NAME}:M::{AARCH64_MAGIC}:{AARCH64_MASK}:{binary}:OCF\n")
-    lines = entry.read_text().splitlines() if entry.exists() else []
-    if lines[:1] != ["enabled"]:
-        sys.exit(f"gb10-sandbox: registering {binary} with binfmt_misc failed ({' '.join(lines) or 'no entry'})")
+    flags = next((ln.split(":", 1)[1] for ln in lines if ln.startswith("flags:")), "")
+    if not lines or lines[0] != "enabled" or "F" not in flags:
+        sys.exit(
+            "gb10-sandbox: aarch64 programs do not run on this machine (binfmt_misc qemu-aarch64: "
+            f"{' '.join(lines[:1] + [ln for ln in lines if ln.startswith(('flags', 'interpreter'))]) or 'not registered'}); "
+            "run `make deps` (qemu-user-static, binfmt-support) as root, then this again"
+        )
 
 
 def keys() -> None:
@@ -699,19 +648,19 @@ def up() -> None:
         start_new_session=True,
     )
     PIDFILE.write_text(str(proc.pid))
-    deadline = time.time() + BOOT_TIMEOUT
+    deadline = time.time() + sb.BOOT_TIMEOUT
     while time.time() < deadline:
         if proc.poll() is not None:
             PIDFILE.unlink(missing_ok=True)
             sys.exit(f"gb10-sandbox: systemd-nspawn exited ({proc.returncode}); see {STATE / 'boot.log'}")
         if port_open(p["ssh"]):
-            r = ssh("systemctl is-system-running --wait >/dev/null 2>&1; true", timeout=BOOT_TIMEOUT)
+            r = ssh("systemctl is-system-running --wait >/dev/null 2>&1; true")
             if r.returncode == 0:
                 say(f"up: ssh -F {STATE / 'ssh_config'} gb10")
                 return
         time.sleep(0.5)
     down()
-    sys.exit(f"gb10-sandbox: SSH did not answer within {BOOT_TIMEOUT} s; see {STATE / 'boot.log'}")
+    sys.exit(f"gb10-sandbox: SSH did not answer within {sb.BOOT_TIMEOUT} s; see {STATE / 'boot.log'}")
 
 
 def down() -> None:

@@ -3,7 +3,7 @@ arm64 machine made to look like a GB10 box (sandbox/gb10.py), with real systemd,
 documented `sandbox/gb10.py up` alone (here `fresh`: destroy, then up).
 
 Real: an aarch64 userland (Debian 13 arm64 from mmdebstrap, every program run through
-Debian 13's qemu-aarch64), deploy.py and every role unchanged, systemd, apt (Debian's earlyoom), the model
+qemu-user-static), deploy.py and every role unchanged, systemd, apt (Debian's earlyoom), the model
 downloader installed from the aarch64 cp313 wheels the control machine chose for this host and
 downloading the stand-in checkpoint and drafter from the stand-in hub, git fetching the fork and
 DeepGEMM by commit over HTTP, pip building DeepGEMM's checkout into the environment (--no-deps
@@ -315,7 +315,7 @@ ELF_MACHINE = "od -An -tx1 -j18 -N2 {} | tr -d ' \\n'"  # e_machine: b700 is EM_
 
 
 def test_the_userland_is_aarch64(gb10):
-    """Every program of the machine is an aarch64 binary (run through qemu-aarch64 here), and
+    """Every program of the machine is an aarch64 binary (run through qemu-user-static here), and
     nothing answers for `uname -m`: the deploy's server.Arch fact is the machine's own."""
     assert sh("uname -m").stdout.strip() == "aarch64"
     assert sh("test ! -e /usr/local/bin/uname", check=False).returncode == 0
