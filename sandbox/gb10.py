@@ -2,7 +2,7 @@
 """The GB10 sandbox: a second Debian 13 machine (systemd-nspawn, real systemd) made to look like a
 GB10 box (ASUS Ascent GX10 / DGX Spark, DGX OS) to the facts the deploy reads.
 
-    sandbox/gb10.py up [--parser-dump FILE]   build if needed, boot, serve the fork and the hub
+    sandbox/gb10.py up                        build if needed, boot, serve the fork and the hub
     sandbox/gb10.py prepare                   build the machine's files only (no boot)
     sandbox/gb10.py gpu gb10|none             what nvidia-smi's query answers (default none)
     sandbox/gb10.py down | destroy | status
@@ -28,9 +28,11 @@ What is simulated, at the edges only (the roles run unchanged; inventory/gb10_sa
   tools here, where DGX OS's python3 is 3.12), with the stand-in sitecustomize of
   sandbox/gb10_python.py (the lock install, the build's CUDA import, the flag parser).
 - the fork (kacper-daftcode/vLLM-Moet's shape): a git repository of ours served over HTTP on
-  loopback, three commits: `good` (a patch of ours against the real vLLM 0.24.0 files, carrying
-  the scheduler fix and the fork's VLLM_MOE_W2* reads, cubins, a guide), `next` (the same, one
-  more edit) and `broken` (its patch made against another release: it does not apply).
+  loopback, a series of two patches of ours against the real vLLM 0.24.0 files (the fork's
+  VLLM_MOE_W2* reads and the checkpoint's architecture registered; then "patch 12", the scheduler
+  fix), cubins, a guide; commits `good`, `next` (one more edit), `broken` (its first patch made
+  against another release: it does not apply) and `no-model` (patches that register no
+  architecture).
 - DeepGEMM (deepseek-ai/DeepGEMM's shape as far as the install needs): a git repository of ours
   served beside the fork, one commit (info.json `deepgemm`): a `deep_gemm` package whose
   version carries `+<git rev-parse --short HEAD>` as DeepGEMM's setup.py makes it, built by a
@@ -80,6 +82,7 @@ MODEL_REPO = "zai-org/GLM-5.3-Flash"
 DRAFTER_REPO = "incoai/GLM-5.3-Flash-DFlash2"
 DRAFTER_COMMIT = "bf582e4eacc1810f76656d1811693ff6c6737d2a"  # the commit public recipes pin (the default)
 PY312 = Path(os.environ.get("GLM_FLASH_PYTHON312_SOURCE", "/root/.pyenv/versions/3.12.1"))
+PARSER_DUMP = HERE / "vllm-0.24.0-parser.json"  # vLLM 0.24.0's serve parser (tests/gb10 check it is the real one's)
 VLLM_VERSION = "0.24.0"
 TORCH_STANDIN = "2.11.0"  # what vLLM 0.24.0 pins (its CUDA 13 build on the box)
 PATCH = "patch/vllm-moet-v0.24.0.patch"
@@ -483,12 +486,10 @@ def write_sshd(port: int) -> None:
     )
 
 
-def stage_parser(dump: Path | None) -> None:
-    dest = ROOTFS / STANDIN / "vllm-0.24.0-parser.json"
-    if dump:
-        shutil.copy(dump, dest)
-    if not dest.exists():
-        say(f"no parser dump in {dest}: the deploy's flag check will not run (pass --parser-dump)")
+def stage_parser() -> None:
+    """vLLM 0.24.0's serve parser as the flag check's replica reads it: the repository's dump
+    (tests/gb10/test_parser_dump.py keeps it equal to the real parser's), so `up` needs no flag."""
+    shutil.copy(PARSER_DUMP, ROOTFS / STANDIN / "vllm-0.24.0-parser.json")
 
 
 def stage_hub() -> dict:
@@ -540,7 +541,7 @@ def ssh(command: str, timeout: int = 60) -> subprocess.CompletedProcess:
     )
 
 
-def prepare(parser_dump: Path | None = None) -> dict:
+def prepare() -> dict:
     """Everything but the boot: ports, keys, the machine's files, the fork, the hub's files."""
     data = info()
     p = ports()
@@ -552,14 +553,14 @@ def prepare(parser_dump: Path | None = None) -> dict:
         data["deepgemm"] = build_deepgemm()
         data["hub"] = stage_hub()
     write_sshd(p["ssh"])
-    stage_parser(parser_dump)
+    stage_parser()
     data["ports"] = p
     write_info(data)
     return data
 
 
-def up(parser_dump: Path | None = None) -> None:
-    data = prepare(parser_dump)
+def up() -> None:
+    data = prepare()
     p, hub = data["ports"], data["hub"]
     serve(
         HUB_PIDFILE,
@@ -656,20 +657,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("action", choices=("up", "prepare", "down", "fresh", "destroy", "status", "gpu"))
     ap.add_argument("mode", nargs="?", choices=("gb10", "none"), help="gpu: what nvidia-smi's query answers")
-    ap.add_argument(
-        "--parser-dump", type=Path, help="vLLM 0.24.0's serve parser as JSON (tests/sandbox/test_gb10_sandbox.py)"
-    )
     a = ap.parse_args()
     STATE.mkdir(parents=True, exist_ok=True)
     if a.action == "up":
-        up(a.parser_dump)
+        up()
     elif a.action == "gpu":
         (ROOTFS / STANDIN / "nvidia-smi-mode").write_text(f"{a.mode or 'none'}\n")
     elif a.action == "prepare":
-        prepare(a.parser_dump)
+        prepare()
     elif a.action == "fresh":
         destroy()
-        up(a.parser_dump)
+        up()
     elif a.action == "down":
         down()
     elif a.action == "destroy":

@@ -17,7 +17,7 @@ are any; everything else is plain CPython 3.12:
    and prints the versions the installed metadata records.
 3. files/glm-flash-check-flags: vLLM's parser module imports torch, so the parser comes from a
    replica of vLLM 0.24.0's own serve parser (every option, its nargs and choices, dumped from
-   the real parser: sandbox/gb10.py `--parser-dump`). The rest of the tool is real: the fork's
+   the real parser: sandbox/vllm-0.24.0-parser.json). The rest of the tool is real: the fork's
    VLLM_* settings are looked up in the installed (patched) files, the record is written.
 4. `python -c 'import vllm ...'` elsewhere (the host checks read the versions): `vllm` is a
    stand-in module carrying the installed version and path.
