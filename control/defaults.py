@@ -473,7 +473,6 @@ KNOBS: dict[str, Knob] = {
         "fix is its 'patch 12'), inside the fork at vllm_ref; each checked with git apply --check on what "
         "the ones before it left",
         list,
-        items=str,
         **FORK_PATH,
     ),
     "scheduler_fix_verified_ref": K(
