@@ -214,26 +214,14 @@ KNOBS: dict[str, Knob] = {
         "3.11",
         "kt-kernel ships cp311 and cp312 wheels only",
         choices=("3.11", "3.12"),
-        platforms={
-            "gb10": On(
-                "the fork is built with the box's own python3: DGX OS's 3.12 (3.13 only where the GB10 "
-                "userland is Debian 13's, the GB10 sandbox)",
-                choices=("3.12", "3.13"),
-            )
-        },
+        platforms={"gb10": On("the fork is built with DGX OS's own python3.12", choices=("3.12",))},
     ),
     "host_python_version": K(
         "3.13",
         "the host's own python3 (Debian 13's), which runs the model downloader and the fleet's gateway: "
         "their wheels are chosen for it and for the host's machine (uname -m)",
         choices=("3.13",),
-        platforms={
-            "gb10": On(
-                "DGX OS (Ubuntu 24.04)'s python3 is 3.12 (3.13 only where the GB10 userland is Debian 13's, "
-                "the GB10 sandbox)",
-                choices=("3.12", "3.13"),
-            )
-        },
+        platforms={"gb10": On("DGX OS (Ubuntu 24.04)'s python3 is 3.12", choices=("3.12",))},
     ),
     "python_source": K(
         "",

@@ -57,12 +57,9 @@ hosts = hosts(
             "model_revision": hub["model"]["commit"],
             "drafter_model": hub["drafter"]["repo"],
             "hf_endpoint": f"http://127.0.0.1:{ports['hub']}",
-            # Debian 13 arm64 underneath: its own python3 is 3.13 (DGX OS's is 3.12; Debian 13 has no
-            # 3.12), so the engine is built with it and the wheels sent here are chosen for it; Ubuntu's
-            # python3.12-venv/-dev do not exist here, and nothing is compiled (no compilers, cmake).
-            "python_version": "3.13",
-            "host_python_version": "3.13",
-            "base_packages": ["ca-certificates", "curl", "git", "python3-venv", "pciutils", "jq"],
+            # Debian 13 underneath: Ubuntu's python3.12-venv/-dev do not exist here (the stand-in
+            # CPython 3.12 carries venv and its headers), and nothing is compiled (no compilers, cmake).
+            "base_packages": ["ca-certificates", "curl", "git", "pciutils", "jq"],
             # Preflight against this machine (2 cores, a disk shared with the control machine):
             # the stand-in checkpoint is small and no engine loads; /proc/meminfo is the GX10's.
             "preflight_model_gib": 1,

@@ -1,42 +1,32 @@
 #!/usr/bin/env python3
-"""The GB10 sandbox: a second Debian 13 machine, arm64 (aarch64 programs through qemu-user-static),
-booted with systemd-nspawn (real systemd), made to look like a GB10 box (ASUS Ascent GX10 / DGX
-Spark, DGX OS) to the facts the deploy reads.
+"""The GB10 sandbox: a second Debian 13 machine (systemd-nspawn, real systemd) made to look like a
+GB10 box (ASUS Ascent GX10 / DGX Spark, DGX OS) to the facts the deploy reads.
 
     sandbox/gb10.py up                        build if needed, boot, serve the fork and the hub
     sandbox/gb10.py prepare                   build the machine's files only (no boot)
     sandbox/gb10.py gpu gb10|none             what nvidia-smi's query answers (default none)
     sandbox/gb10.py down | destroy | status
 
-The machine is real aarch64: a Debian 13 arm64 root made by `mmdebstrap --arch=arm64` (cached in
-${GLM_FLASH_CACHE}/sandbox, built once: emulated dpkg takes many minutes), run on this x86_64
-machine through binfmt_misc's qemu-aarch64 entry (qemu-user-static with the fix-binary flag;
-`make deps` installs it, `up` mounts binfmt_misc and enables the entry). `uname -m` says aarch64
-because the programs are; the deploy's `server.Arch` fact is the machine's own, and the wheels
-the control machine sends are chosen for it. Everything runs emulated, so it is slow.
-
 What is simulated, at the edges only (the roles run unchanged; inventory/gb10_sandbox.py):
 - DGX OS's release files: /etc/os-release with Ubuntu 24.04's fields, /etc/dgx-release (DGX OS
   7.2.3). The machine is Debian 13 underneath: apt installs Debian's packages (earlyoom among
   them) from Debian's mirror; Ubuntu's are not reachable here.
+- `uname -m` says aarch64 (/usr/local/bin/uname answers -m; everything else is the real uname):
+  the deploy's `server.Arch` fact. The machine is x86_64.
 - `nvidia-smi`: with `gb10` in /srv/glm-flash-standin/nvidia-smi-mode (`sandbox/gb10.py gpu gb10`),
   its query answers GB10's line (NVIDIA GB10, compute capability 12.1, memory.total [N/A], driver
   580.95.05): the deploy recognises the GPU and expects to serve, and the service's start fails for
   the missing device. With `none` (the default) it answers as without a device, so the deploy
-  skips the GPU steps and converges. `nvidia-smi -L` never lists a GPU. No NVIDIA device is on the
-  PCI bus and no /dev/nvidia*: the driver check is skipped for a missing GPU (require_gpu false)
-  and the service's GPU preflight refuses to start it.
+  skips the GPU steps and converges. `nvidia-smi -L` never lists a GPU. No NVIDIA device is on the PCI bus and no /dev/nvidia*: the driver check is skipped
+  for a missing GPU (require_gpu false) and the service's GPU preflight refuses to start it.
 - /proc/meminfo: the GX10's (128 GB, MemTotal 121.6 GiB; bind-mounted over the kernel's at boot by a unit), so the
   box's memory figure is the GB10's; MemAvailable in it is fixed, so earlyoom never acts here.
 - /usr/local/cuda-13.0: DGX OS's toolkit directory (empty: nothing compiles here).
-- python: DGX OS's is 3.12; Debian 13 has none, so the machine's own python3.13 (aarch64) builds
-  the engine and the inventory says so (python_version, host_python_version 3.13). Its
-  sitecustomize (/etc/python3.13/sitecustomize.py gets sandbox/gb10_python.py) answers where the
-  machine cannot be the box: the engine lock's install gets PyPI's real vLLM 0.24.0 aarch64 wheel
-  (as the lock pins it, hash-checked) and a stand-in torch record (CUDA 13.0) instead of the CUDA
-  torch and its NVIDIA wheels (several GB); the build's CUDA import is answered from the installed
-  files; glm-flash-check-flags gets a replica of vLLM 0.24.0's serve parser
-  (sandbox/vllm-0.24.0-parser.json, kept equal to the real one by tests/gb10/test_parser_dump.py).
+- python3.12: DGX OS's interpreter is a real CPython 3.12 copied from this machine
+  (GLM_FLASH_PYTHON312_SOURCE, default pyenv's 3.12.1) into /usr as DGX OS has it (Debian 13 has
+  none; its python3 is 3.13, which apt brings with the base packages and which runs our host
+  tools here, where DGX OS's python3 is 3.12), with the stand-in sitecustomize of
+  sandbox/gb10_python.py (the lock install, the build's CUDA import, the flag parser).
 - the fork (kacper-daftcode/vLLM-Moet's shape): a git repository of ours served over HTTP on
   loopback, a series of two patches of ours against the real vLLM 0.24.0 files (the fork's
   VLLM_MOE_W2* reads and the checkpoint's architecture registered; then "patch 12", the scheduler
@@ -52,8 +42,6 @@ What is simulated, at the edges only (the roles run unchanged; inventory/gb10_sa
 - the hub: sandbox/fake_hub.py serving the small stand-in checkpoint (sandbox/fake_model.py) as
   zai-org/GLM-5.3-Flash and a stand-in drafter as incoai/GLM-5.3-Flash-DFlash2 at the commit the
   public recipes pin.
-What differs from DGX OS (Ubuntu 24.04 arm64, python3.12, systemd 255): Debian 13 arm64 (Debian's
-packages, python3.13, systemd 257), emulated rather than native, no compilers.
 State in .sandbox/gb10/ (info.json: ports, commits, the hub); the machine is glm-flash-gb10-<id>.
 """
 
@@ -93,11 +81,7 @@ HUB_DIR = STATE / "hub"
 MODEL_REPO = "zai-org/GLM-5.3-Flash"
 DRAFTER_REPO = "incoai/GLM-5.3-Flash-DFlash2"
 DRAFTER_COMMIT = "bf582e4eacc1810f76656d1811693ff6c6737d2a"  # the commit public recipes pin (the default)
-# The machine's userland: Debian 13 arm64, run through qemu-user-static (binfmt_misc). DGX OS ships
-# python3 (3.12); Debian 13's is 3.13, real aarch64, and the profile is told so (inventory/gb10_sandbox.py).
-ARCH_PACKAGES = ("python3",)
-PYTHON = "3.13"
-SITECUSTOMIZE = Path(f"etc/python{PYTHON}/sitecustomize.py")  # /usr/lib/python3.13/sitecustomize.py links here
+PY312 = Path(os.environ.get("GLM_FLASH_PYTHON312_SOURCE", "/root/.pyenv/versions/3.12.1"))
 PARSER_DUMP = HERE / "vllm-0.24.0-parser.json"  # vLLM 0.24.0's serve parser (tests/gb10 check it is the real one's)
 VLLM_VERSION = "0.24.0"
 TORCH_STANDIN = "2.11.0"  # what vLLM 0.24.0 pins (its CUDA 13 build on the box)
@@ -163,6 +147,11 @@ case "$mode:$*" in
 esac
 echo "No devices were found (GB10 sandbox stand-in: no GPU device on this machine)" >&2
 exit 6
+"""
+UNAME = """#!/bin/sh
+# GB10 sandbox stand-in (sandbox/gb10.py): the machine is x86_64; `uname -m` answers as a GB10 box.
+case "$1" in -m|--machine) [ $# -eq 1 ] && { echo aarch64; exit 0; } ;; esac
+exec /usr/bin/uname "$@"
 """
 # The GX10's memory figures (tests/unit/data/gb10-meminfo.txt, 128 GB, 121.6 GiB usable); every
 # other line of /proc/meminfo is this machine's at the time the sandbox is made (earlyoom reads them).
@@ -405,17 +394,12 @@ def wheel_bytes(name: str, version: str, files: dict[str, str]) -> tuple[str, by
 
 
 def stage_wheelhouse(root: Path) -> None:
-    """vLLM 0.24.0's aarch64 wheel as the engine lock pins it (hash-checked, cached) and the stand-in torch."""
     sys.path.insert(0, str(HERE.parent))
-    from control import engine_lock
-    from control.pypi_cache import cache_root
+    from control import pypi_cache
 
     house = root / STANDIN / "wheelhouse"
     house.mkdir(parents=True, exist_ok=True)
-    pins = engine_lock.parse_lock((HERE.parent / "locks/vllm/0.24.0-aarch64.txt").read_text())
-    (vllm,) = engine_lock.fetch(
-        [engine_lock.pin_of(pins, "vllm")], cache_root() / "wheelhouse-gb10-sandbox", py=PYTHON, arch="aarch64"
-    )
+    vllm = pypi_cache.wheel("vllm", VLLM_VERSION, accept=("none-any", "x86_64"))
     shutil.copy(vllm, house / vllm.name)
     torch_name, torch_whl = wheel_bytes(
         "torch",
@@ -434,32 +418,20 @@ def stage_wheelhouse(root: Path) -> None:
 
 
 def stage_python(root: Path) -> None:
-    """Debian 13's own python3.13 (aarch64) answers as DGX OS's python3.12 would where this machine
-    cannot be the box (sandbox/gb10_python.py): its sitecustomize, which every venv made from it runs."""
-    site = root / SITECUSTOMIZE
-    if not site.exists():
-        sys.exit(f"gb10-sandbox: the image has no {SITECUSTOMIZE}; expected Debian 13's python3 in it")
-    site.write_text(site.read_text() + "\n" + (HERE / "gb10_python.py").read_text())
-
-
-def binfmt() -> None:
-    """aarch64 programs run on this machine through qemu-user-static: binfmt_misc mounted and its
-    qemu-aarch64 entry enabled with the fix-binary flag (F: the interpreter is opened when the entry
-    is registered, so it runs inside the machine's root, which has no qemu of its own)."""
-    misc = Path("/proc/sys/fs/binfmt_misc")
-    if not (misc / "register").exists():
-        subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(misc)], check=False)
-    entry = misc / "qemu-aarch64"
-    if not entry.exists() and shutil.which("update-binfmts"):
-        subprocess.run(["update-binfmts", "--enable", "qemu-aarch64"], check=False, capture_output=True)
-    lines = entry.read_text().splitlines() if entry.exists() else []
-    flags = next((ln.split(":", 1)[1] for ln in lines if ln.startswith("flags:")), "")
-    if not lines or lines[0] != "enabled" or "F" not in flags:
+    """A real CPython 3.12 laid out as DGX OS's (/usr/bin/python3.12, /usr/lib/python3.12), with the
+    stand-in sitecustomize (sandbox/gb10_python.py). Debian 13 has no python3.12 to collide with."""
+    if not (PY312 / "bin" / "python3.12").exists():
         sys.exit(
-            "gb10-sandbox: aarch64 programs do not run on this machine (binfmt_misc qemu-aarch64: "
-            f"{' '.join(lines[:1] + [ln for ln in lines if ln.startswith(('flags', 'interpreter'))]) or 'not registered'}); "
-            "run `make deps` (qemu-user-static, binfmt-support) as root, then this again"
+            f"gb10-sandbox: no CPython 3.12 at {PY312}; set GLM_FLASH_PYTHON312_SOURCE to one (pyenv install 3.12)"
         )
+    skip = shutil.ignore_patterns("test", "__pycache__", "idlelib", "tkinter", "_sandboxing_*.pth")
+    shutil.copytree(PY312 / "lib/python3.12", root / "usr/lib/python3.12", symlinks=True, ignore=skip)
+    shutil.copytree(PY312 / "include/python3.12", root / "usr/include/python3.12", symlinks=True)
+    for lib in (PY312 / "lib").glob("libpython3.12.so*"):
+        shutil.copy(lib, root / "usr/lib" / lib.name, follow_symlinks=False)
+    shutil.copy(PY312 / "bin/python3.12", root / "usr/bin/python3.12")
+    shutil.copy(HERE / "gb10_python.py", root / "usr/lib/python3.12/sitecustomize.py")
+    sb.run(["ldconfig", "-r", str(root)])
 
 
 def keys() -> None:
@@ -483,16 +455,16 @@ def write_client_files(port: int) -> None:
 
 
 def create_rootfs(port: int) -> None:
-    say("unpacking a bare Debian 13 arm64 machine and making it look like a GB10 box")
-    binfmt()
-    tmp = sb.unpacked(STATE / "rootfs.partial", "gx10", KEYS, sb.build_image("arm64", ARCH_PACKAGES))
+    say("unpacking a bare Debian 13 machine and making it look like a GB10 box")
+    tmp = sb.unpacked(STATE / "rootfs.partial", "gx10", KEYS)
     root = tmp
     # DGX OS's release files (Debian's /etc/os-release is a link to /usr/lib/os-release: left there).
     (root / "etc/os-release").unlink()
     (root / "etc/os-release").write_text(OS_RELEASE)
     (root / "etc/dgx-release").write_text(DGX_RELEASE)
-    (root / "usr/bin/nvidia-smi").write_text(NVIDIA_SMI)
-    (root / "usr/bin/nvidia-smi").chmod(0o755)
+    for path, text in ((root / "usr/bin/nvidia-smi", NVIDIA_SMI), (root / "usr/local/bin/uname", UNAME)):
+        path.write_text(text)
+        path.chmod(0o755)
     (root / "usr/local/cuda-13.0").mkdir(parents=True)
     (root / "usr/local/cuda-13.0/version.json").write_text('{"cuda": {"version": "13.0.88"}}\n')
     stage_python(root)
@@ -516,7 +488,7 @@ def write_sshd(port: int) -> None:
 
 def stage_parser() -> None:
     """vLLM 0.24.0's serve parser as the flag check's replica reads it: the repository's dump
-    (tests/gb10/test_parser_dump.py keeps it equal to the real parser's)."""
+    (tests/gb10/test_parser_dump.py keeps it equal to the real parser's), so `up` needs no flag."""
     shutil.copy(PARSER_DUMP, ROOTFS / STANDIN / "vllm-0.24.0-parser.json")
 
 
@@ -622,7 +594,6 @@ def up() -> None:
     if sb.alive(PIDFILE):
         say(f"already running (ssh -F {STATE / 'ssh_config'} gb10)")
         return
-    binfmt()  # the machine's programs are aarch64
     if port_open(p["ssh"]):
         sys.exit(f"gb10-sandbox: 127.0.0.1:{p['ssh']} is in use; run `sandbox/gb10.py down` and up again")
     sb.inotify_room()

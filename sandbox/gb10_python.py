@@ -1,25 +1,24 @@
-"""The GB10 sandbox's stand-in answers in the machine's python3.13 (Debian 13 arm64, run through
-qemu-user-static): appended to its sitecustomize (sandbox/gb10.py), so it runs in that interpreter
-and in every venv made from it.
+"""The GB10 sandbox's stand-in python3.12: the sitecustomize of a real CPython 3.12 copied into the
+machine (sandbox/gb10.py), so it runs in that interpreter and in every venv made from it.
 
-Why: the machine is aarch64 like the box, but has no GPU and no CUDA. The engine environment
-installs locks/vllm/0.24.0-aarch64.txt, whose torch is PyPI's CUDA 13 build with several GB of
-NVIDIA wheels, and vLLM's import needs that torch. Here, in the places the deploy meets that, this
-interpreter answers as the box would, from real files where there are any; everything else is
-plain CPython:
+Why a stand-in: DGX OS ships python3.12 and the box is aarch64 with CUDA 13; the engine
+environment installs locks/vllm/0.24.0-aarch64.txt (aarch64 wheels, hash-locked: nothing an
+x86_64 machine can install) and its torch imports only with CUDA. Here, in the three places
+the deploy meets that, this interpreter answers as the box would, from real files where there
+are any; everything else is plain CPython 3.12:
 
 1. `python -m pip install ... --require-hashes -r <env>.vllm.txt` (files/glm-flash-vllm-build):
-   the same flags, but the sandbox's wheelhouse instead of PyPI and the lock: PyPI's real vLLM
-   0.24.0 aarch64 wheel (as the lock pins it) and a stand-in torch 2.11.0 (a version record, CUDA
-   13.0) in place of the CUDA one, both hash-checked (--require-hashes stays on).
+   the same flags, but the sandbox's wheelhouse instead of PyPI and the lock: the real vLLM
+   0.24.0 x86_64 wheel from PyPI (the same Python files as the aarch64 one; its compiled parts do
+   not matter here) and a stand-in torch 2.11.0 (a version record, CUDA 13.0) in its place,
+   both hash-checked (--require-hashes stays on).
 2. the build's last step, `import torch, vllm; ... moe_w2_cubit`: vLLM's import needs CUDA torch,
    so this checks instead that the fork's module the import names is installed and compiles,
    and prints the versions the installed metadata records.
 3. files/glm-flash-check-flags: vLLM's parser module imports torch, so the parser comes from a
    replica of vLLM 0.24.0's own serve parser (every option, its nargs and choices, dumped from
    the real parser: sandbox/vllm-0.24.0-parser.json). The rest of the tool is real: the fork's
-   VLLM_* settings are looked up and the checkpoint's architecture resolved in the installed
-   (patched) files, the record is written.
+   VLLM_* settings are looked up in the installed (patched) files, the record is written.
 4. `python -c 'import vllm ...'` elsewhere (the host checks read the versions): `vllm` is a
    stand-in module carrying the installed version and path.
 Each answer says "stand-in" on stderr. Nothing here runs anywhere but in the GB10 sandbox.
@@ -40,7 +39,7 @@ def _cmdline() -> list[str]:
 
 
 def _note(msg: str) -> None:
-    print(f"gb10-sandbox stand-in python: {msg}", file=sys.stderr, flush=True)
+    print(f"gb10-sandbox stand-in python3.12: {msg}", file=sys.stderr, flush=True)
 
 
 def _purelib() -> str:

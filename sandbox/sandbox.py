@@ -170,30 +170,26 @@ def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, check=True, **kw)
 
 
-def image(arch: str = "amd64", packages: tuple[str, ...] = ()) -> Path:
-    """The cached bare Debian 13 image: this machine's architecture, or `arch` (the GB10 sandbox's
-    arm64, run through qemu-user-static), with PACKAGES and `packages`."""
-    parts = ["trixie", MIRROR, *PACKAGES, *packages] + ([arch] if arch != "amd64" else [])
-    key = hashlib.sha256(" ".join(parts).encode()).hexdigest()[:12]
-    return CACHE / "sandbox" / (f"trixie-{key}.tar" if arch == "amd64" else f"trixie-{arch}-{key}.tar")
+def image() -> Path:
+    key = hashlib.sha256(" ".join(["trixie", MIRROR, *PACKAGES]).encode()).hexdigest()[:12]
+    return CACHE / "sandbox" / f"trixie-{key}.tar"
 
 
-def build_image(arch: str = "amd64", packages: tuple[str, ...] = ()) -> Path:
-    tar = image(arch, packages)
+def build_image() -> Path:
+    tar = image()
     if tar.exists():
         return tar
     if not shutil.which("mmdebstrap"):
         sys.exit("sandbox: mmdebstrap is missing; run `make deps` (apt-get install mmdebstrap systemd-container)")
     tar.parent.mkdir(parents=True, exist_ok=True)
-    say(f"building a Debian 13 {arch} image with mmdebstrap into {tar}")
+    say(f"building a Debian 13 image with mmdebstrap into {tar}")
     tmp = tar.with_suffix(".partial.tar")
     run(
         [
             "mmdebstrap",
             "--mode=root",
             "--variant=minbase",
-            f"--arch={arch}",
-            "--include=" + ",".join([*PACKAGES, *packages]),
+            "--include=" + ",".join(PACKAGES),
             "trixie",
             str(tmp),
             f"deb {MIRROR} trixie main",
@@ -238,10 +234,10 @@ def ensure_keys() -> None:
     )
 
 
-def unpacked(tmp: Path, hostname: str, keys: Path, tar: Path | None = None) -> Path:
-    """The cached bare image (or `tar`) unpacked into `tmp` (made anew), named `hostname`, root's SSH
-    login and the host key taken from `keys` (this machine's own, so known_hosts stays true)."""
-    tar = tar or build_image()
+def unpacked(tmp: Path, hostname: str, keys: Path) -> Path:
+    """The cached bare image unpacked into `tmp` (made anew), named `hostname`, root's SSH login
+    and the host key taken from `keys` (this machine's own, so known_hosts stays true)."""
+    tar = build_image()
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     run(["tar", "-xpf", str(tar), "-C", str(tmp)])

@@ -1,35 +1,29 @@
 """The GB10 deploy end to end: `pyinfra inventory/gb10_sandbox.py deploy.py` against a Debian 13
-arm64 machine made to look like a GB10 box (sandbox/gb10.py), with real systemd, booted from the
-documented `sandbox/gb10.py up` alone (here `fresh`: destroy, then up).
+machine made to look like a GB10 box (sandbox/gb10.py), with real systemd.
 
-Real: an aarch64 userland (Debian 13 arm64 from mmdebstrap, every program run through
-qemu-user-static), deploy.py and every role unchanged, systemd, apt (Debian's earlyoom), the model
-downloader installed from the aarch64 cp313 wheels the control machine chose for this host and
-downloading the stand-in checkpoint and drafter from the stand-in hub, git fetching the fork and
-DeepGEMM by commit over HTTP, pip building DeepGEMM's checkout into the environment (--no-deps
---no-build-isolation), files/glm-flash-vllm-build making a venv from the machine's python3.13,
-pip installing PyPI's real vLLM 0.24.0 aarch64 wheel (hash-checked, --no-deps), the fork's patch
-series checked and applied in order to those files and the scheduler fix found, the checkpoint's
-architecture resolved through the patched registry, the kernels copied, glm-flash-engine switching
-and rolling back, glm-flash-check-flags looking up the fork's VLLM_* reads in the patched files, the
-units, earlyoom with the deploy's drop-in, `glm-flash status`, tests/host/test_gb10.py. Every wheel of
-the engine lock (locks/vllm/0.24.0-aarch64.txt) is checked against the tags the machine's own pip
-accepts (`pip debug --verbose`): pip's own compatibility for its Python and machine, not a full
-install (the CUDA torch and its NVIDIA wheels are several GB, too much to install under emulation).
+Real: deploy.py and every role unchanged, systemd, apt (Debian's earlyoom), the hub client
+against the stand-in hub, git fetching the fork and DeepGEMM by commit over HTTP, pip building
+DeepGEMM's checkout into the environment (--no-deps --no-build-isolation), files/glm-flash-vllm-build
+making a venv from a CPython 3.12, pip installing PyPI's real vLLM 0.24.0 wheel (hash-checked,
+--no-deps), files/glm-flash-fork-patch checking and applying the fork's patch to those files and
+finding the scheduler fix, the kernels copied, glm-flash-engine switching and rolling back,
+glm-flash-check-flags looking up the fork's VLLM_* reads in the patched files, the units, earlyoom
+with the deploy's drop-in, `glm-flash status`, tests/host/test_gb10.py.
 
-Simulated (sandbox/gb10.py's docstring has the detail): the facts that say GB10 (nvidia-smi's query,
-DGX OS's release files, the GX10's /proc/meminfo, the CUDA 13.0 directory); no GPU device, so the
-driver check is skipped and the service's preflight refuses to start. The fork is a stand-in of ours
-on loopback (a series of two patches); so is DeepGEMM beside it, pure Python (the real one compiles
-CUDA kernels with nvcc through its setup.py; this one's in-tree build backend writes a wheel of one
-module, versioned +<short HEAD> as DeepGEMM's setup.py does); the hub serves a small checkpoint and
-a stand-in drafter. The engine's torch is a stand-in (a version record of CUDA 13.0) installed by
-python3.13's sitecustomize in place of the lock's, which also answers the build's CUDA import from
-the installed files and gives glm-flash-check-flags a replica of vLLM 0.24.0's serve parser
-(sandbox/vllm-0.24.0-parser.json, dumped from the real parser: tests/gb10/test_parser_dump.py).
-Differs from DGX OS (Ubuntu 24.04 arm64, python3.12): Debian 13 arm64 underneath (Debian's packages
-and mirror, python3.13, systemd 257 not 255, Debian's earlyoom 1.8), emulated, no
-build-essential/cmake (nothing compiles here).
+Simulated (sandbox/gb10.py's docstring has the detail): the facts that say GB10 (`uname -m`
+aarch64, nvidia-smi's query, DGX OS's release files, the GX10's /proc/meminfo, the CUDA 13.0
+directory); no GPU device, so the driver check is skipped and the service's preflight refuses to
+start. The fork is a stand-in of ours on loopback; so is DeepGEMM beside it, pure Python (the
+real one compiles CUDA kernels with nvcc through its setup.py; this one's in-tree build backend
+writes a wheel of one module, versioned +<short HEAD> as DeepGEMM's setup.py does); the hub serves a small checkpoint and a
+stand-in drafter. python3.12 is a real CPython 3.12 whose sitecustomize installs the real vLLM
+x86_64 wheel (the same Python files as aarch64) and a stand-in torch instead of the aarch64 lock,
+answers the build's CUDA import from the installed files, and gives glm-flash-check-flags a replica
+of vLLM 0.24.0's serve parser (sandbox/vllm-0.24.0-parser.json, kept equal to the real parser's by
+tests/gb10/test_parser_dump.py), so `sandbox/gb10.py fresh` (destroy, then the documented `up`)
+needs no flag.
+Differs from DGX OS: Debian 13 underneath (Debian's packages and mirror, systemd 257 not 255,
+Debian's earlyoom 1.8), x86_64, no build-essential/cmake (nothing compiles here).
 """
 
 from __future__ import annotations
@@ -50,7 +44,7 @@ sys.path.insert(0, str(REPO / "tests" / "gb10"))
 STATE = REPO / ".sandbox" / "gb10"
 INVENTORY = "inventory/gb10_sandbox.py"
 ENGINE = "/opt/glm-flash/engine"
-SITE = "lib/python3.13/site-packages"
+SITE = "lib/python3.12/site-packages"
 
 pytestmark = pytest.mark.sandbox
 
@@ -322,70 +316,13 @@ def test_upgrade_to_another_fork_commit_and_roll_back(gb10):
     assert "fork edit, v2" not in sh(f"tail -2 {good}/{SITE}/vllm/envs.py").stdout
 
 
-ELF_MACHINE = "od -An -tx1 -j18 -N2 {} | tr -d ' \\n'"  # e_machine: b700 is EM_AARCH64 (183), 3e00 x86-64
-
-
-def test_the_userland_is_aarch64(gb10):
-    """Every program of the machine is an aarch64 binary (run through qemu-user-static here), and
-    nothing answers for `uname -m`: the deploy's server.Arch fact is the machine's own."""
-    assert sh("uname -m").stdout.strip() == "aarch64"
-    assert sh("test ! -e /usr/local/bin/uname", check=False).returncode == 0
-    for binary in ("/usr/lib/systemd/systemd", "/usr/bin/python3.13", "/usr/sbin/sshd"):
-        assert sh(ELF_MACHINE.format(binary)).stdout == "b700", binary
-    assert sh("dpkg --print-architecture").stdout.strip() == "arm64"
-
-
-def test_the_downloader_runs_from_the_aarch64_wheels_it_was_sent(gb10):
-    """The model downloader's venv holds hf-xet's and PyYAML's aarch64 cp313 builds (the control
-    machine chose them for this host: roles/model.py wheel_target), and it downloaded the checkpoint
-    and the drafter (both verified and sealed)."""
-    venv = "/opt/glm-flash/tools/hf-hub"
-    so = sh(f"ls {venv}/lib/python3.13/site-packages/hf_xet/*.so").stdout.split()
-    assert so and sh(ELF_MACHINE.format(so[0])).stdout == "b700", so
-    yaml_so = sh(f"ls {venv}/lib/python3.13/site-packages/yaml/_yaml*.so").stdout.split()
-    assert "aarch64" in yaml_so[0] and "313" in yaml_so[0], yaml_so
-    assert sh(f"{venv}/bin/python -c 'import hf_xet, yaml, huggingface_hub; print(\"ok\")'").stdout.strip() == "ok"
-    for path in ("/srv/models/GLM-5.3-Flash/config.json", "/srv/models/GLM-5.3-Flash-DFlash2/config.json"):
-        assert sh(f"stat -c %U {path}").stdout.strip() == "root", path
-
-
-def test_every_wheel_of_the_engine_lock_is_one_the_hosts_pip_accepts(gb10):
-    """For each pin of locks/vllm/0.24.0-aarch64.txt, a file with a locked hash on PyPI whose tags the
-    machine's own pip accepts (`pip debug --verbose` of the engine environment's pip: its Python and
-    machine). Not a full install: the CUDA torch and its NVIDIA wheels are several GB."""
-    sys.path.insert(0, str(REPO))
-    from packaging.utils import parse_wheel_filename
-
-    from control.engine_lock import _project_files, parse_lock
-    from control.pypi_cache import http
-
-    out = sh(f"{current()}/bin/python -m pip debug --verbose 2>/dev/null").stdout
-    accepted = {line.strip() for line in out.split("Compatible tags:", 1)[1].splitlines()[1:] if line.startswith(" ")}
-    assert "cp313-cp313-manylinux_2_17_aarch64" in accepted and not any("x86_64" in t for t in accepted)
-    pins = parse_lock((REPO / "locks/vllm/0.24.0-aarch64.txt").read_text())
-    session = http().Session()
-    refused = []
-    for pin in pins:
-        files = [f for f in _project_files(session, pin.name) if f.get("hashes", {}).get("sha256") in pin.hashes]
-        ok = [
-            f["filename"]
-            for f in files
-            if f["filename"].endswith(".whl") and {str(t) for t in parse_wheel_filename(f["filename"])[3]} & accepted
-        ]
-        if not ok:
-            refused.append(f"{pin.requirement}: {[f['filename'] for f in files]}")
-    assert refused == [], refused
-    assert len(pins) > 150
-
-
 def test_a_fork_that_does_not_register_the_checkpoints_architecture_stops_before_the_switch(gb10):
-    """The `no-model` commit's patches apply and carry the scheduler fix, but register no architecture
-    (as vLLM 0.24.0 and upstream's patch): the flag check stops the host before the switch, naming
-    the checkpoint's architecture; the serving environment and `current` are untouched."""
+    """The `no-model` commit's patch series applies and carries the scheduler fix, but registers no
+    architecture (as vLLM 0.24.0 and upstream's patch): the flag check stops the host before the
+    switch, naming the checkpoint's architecture; `current` is untouched."""
     before_current = current()
     r = deploy("no-model")
     assert r.returncode != 0
     out = r.stderr + r.stdout
     assert "architecture Glm5NextForConditionalGeneration (the checkpoint's config.json) is not in" in out, out[-6000:]
-    assert "Switch engine current" not in "".join(name for name, what in outcomes(r.stderr) if what == "Success")
     assert current() == before_current
