@@ -216,13 +216,6 @@ KNOBS: dict[str, Knob] = {
         choices=("3.11", "3.12"),
         platforms={"gb10": On("the fork is built with DGX OS's own python3.12", choices=("3.12",))},
     ),
-    "host_python_version": K(
-        "3.13",
-        "the host's own python3 (Debian 13's), which runs the model downloader and the fleet's gateway: "
-        "their wheels are chosen for it and for the host's machine (uname -m)",
-        choices=("3.13",),
-        platforms={"gb10": On("DGX OS (Ubuntu 24.04)'s python3 is 3.12", choices=("3.12",))},
-    ),
     "python_source": K(
         "",
         "a CPython 3.11/3.12 install tree on the control machine to pack instead of downloading one "
@@ -632,7 +625,6 @@ PLATFORMS: dict[str, dict[str, Any]] = {
         "tp_size": 1,
         "port": 8000,
         "python_version": "3.12",
-        "host_python_version": "3.12",
         # First start: 2-bit planes from 306 GiB, the ~146 GB FP4 store written, flashinfer JIT-compiled
         # (no jit-cache): not measured anywhere in the record, so twice the L40S's 3600 s.
         "startup_timeout_s": 7200,

@@ -4,9 +4,8 @@ A lock (`locks/engine/<engine_set>.txt`, made by `make engine-locks`) pins every
 the engine with the sha256 of each file PyPI has for that version. This module:
 
 - parses a lock into `Pin(name, version, hashes)`;
-- picks, per pin, the one file that installs on the host it is for (a CPython version and a
-  machine architecture, `uname -m`: x86_64 or aarch64; manylinux tags up to glibc 2.35; the
-  engine's default is CPython 3.11 on x86_64): the wheel pip would pick (packaging.tags gives the
+- picks, per pin, the one file that installs on the engine's target (CPython 3.11,
+  manylinux x86_64, glibc <= 2.35 tags): the wheel pip would pick (packaging.tags gives the
   tags and their order), else the sdist;
 - downloads that file once into `${GLM_FLASH_CACHE}/wheelhouse`, checked against the lock's
   hash, so a second run needs no network;
@@ -159,18 +158,11 @@ def manylinux_platforms(glibc_max: tuple[int, int], arch: str = "x86_64") -> lis
     return out
 
 
-# The machines wheels are chosen for (`uname -m`, pyinfra's server.Arch fact): the L40S box and the GB10.
-ARCHES = ("x86_64", "aarch64")
-
-
-def target_tags(py: str = "3.11", glibc_max: tuple[int, int] = (2, 35), arch: str = "x86_64") -> list[Tag]:
-    """The tags CPython `py` on manylinux `arch` accepts, best first: packaging.tags, the list
-    pip itself builds (cpython_tags then compatible_tags), for the host's interpreter, glibc and
-    machine."""
-    if arch not in ARCHES:
-        raise LockError(f"no wheels are chosen for machine {arch!r}: only {', '.join(ARCHES)}")
+def target_tags(py: str = "3.11", glibc_max: tuple[int, int] = (2, 35)) -> list[Tag]:
+    """The tags CPython `py` on manylinux x86_64 accepts, best first: packaging.tags, the list
+    pip itself builds (cpython_tags then compatible_tags), for the host's interpreter and glibc."""
     version = tuple(int(x) for x in py.split("."))
-    platforms = manylinux_platforms(glibc_max, arch)
+    platforms = manylinux_platforms(glibc_max)
     interpreter = f"cp{version[0]}{version[1]}"
     return [
         *tags.cpython_tags(version, abis=[interpreter], platforms=platforms),
@@ -192,20 +184,18 @@ def _order(accepted: list[Tag]) -> dict[Tag, int]:
 
 
 @functools.cache
-def _target_order(py: str, glibc_max: tuple[int, int], arch: str) -> dict[Tag, int]:
-    return _order(target_tags(py, glibc_max, arch))
+def _target_order(py: str, glibc_max: tuple[int, int]) -> dict[Tag, int]:
+    return _order(target_tags(py, glibc_max))
 
 
 def wheel_fits(filename: str, accepted: list[Tag]) -> bool:
     return _priority(filename, _order(accepted)) is not None
 
 
-def choose_file(
-    pin: Pin, files: list[dict], py: str = "3.11", glibc_max: tuple[int, int] = (2, 35), arch: str = "x86_64"
-) -> dict:
-    """The file of `pin` to install on CPython `py` on `arch`: among files whose sha256 the lock
-    allows, the best compatible wheel, else the sdist. `files` are PEP 691 entries ({filename, url, hashes})."""
-    order = _target_order(py, glibc_max, arch)
+def choose_file(pin: Pin, files: list[dict], py: str = "3.11", glibc_max: tuple[int, int] = (2, 35)) -> dict:
+    """The file of `pin` to install: among files whose sha256 the lock allows, the best
+    compatible wheel, else the sdist. `files` are PEP 691 entries ({filename, url, hashes})."""
+    order = _target_order(py, glibc_max)
     allowed = [f for f in files if f.get("hashes", {}).get("sha256") in pin.hashes and not f.get("yanked")]
     wheels = []
     sdists = []
@@ -232,7 +222,7 @@ def choose_file(
     if sdists:
         return sorted(sdists, key=lambda f: f["filename"])[0]
     raise LockError(
-        f"{pin.requirement}: no file with a locked hash installs on CPython {py} manylinux {arch} "
+        f"{pin.requirement}: no file with a locked hash installs on CPython {py} manylinux x86_64 "
         f"(PyPI has {len(files)} files, {len(allowed)} with a locked hash)"
     )
 
@@ -339,36 +329,25 @@ def _index(dest: Path) -> dict[str, str]:
     return known
 
 
-def cached(
-    pins: list[Pin], dest: Path | None = None, py: str = "3.11", arch: str = "x86_64"
-) -> tuple[list[Path], list[Pin]]:
-    """(cached files of the pins for CPython `py` on `arch`, pins whose file is not cached),
-    reading the cache only: nothing is written or fetched (what a dry run may do)."""
+def cached(pins: list[Pin], dest: Path | None = None) -> tuple[list[Path], list[Pin]]:
+    """(cached files of the pins, pins whose file is not cached), reading the cache only:
+    nothing is written or fetched (what a dry run may do)."""
     dest = dest or cache_root() / "wheelhouse"
     known = _index(dest) if dest.is_dir() else {}
     have, missing = [], []
     for pin in pins:
         fn = known.get(pin.requirement)
-        if fn and _fits(fn, py, arch) and _stamped(dest / fn, pin):
+        if fn and _stamped(dest / fn, pin):
             have.append(dest / fn)
         else:
             missing.append(pin)
     return have, missing
 
 
-def _fits(filename: str, py: str, arch: str) -> bool:
-    """A file recorded in a cache's index installs on CPython `py` on `arch` (an sdist does anywhere)."""
-    return not filename.endswith(".whl") or _priority(filename, _target_order(py, (2, 35), arch)) is not None
-
-
-def fetch(
-    pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progress, arch: str = "x86_64"
-) -> list[Path]:
-    """Make sure the cache holds the file of every pin chosen for CPython `py` on `arch`; return
-    their paths in pin order. Only pins whose file is not cached yet cost a request; a file is
-    kept only if its sha256 is one the lock allows, and one the index recorded is taken only if
-    it installs on that target (an index written for another machine is not trusted for this one).
-    A network failure raises FetchError (what, from where, why)."""
+def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progress) -> list[Path]:
+    """Make sure the cache holds the chosen file of every pin; return their paths in pin order.
+    Only pins whose file is not cached yet cost a request; a file is kept only if its sha256
+    is one the lock allows. A network failure raises FetchError (what, from where, why)."""
     dest = dest or cache_root() / "wheelhouse"
     dest.mkdir(parents=True, exist_ok=True)
     index_file = dest / "index.txt"
@@ -377,11 +356,11 @@ def fetch(
     session = None  # opened for the first pin the cache lacks
     for pin in pins:
         fn = known.get(pin.requirement)
-        if fn and _fits(fn, py, arch) and _verified(dest / fn, pin):
+        if fn and _verified(dest / fn, pin):
             out.append(dest / fn)
             continue
         session = session or http().Session()
-        chosen = choose_file(pin, _project_files(session, pin.name), py, arch=arch)
+        chosen = choose_file(pin, _project_files(session, pin.name), py)
         path = dest / chosen["filename"]
         if not _verified(path, pin):
             digest = chosen["hashes"]["sha256"]  # one the lock allows (choose_file picks only those)

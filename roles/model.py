@@ -33,10 +33,9 @@ from pathlib import Path
 
 import yaml
 from pyinfra import host, logger
-from pyinfra.facts.server import Arch
 
 from control import layout, model_lock, run_record
-from control.engine_lock import ARCHES, LockError, cached, parse_lock
+from control.engine_lock import cached, parse_lock
 from control.engine_lock import fetch as fetch_wheels
 from control.model_lock import ModelLockError, commit_for
 from control.profile import Profile, refuse
@@ -164,36 +163,28 @@ def read_token(profile: Profile, environ=None) -> str | None:
     return environ.get(profile.hf_token_env) or None
 
 
-def wheel_target(profile: Profile) -> tuple[str, str]:
-    """(python, machine) the wheels sent to this host are chosen for: the host's own python3
-    (`host_python_version`: Debian 13's 3.13, DGX OS's 3.12) and its `uname -m` (pyinfra's
-    server.Arch fact: x86_64 on the L40S box, aarch64 on the GB10). Every wheel a host installs
-    from the control machine's cache goes through this (the model downloader, the gateway)."""
-    arch = memo.fact(host, Arch) or ""
-    if arch not in ARCHES:
-        refuse(
-            "platform",
-            f"this host's machine is {arch or 'unknown'} (uname -m); wheels are chosen for {' and '.join(ARCHES)} only",
-            "deploy to an x86_64 (L40S) or aarch64 (GB10) host",
-        )
-    return profile.host_python_version, arch
+# The host's python3: Debian 13 has 3.13, DGX OS (Ubuntu 24.04, the GB10 drafter) 3.12. Wheels
+# for both are fetched and uploaded; pip on the host takes the one that fits.
+HOST_PYTHONS = ("3.12", "3.13")
 
 
-def downloader_wheels(requirements: str, py: str, arch: str) -> list[str]:
-    """The wheels of the downloader's lock for CPython `py` on `arch`, in the control machine's
-    cache (sha256 checked): one wheelhouse per target, so no host is sent another's files."""
+def downloader_wheels(requirements: str) -> list[str]:
+    """The wheels of the downloader's lock, in the control machine's cache (sha256 checked)."""
     pins = parse_lock(requirements, "files/hf-hub-requirements.txt")
-    dest = cache_root() / "hf-hub-wheelhouse" / f"{py}-{arch}"
-    if dry_run():  # a dry run fetches nothing: it shows what the real run would
-        have, missing = cached(pins, dest, py=py, arch=arch)
-        if missing:
-            skipped(
-                f"fetching {len(missing)} model downloader wheels (Python {py}, {arch})",
-                "dry run: the real run fetches them from PyPI into the cache",
-            )
-    else:
-        have = fetch_wheels(pins, dest, py=py, arch=arch)
-    return sorted(str(p) for p in have)
+    by_name = {}
+    for py in HOST_PYTHONS:
+        dest = cache_root() / "hf-hub-wheelhouse" / py
+        if dry_run():  # a dry run fetches nothing: it shows what the real run would
+            have, missing = cached(pins, dest)
+            if missing:
+                skipped(
+                    f"fetching {len(missing)} model downloader wheels (Python {py})",
+                    "dry run: the real run fetches them from PyPI into the cache",
+                )
+        else:
+            have = fetch_wheels(pins, dest, py=py)
+        by_name.update({p.name: p for p in have})
+    return [str(by_name[n]) for n in sorted(by_name)]
 
 
 def hub_version(requirements: str) -> str | None:
@@ -288,18 +279,12 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
         )
     locked_from = f" ({revision})" if revision != commit else ""
     try:
-        wheels = downloader_wheels(requirements, *wheel_target(profile))
+        wheels = downloader_wheels(requirements)
     except FetchError as e:
         refuse(
             "model_download",
             str(e),
             "check this machine's network access to PyPI (GLM_FLASH_PYPI_SIMPLE names a mirror), then deploy again",
-        )
-    except LockError as e:
-        refuse(
-            "model_download",
-            f"files/hf-hub-requirements.txt: {e}",
-            "run `make model-downloader-lock` so the lock carries a file for this host, then deploy again",
         )
     venv = layout.hub_venv(profile)
     packages.installed(["python3-venv"], name="python3-venv (the model downloader's environment)")

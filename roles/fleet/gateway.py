@@ -36,13 +36,13 @@ from control.pypi_cache import cache_root
 from pyinfra_ext import memo
 from roles import watch
 from roles.facts.engine import WheelhouseFiles
-from roles.model import wheel_target
 from roles.operations import packages, paths
 from roles.operations.secrets import Secret, secret_file
 from roles.operations.service_restart import started_from_disk
 from roles.operations.uploads import host_tool, template
 
 LOCK = layout.LOCKS / "gateway.txt"
+PYTHON = "3.13"  # Debian 13's python3, which the lock is compiled for
 CONF_DIR = layout.GATEWAY_CONF_DIR
 UNIT = layout.GATEWAY_UNIT
 MARKER = ".glm-flash-lock"  # in the venv: the sha256 of the lock it was built from
@@ -111,12 +111,10 @@ def router_args(p: Profile) -> list[str]:
 
 
 def wheels(p: Profile) -> list[Path]:
-    """The lock's wheels for the gateway host's own python3 and machine (roles/model.py wheel_target;
-    the lock is compiled for Debian 13's python3.13), from a wheelhouse of that target's own."""
-    py, arch = wheel_target(p)
     try:
         pins = parse_lock(LOCK.read_text(), str(LOCK))
-        return fetch(pins, dest=cache_root() / f"wheelhouse-py{py}-{arch}", py=py, arch=arch)
+        # A wheelhouse of its own: the engine's (CPython 3.11) would hand back cp311 files.
+        return fetch(pins, dest=cache_root() / f"wheelhouse-py{PYTHON}", py=PYTHON)
     except LockError as e:
         refuse("locks/gateway.txt", str(e), "run `make gateway-lock`", host=p.host)
 
