@@ -20,8 +20,18 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# sandbox/gb10.py imports sandbox/sandbox.py as the module `sandbox`, while other tests import the
+# repo's `sandbox` package (sandbox.fake_hub): which one sys.modules holds depends on what ran first.
+# Import gb10 beside its own `sandbox`, then put back whatever was there.
+_package = sys.modules.pop("sandbox", None)
 sys.path.insert(0, str(REPO / "sandbox"))
-import gb10  # noqa: E402  (the GB10 sandbox's stand-in fork)
+try:
+    import gb10  # noqa: E402  (the GB10 sandbox's stand-in fork)
+finally:
+    sys.path.remove(str(REPO / "sandbox"))
+    sys.modules.pop("sandbox", None)
+    if _package is not None:
+        sys.modules["sandbox"] = _package
 
 FORK_PATCH = REPO / "files" / "glm-flash-fork-patch"
 CHECK_FLAGS = REPO / "files" / "glm-flash-check-flags"
