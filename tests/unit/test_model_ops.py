@@ -299,11 +299,25 @@ def test_a_secret_is_written_by_root_from_stdin_never_through_an_upload():
     assert seen["print_input"] is False and seen["print_output"] is False
 
 
+LOAD = """
+import sys
+from pyinfra.api import Config, Inventory, State
+from pyinfra.context import ctx_state
+from pyinfra_cli.inventory import make_inventory
+from control import model_lock
+with ctx_state.use(State(Inventory(([], {})), Config())):
+    make_inventory(sys.argv[1], cwd=sys.argv[2])
+print(model_lock.lock_path())
+"""
+
+
 def test_pyinfra_loading_an_operators_inventory_puts_its_lock_beside_it(tmp_path):
     """pyinfra's own inventory loader (group_data/all.py runs check_inventory while it loads) tells
     the model lock where the inventory is: a directory of the operator's own keeps its lock there.
-    In a process of its own: pyinfra_cli monkey-patches the standard library with gevent when it is
-    imported, which breaks the threads and ssl of the tests that run after it in this one."""
+    In a process of its own: pyinfra's CLI package patches threading (gevent) when imported."""
+    import subprocess
+    import sys
+
     from control import layout
 
     site = tmp_path / "site"
@@ -315,22 +329,12 @@ def test_pyinfra_loading_an_operators_inventory_puts_its_lock_beside_it(tmp_path
         "ssh_strict_host_key_checking": "yes",
     }
     (site / "gpu9.py").write_text(f"hosts = [('gpu9.lan', {data!r})]\n")
-    code = (
-        "import sys; sys.path.insert(0, sys.argv[2])\n"
-        "from pyinfra.api import Config, Inventory, State\n"
-        "from pyinfra.context import ctx_state\n"
-        "from pyinfra_cli.inventory import make_inventory\n"
-        "from control import model_lock\n"
-        "with ctx_state.use(State(Inventory(([], {})), Config())):\n"
-        "    make_inventory(sys.argv[1], cwd=sys.argv[2])\n"
-        "print(model_lock.lock_path())\n"
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", code, str(site / "gpu9.py"), str(layout.REPO)],
+    run = subprocess.run(
+        [sys.executable, "-c", LOAD, str(site / "gpu9.py"), str(layout.REPO)],
         cwd=layout.REPO,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.strip().splitlines()[-1] == str(site / "model-lock.json")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == str(site / "model-lock.json")
