@@ -59,7 +59,8 @@ if Path(".sandbox/fleet/from-sandbox").exists():
     # `make fleet-up FROM_SANDBOX=1`: the workers are overlays of the deployed single sandbox, so they get
     # its settings (the stand-in NVIDIA repository, the staged model): the full node deploy converges there.
     (_, single), *_ = runpy.run_path("inventory/sandbox.py")["hosts"]
-    shared.update({k: v for k, v in single.items() if not k.startswith("ssh_")})
+    # Not how it is reached: its ssh_ keys and pyinfra's own (_sudo; the fleet's machines log in as root).
+    shared.update({k: v for k, v in single.items() if not k.startswith(("ssh_", "_"))})
 
 workers, gateway = fleet(
     shared=shared,
