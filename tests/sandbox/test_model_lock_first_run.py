@@ -61,7 +61,7 @@ def test_first_real_run_writes_the_lock_then_converges(empty_lock):
     assert json.loads(LOCK.read_text()) == {hub["repo"]: {"main": hub["commit"]}}
     assert revision_asks() == asked + 1, "the hub is asked once"
     assert f"{hub['repo']}@main is now locked to {hub['commit']}" in first.stderr
-    assert "Commit locks/model.json" in first.stderr
+    assert "Keep locks/model.json with your inventory (commit it" in first.stderr
     second = run("--json")
     assert second.returncode == 0, second.stderr[-4000:]
     assert changed_operations(second.stdout) == []
