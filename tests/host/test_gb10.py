@@ -18,6 +18,7 @@ from roles.engines.vllm import engine as engine_vllm
 from roles.engines.vllm import launch as vllm_launch
 from roles.facts.driver import version_at_least
 from roles.facts.gb10 import GB10_CAPABILITY
+from tests.host.test_service import _flag_values as _given  # one parser of launch.json's flags
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -156,15 +157,6 @@ GB10_REPORT_BUDGET = 1536  # "capping thinking with thinking_token_budget (1536 
 @pytest.fixture(scope="module")
 def launch(host) -> dict:
     return json.loads(host.file("/etc/glm-flash/launch.json").content_string)
-
-
-def _given(args: list[str]) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for i, a in enumerate(args):
-        if a.startswith("--"):
-            assert a not in values, f"{a} given twice in launch.json"
-            values[a] = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else ""
-    return values
 
 
 def test_launch_flags_are_the_field_reports(host, launch, profile, inventory_data):
