@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
+from pyinfra.api import Config, FileUploadCommand, FunctionCommand, StringCommand
 from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 
@@ -30,6 +30,11 @@ class FakeState:
 
     def __init__(self):
         self.ops = {}  # no operation has run: pyinfra_ext/memo.py counts changes from here
+        self.config = Config()  # pyinfra's defaults: the connector arguments of a root login
+
+
+class FakeData:
+    """A host without inventory data: every connector argument takes pyinfra's default."""
 
 
 class FakeHost:
@@ -40,6 +45,8 @@ class FakeHost:
         self.fact_calls: list[str] = []
         self.in_op = False
         self.current_op_global_arguments = None
+        self.current_deploy_kwargs = None
+        self.data = FakeData()
         self.state = FakeState()
 
     def get_fact(self, cls, *args, **kwargs):

@@ -8,6 +8,8 @@ branch checks, the pinning package and the runfile against a stand-in repository
 tests/sandbox/test_nvidia_sources.py; apt holds and the pin in tests/sandbox/test_apt_hold_rootfs.py.
 """
 
+import json
+
 import fakehost
 import pytest
 from fakehost import F, FakeHost, Recorder, commands, on, refusal
@@ -634,3 +636,25 @@ def test_persistenced_is_started_only_when_the_driver_on_disk_runs(caplog):
         "systemctl daemon-reload",
         "systemctl restart nvidia-persistenced.service",
     ]
+
+
+def test_a_plan_on_the_fake_host_ignores_a_real_run_facts_cache(tmp_path, monkeypatch):
+    """A real deploy of a host named node1 (the fleet sandbox's first worker) leaves its facts
+    cache on the control machine; the next plan on a fake host of that name wants those facts and
+    reads them together through the host's connector arguments. The fake host has pyinfra's
+    defaults for them and no shell, so the plan falls back to the facts the test gave: CI's run
+    once failed here ('FakeState' object has no attribute 'config')."""
+    monkeypatch.setenv("GLM_FLASH_CACHE", str(tmp_path))
+    facts_dir = tmp_path / "facts"
+    facts_dir.mkdir(mode=0o700)
+    tmp_path.chmod(0o700)
+    cached = [{"fact": "pyinfra.facts.deb.DebPackages", "args": {}}, {"fact": "roles.facts.driver.Kernels", "args": {}}]
+    (facts_dir / "node1.json").write_text(json.dumps(cached))
+    (facts_dir / "node1.json").chmod(0o600)
+    cmds = commands(
+        driver_ops.driver_installed,
+        {DebPackages: {}, Kernels: KernelState("6.12.38+deb13-amd64", ())},
+        packages=["sed"],
+        branch="4",
+    )
+    assert cmds[-1].startswith("for p in sed ;")
