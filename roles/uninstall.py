@@ -17,7 +17,8 @@ owner, the download user, goes), and the NVIDIA stack (`uninstall_driver`: drive
 NVIDIA's apt source, key and branch pin, the nouveau blacklist, the persistenced drop-in, the
 CUDA toolkit). Always kept, and said so: Debian's sources file (the deploy added components
 to it) and the Debian packages it installed (other software may use them), the boot target,
-the CUDA header fix inside a kept toolkit.
+the CUDA header fix inside a kept toolkit, the SSH user's sudo rule the README has the operator write
+(/etc/sudoers.d/glm-flash: the deploy logs in through it).
 
 Every step reads the host first (roles/facts/leftovers.py): a second uninstall changes nothing.
 """
@@ -118,11 +119,17 @@ KEPT_ALWAYS = (
     "listen on every interface",
 )
 # Kept and named when present: what the deploy changed of the system's own.
+# The file name the README tells the operator to write (sandbox/sandbox.py writes the same).
+SUDOERS_RULE = "/etc/sudoers.d/glm-flash"
+
 KEPT_IF_PRESENT = {
     f"{LEGACY_SOURCES}.glm-flash-orig": "the old apt sources the deploy moved aside",
     DEFAULT_TARGET: f"the boot target the deploy set ({headless.TARGET})",
     # prometheus-node-exporter's own (its maintainer script made it), kept with the package
     "/var/lib/prometheus": "prometheus-node-exporter's state directory (the package stays, stopped)",
+    # The README's one-time step, by hand: the SSH user's sudo without a password. The deploy logs in
+    # through it; removing it would lock the next deploy (and this uninstall's own login) out of root.
+    SUDOERS_RULE: "the SSH user's passwordless sudo, written by hand as in the README; the deploy logs in through it",
 }
 
 
