@@ -29,6 +29,7 @@ import time
 
 import pytest
 
+from sandbox.sandbox import current_ports
 from scripts import scrape_config
 from tests.conftest import REPO, SANDBOX_INVENTORY, pyinfra, sandbox_sh
 from tests.unit.test_observability import DOCUMENTED, SCRAPED_IN_SANDBOX
@@ -36,11 +37,17 @@ from tests.unit.test_observability import DOCUMENTED, SCRAPED_IN_SANDBOX
 pytestmark = pytest.mark.sandbox
 TEST_DIR = "/run/glm-flash-test-watch"
 PY = "/opt/glm-flash/engine/current/bin/python"  # install_root of inventory/sandbox.py
-# This checkout's own ports (sandbox/sandbox.py chose them): the machine shares this one's network.
-PORTS = (
-    json.loads((REPO / ".sandbox" / "ports.json").read_text()) if (REPO / ".sandbox" / "ports.json").exists() else {}
-)
-PROM_PORT, HOOK_PORT = PORTS.get("prometheus", 0), PORTS.get("webhook", 0)
+
+
+def port(name: str) -> int:
+    """This checkout's own port for `name` (sandbox/sandbox.py chose it; the machine shares this one's
+    network). Read when a test runs: at collection the session sandbox may still be booting in the
+    background (tests/conftest.py), with no ports recorded yet (CI once asked port 0)."""
+    found = current_ports()[name]
+    assert found, f"the sandbox has no {name} port yet (.sandbox/ports.json)"
+    return found
+
+
 CANARY = "c4n4ry-w3bh00k-71f3"
 
 
@@ -104,7 +111,7 @@ def packages() -> set[str]:
 
 def query(expr: str) -> list[dict]:
     out = sh(
-        f"curl -sf --get --data-urlencode {shlex.quote('query=' + expr)} http://127.0.0.1:{PROM_PORT}/api/v1/query"
+        f"curl -sf --get --data-urlencode {shlex.quote('query=' + expr)} http://127.0.0.1:{port('prometheus')}/api/v1/query"
     ).stdout
     return json.loads(out)["data"]["result"]
 
@@ -143,7 +150,7 @@ def test_prometheus_scrapes_the_node(sandbox):
         sh(f"systemd-run --unit=glm-flash-test-engine {PY} {TEST_DIR}/engine.py {engine_port}")
         sh(
             f"systemd-run --unit=glm-flash-test-prometheus /usr/bin/prometheus --config.file={TEST_DIR}/prometheus.yml "
-            f"--storage.tsdb.path={TEST_DIR}/tsdb --web.listen-address=127.0.0.1:{PROM_PORT}"
+            f"--storage.tsdb.path={TEST_DIR}/tsdb --web.listen-address=127.0.0.1:{port('prometheus')}"
         )
         deadline, up = time.time() + 120, []
         while time.time() < deadline:
@@ -162,7 +169,9 @@ def test_prometheus_scrapes_the_node(sandbox):
         deadline, names = time.time() + 60, set()
         while time.time() < deadline:  # until a scrape of each has stored every series asked for below
             names = set(
-                json.loads(sh(f"curl -sf http://127.0.0.1:{PROM_PORT}/api/v1/label/__name__/values").stdout)["data"]
+                json.loads(sh(f"curl -sf http://127.0.0.1:{port('prometheus')}/api/v1/label/__name__/values").stdout)[
+                    "data"
+                ]
             )
             scraped = {n.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count") for n in names}
             if SCRAPED_IN_SANDBOX <= names and sglang <= scraped:
@@ -219,7 +228,7 @@ def notify_deploy(webhook: str | None):
 
 
 def test_a_failed_unit_is_told_once_and_the_secret_stays_roots(sandbox):
-    url = f"http://127.0.0.1:{HOOK_PORT}/hooks/{CANARY}"
+    url = f"http://127.0.0.1:{port('webhook')}/hooks/{CANARY}"
     record = "/var/lib/glm-flash-notify/last-failure.json"
     saved_record = sh(f"cat {record} 2>/dev/null || true").stdout
     since = sh("date -u '+%Y-%m-%d %H:%M:%S'").stdout.strip()
@@ -233,7 +242,9 @@ def test_a_failed_unit_is_told_once_and_the_secret_stays_roots(sandbox):
             f"chmod 755 {TEST_DIR}/sink"
         )
         # The listener records the path's hash: the canary stays out of its argv and its files.
-        sh(f"systemd-run --unit=glm-flash-test-hook python3 {TEST_DIR}/listener.py {HOOK_PORT} {TEST_DIR}/posts.jsonl")
+        sh(
+            f"systemd-run --unit=glm-flash-test-hook python3 {TEST_DIR}/listener.py {port('webhook')} {TEST_DIR}/posts.jsonl"
+        )
         sh(
             f"cp /etc/glm-flash-notify/notify.json {TEST_DIR}/notify.json.orig && "
             f"printf '%s' '{json.dumps({'command': [f'{TEST_DIR}/sink'], 'lines': 5})}' > /etc/glm-flash-notify/notify.json"
