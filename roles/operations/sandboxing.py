@@ -11,6 +11,10 @@ Debian 13's systemd 257 (tests/sandbox/test_transient_hardening.py holds the fig
   the build fetches (the GB10 fork's checkout and its indexes).
 - fetch_unit(): the download and receive units, which run as the downloader's own user: the
   same, plus no user namespace, no W+X memory, no /proc of other processes.
+- engine_check(): the launch-flag check (files/glm-flash-check-flags), which imports the engine
+  environment a sandboxed build just wrote: as the service user (who runs that environment
+  anyway), nothing writable, no network; root reads its output as data and never executes the
+  environment itself (a `.pth` dropped by a build step runs there, not as root).
 - peer_server(): a fleet worker's file server (roles/fleet/artifacts.py): as fetch_unit, but its
   own dynamic user, nothing writable at all, IPv4/IPv6 only, and every address denied (the
   caller allows the transfer's receivers).
@@ -89,6 +93,27 @@ def fetch_unit(writable: list[str]) -> list[str]:
         NETWORK,
         *_writable(writable),
         "UMask=0022",
+    ]
+
+
+def engine_check(user: str) -> list[str]:
+    """The launch-flag check: `user` (the service user) imports the new environment, writes
+    nothing (its private /tmp aside), reaches no network, lives 15 minutes at most."""
+    return [
+        *COMMON,
+        f"User={user}",
+        "ProtectHome=yes",
+        "ProtectProc=invisible",
+        "PrivateUsers=yes",
+        "RemoveIPC=yes",
+        "KeyringMode=private",
+        "PrivateNetwork=yes",
+        "RestrictAddressFamilies=AF_UNIX",
+        "IPAddressDeny=any",
+        "UMask=0077",
+        # an engine's import may look for a cache under $HOME: the private /tmp
+        "Environment=HOME=/tmp",
+        "RuntimeMaxSec=900",
     ]
 
 
