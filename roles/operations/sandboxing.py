@@ -15,6 +15,10 @@ Debian 13's systemd 257 (tests/sandbox/test_transient_hardening.py holds the fig
   environment a sandboxed build just wrote: as the service user (who runs that environment
   anyway), nothing writable, no network; root reads its output as data and never executes the
   environment itself (a `.pth` dropped by a build step runs there, not as root).
+- peer_fetch(): a fleet worker fetching artifacts from its peers (glm-flash-peer fetch --stage): as
+  fetch_unit, but its own dynamic user whose only writable place is its StateDirectory= (root
+  adopts the files from there by copy, hashed), and every address denied (the caller allows the
+  sources: aria2 follows HTTP redirects and cannot be told not to; one elsewhere fails to connect).
 - peer_server(): a fleet worker's file server (roles/fleet/artifacts.py): as fetch_unit, but its
   own dynamic user, nothing writable at all, IPv4/IPv6 only, and every address denied (the
   caller allows the transfer's receivers).
@@ -115,6 +119,12 @@ def engine_check(user: str) -> list[str]:
         "Environment=HOME=/tmp",
         "RuntimeMaxSec=900",
     ]
+
+
+def peer_fetch() -> list[str]:
+    """A fetch from the fleet's peers: a dynamic user, nothing writable but the caller's StateDirectory=,
+    every address denied (the caller adds IPAddressAllow= of the sources)."""
+    return [*fetch_unit([]), "DynamicUser=yes", "KeyringMode=private", "IPAddressDeny=any"]
 
 
 def peer_server() -> list[str]:
