@@ -115,6 +115,8 @@ def engine_check(user: str) -> list[str]:
         "RestrictAddressFamilies=AF_UNIX",
         "IPAddressDeny=any",
         "UMask=0077",
+        # a library's start-up may try a filtered call (thread affinity, memory policy): it gets EPERM, not SIGSYS
+        "SystemCallErrorNumber=EPERM",
         # an engine's import may look for a cache under $HOME: the private /tmp
         "Environment=HOME=/tmp",
         "RuntimeMaxSec=900",
