@@ -81,7 +81,7 @@ def test_the_flag_check_imports_the_new_environment_as_the_service_user_only(can
         assert "exit=0" in out and "accepted by sglang.launch_server" in out, out[-3000:]
         assert ran_as(out), f"the canary did not run at all:\n{out[-3000:]}"  # else this test proves nothing
         assert set(ran_as(out)) == {(uid, "0000000000000000")}, out[-3000:]
-        assert f"canary: cannot write {CANARY_FILE}: Read-only file system" in out
+        assert f"canary: cannot write {CANARY_FILE}" in out
         assert mark() == "", f"the canary wrote as root: {mark()}"
         # root recorded the acceptance it read: the next check answers without importing the engine
         again = sandbox_sh(command.get_raw_value(), check=False)
@@ -110,5 +110,5 @@ def test_assert_pin_runs_the_environments_pip_in_the_builds_sandbox(canary):
     assert runs, f"the canary did not run at all:\n{out[-3000:]}"
     # root's uid, but no capability at all: the build's sandbox, not root's session
     assert {caps for _, caps in runs} == {"0000000000000000"}, out[-3000:]
-    assert f"canary: cannot write {CANARY_FILE}: Read-only file system" in out
+    assert f"canary: cannot write {CANARY_FILE}" in out
     assert mark() == "", f"the canary wrote outside the environment: {mark()}"
