@@ -2,7 +2,9 @@
 
 `files/glm-flash-check-flags` runs on the host with the engine environment's python and
 parses the rendered flags with the engine's own parser (sglang's, or vLLM 0.24.0's with the
-fork's patch applied; no GPU needed, nothing started). On the GB10 it also checks that the
+fork's patch applied; no GPU needed, nothing started). It imports the engine in a transient
+unit as the service user, nothing writable, no network (roles/operations/sandboxing.py
+engine_check): root only reads its output, so a build step's `.pth` never runs as root. On the GB10 it also checks that the
 patched engine reads each VLLM_* setting of the unit's environment, and that the patched
 engine's model registry resolves the checkpoint's architectures (its config.json). A flag the
 engine does not know, or a value it refuses, fails this operation with the tool's message,
@@ -38,4 +40,5 @@ def apply(profile: Profile, spec: dict) -> None:
         python=spec["python"],
         tool=tool_path(profile),
         spec_json=json.dumps(check, sort_keys=True),
+        user=profile.service_user,
     )

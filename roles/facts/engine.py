@@ -145,21 +145,36 @@ class EnginePatchCheck(ToolResult):
         return {"exit": result["exit"], "files": files, "lines": rest}
 
 
+def flag_check_command(python: str, tool: str, spec_json: str, properties, record_dir: str = layout.FLAG_CHECKS):
+    """Root runs the tool under the system python; the engine's import happens in a transient unit
+    of `properties` (roles/operations/sandboxing.py engine_check), whose output root reads as data."""
+    props = []
+    for p in properties:
+        props += ["--unit-property", QuoteString(p)]
+    return [
+        "/usr/bin/python3",
+        "-I",
+        QuoteString(tool),
+        "--engine-python",
+        QuoteString(python),
+        *props,
+        "--args-json",
+        QuoteString(spec_json),
+        "--record-dir",
+        QuoteString(record_dir),
+    ]
+
+
 class LaunchFlagCheck(ToolResult):
     """{"exit": int|None, "lines": [...]}; exit None when the engine python or the tool is missing."""
 
-    def command(self, python: str, tool: str, spec_json: str, record_dir: str = layout.FLAG_CHECKS):
+    def command(self, python: str, tool: str, spec_json: str, properties=(), record_dir: str = layout.FLAG_CHECKS):
         return StringCommand(
             "if [ -x",
             QuoteString(python),
             "] && [ -e",
             QuoteString(tool),
             "]; then",
-            QuoteString(python),
-            QuoteString(tool),
-            "--args-json",
-            QuoteString(spec_json),
-            "--record-dir",
-            QuoteString(record_dir),
+            *flag_check_command(python, tool, spec_json, properties, record_dir),
             "2>&1; echo \"exit=$?\"; else echo missing; fi",
         )

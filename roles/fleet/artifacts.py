@@ -52,6 +52,9 @@ IDLE_S = 120  # a server with no request for this long stops itself (a killed de
 # here fails its run, and the next run resumes it (aria2 keeps what it received).
 RUNTIME_MAX_S = 3600
 CREDENTIAL = "peer-token"
+FETCH_UNIT = "glm-flash-peer-fetch"  # -<name> of the set; its StateDirectory= too
+# glm-flash-peer's DEADLINE_S and FLOOR_BPS (the fetch's own deadline), and a margin past it
+FETCH_DEADLINE_S, FETCH_FLOOR_BPS, FETCH_SLACK_S = 900, 4 << 20, 300
 PACKAGES = ["python3", "aria2"]  # glm-flash-peer and the multi-source downloader it drives
 # The server's unit: its own dynamic user, nothing writable, no privileges (systemd-analyze security
 # rates it; tests/fleet/test_peer_server.py holds the figure).
@@ -187,12 +190,43 @@ def stopping(unit: str, token_file: str = "") -> list[str]:
     ]
 
 
-def fetching(tool: str, root: str, mfile: str, sources: list, receiver, token_file: str) -> list[str]:
+def ip_url(worker) -> str:
+    """url() with the worker's address as an IP: the fetch unit reaches no resolver."""
+    where = ips(worker)[0]
+    return f"http://[{where}]:{PEER_PORT}" if ":" in where else f"http://{where}:{PEER_PORT}"
+
+
+def fetch_deadline(nbytes: int) -> int:
+    """The fetch unit's RuntimeMaxSec=: glm-flash-peer's own (aria2 --stop: DEADLINE_S plus the bytes at
+    FLOOR_BPS) and FETCH_SLACK_S for asking the holders and hashing."""
+    return FETCH_DEADLINE_S + nbytes // FETCH_FLOOR_BPS + FETCH_SLACK_S
+
+
+def fetching(
+    tool: str, root: str, mfile: str, sources: list, receiver, token_file: str, name: str = "artifacts", nbytes: int = 0
+) -> list[str]:
+    """The fetch as a transient unit (sandboxing.peer_fetch: its own dynamic user, writing only its
+    StateDirectory, reaching only the sources, a deadline), then root's `adopt` of what it staged:
+    copied into `root` while hashed, root's, the manifest's mode. The token reaches the unit as a
+    credential; root's file of it is removed once the unit has ended, however it ended."""
     q = shlex.quote
-    froms = "".join(f" --source {q(url(s))}" for s in sources)
+    unit = f"{FETCH_UNIT}-{name}"
+    stage = f"/var/lib/{unit}"  # the unit's StateDirectory= (a link into /var/lib/private, root's)
+    props = [
+        *sandboxing.peer_fetch(),
+        f"StateDirectory={unit}",
+        f"LoadCredential={CREDENTIAL}:{token_file}",
+        "IPAddressAllow=" + " ".join(sorted({ip for s in sources for ip in ips(s)})),
+        f"RuntimeMaxSec={fetch_deadline(nbytes)}",
+    ]
+    froms = "".join(f" --source {q(ip_url(s))}" for s in sources)
     return [
-        f"/usr/bin/python3 {q(tool)} fetch {q(root)} {q(mfile)}{froms} --token-file {q(token_file)}"
-        f" --interface {q(address(receiver))}; rc=$?; rm -f {q(token_file)}; exit $rc"
+        f"systemctl stop {unit} 2>/dev/null; systemctl reset-failed {unit} 2>/dev/null; "
+        f"systemd-run --quiet --wait --pipe --collect --service-type=exec --unit {unit} "
+        + " ".join(f"-p {q(p)}" for p in props)
+        + f" -- /usr/bin/python3 {q(tool)} fetch {q(root)} {q(mfile)}{froms} --token-credential {CREDENTIAL}"
+        f" --interface {q(ips(receiver)[0])} --stage {stage} </dev/null; rc=$?; rm -f {q(token_file)}; "
+        f"/usr/bin/python3 {q(tool)} adopt {stage} {q(root)} {q(mfile)}; a=$?; [ $rc -eq 0 ] || exit $rc; exit $a"
     ]
 
 
@@ -253,6 +287,10 @@ def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root:
     )
     server.shell(
         name=f"Fetch the {name} missing here from the fleet's workers that hold them (hashes checked)",
-        commands=fetching(tool, root, mfile, sources_of[host], host, tfile) if host in receivers else [],
+        commands=fetching(
+            tool, root, mfile, sources_of[host], host, tfile, name, sum(e.size for e in entries if e.rel in lacks[host])
+        )
+        if host in receivers
+        else [],
     )
     server.shell(name=f"Stop serving the {name}", commands=stopping(unit, tfile) if host in servers else [])

@@ -69,9 +69,19 @@ def current_engine(tool: str, env: str):
 
 
 @operation()
-def pin_asserted(tool: str, env: str, package: str, version: str, owns: str | None = None):
+def pin_asserted(
+    tool: str,
+    env: str,
+    package: str,
+    version: str,
+    owns: str | None = None,
+    job_tool: str = "",
+    sandbox: list[str] | None = None,
+):
     """
-    Put `package` back as locked in a complete environment when it drifted.
+    Put `package` back as locked in a complete environment when it drifted. With `job_tool` the
+    reinstall (pip, run by the environment's own python: what a build step left there runs too)
+    is the transient unit glm-flash-job-engine-pin in the build's sandbox, never root's session.
 
     + tool: glm-flash-engine on the host
     + env: the environment
@@ -79,6 +89,8 @@ def pin_asserted(tool: str, env: str, package: str, version: str, owns: str | No
     + version: the version the lock pins
     + owns: a directory `package` must have written last (shared with another distribution);
       when another one did, `package` is reinstalled over it
+    + job_tool: glm-flash-job on the host
+    + sandbox: the job unit's properties (roles/operations/sandboxing.py root_job, the environment writable)
     """
     state = memo.fact(host, EngineEnvs, tool=tool)
     if env not in state.complete:
@@ -89,4 +101,10 @@ def pin_asserted(tool: str, env: str, package: str, version: str, owns: str | No
         host.noop(f"{package} {version} in {env}" + (f", owner of {owns}/" if owns else ""))
         return
     force = ["--force"] if wrong_owner else []
+    if job_tool:
+        yield followed(
+            "engine-pin",
+            job_command(job_tool, "engine-pin", [tool, "assert-pin", env, package, *force], properties=sandbox),
+        )
+        return
     yield StringCommand(QuoteString(tool), "assert-pin", QuoteString(env), QuoteString(package), *force)

@@ -11,6 +11,14 @@ Debian 13's systemd 257 (tests/sandbox/test_transient_hardening.py holds the fig
   the build fetches (the GB10 fork's checkout and its indexes).
 - fetch_unit(): the download and receive units, which run as the downloader's own user: the
   same, plus no user namespace, no W+X memory, no /proc of other processes.
+- engine_check(): the launch-flag check (files/glm-flash-check-flags), which imports the engine
+  environment a sandboxed build just wrote: as the service user (who runs that environment
+  anyway), nothing writable, no network; root reads its output as data and never executes the
+  environment itself (a `.pth` dropped by a build step runs there, not as root).
+- peer_fetch(): a fleet worker fetching artifacts from its peers (glm-flash-peer fetch --stage): as
+  fetch_unit, but its own dynamic user whose only writable place is its StateDirectory= (root
+  adopts the files from there by copy, hashed), and every address denied (the caller allows the
+  sources: aria2 follows HTTP redirects and cannot be told not to; one elsewhere fails to connect).
 - peer_server(): a fleet worker's file server (roles/fleet/artifacts.py): as fetch_unit, but its
   own dynamic user, nothing writable at all, IPv4/IPv6 only, and every address denied (the
   caller allows the transfer's receivers).
@@ -90,6 +98,35 @@ def fetch_unit(writable: list[str]) -> list[str]:
         *_writable(writable),
         "UMask=0022",
     ]
+
+
+def engine_check(user: str) -> list[str]:
+    """The launch-flag check: `user` (the service user) imports the new environment, writes
+    nothing (its private /tmp aside), reaches no network, lives 15 minutes at most."""
+    return [
+        *COMMON,
+        f"User={user}",
+        "ProtectHome=yes",
+        "ProtectProc=invisible",
+        "PrivateUsers=yes",
+        "RemoveIPC=yes",
+        "KeyringMode=private",
+        "PrivateNetwork=yes",
+        "RestrictAddressFamilies=AF_UNIX",
+        "IPAddressDeny=any",
+        "UMask=0077",
+        # a library's start-up may try a filtered call (thread affinity, memory policy): it gets EPERM, not SIGSYS
+        "SystemCallErrorNumber=EPERM",
+        # an engine's import may look for a cache under $HOME: the private /tmp
+        "Environment=HOME=/tmp",
+        "RuntimeMaxSec=900",
+    ]
+
+
+def peer_fetch() -> list[str]:
+    """A fetch from the fleet's peers: a dynamic user, nothing writable but the caller's StateDirectory=,
+    every address denied (the caller adds IPAddressAllow= of the sources)."""
+    return [*fetch_unit([]), "DynamicUser=yes", "KeyringMode=private", "IPAddressDeny=any"]
 
 
 def peer_server() -> list[str]:

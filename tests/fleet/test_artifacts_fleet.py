@@ -166,3 +166,105 @@ def test_an_unreachable_worker_stops_no_other_and_catches_up_later(fleet_up):
     run = deploy()
     assert run.returncode == 0, (run.stdout + run.stderr)[-2000:]
     assert sums(peer) == manifest(peer)
+
+
+def test_a_hostile_holder_gets_no_root_fetch_no_netrc_and_nothing_kept(fleet_up):
+    """#36 M2: the fetch from a peer runs as a unit of its own dynamic user, not as root in the SSH
+    session. A holder that redirects every file elsewhere (aria2 follows redirects and cannot be told
+    not to) gets: a fetch whose stage belongs to a dynamic user without capabilities, root's .netrc
+    never sent, the redirect target's bytes never kept. The redirect itself is bounded by the unit's
+    IPAddressAllow= (the sources only), which a container may not enforce (cgroup BPF): the test says
+    which one held."""
+    import hashlib
+    import http.server
+    import ipaddress
+    import secrets
+    import threading
+
+    from roles.fleet.artifacts import FETCH_UNIT, fetching
+    from sandbox.fleet import subnet
+
+    deploy()  # aria2 and glm-flash-peer on the workers
+    receiver = fleet_up[2]
+    hostile_ip, target_ip = f"{subnet()}.200", f"{subnet()}.201"
+    seen, reached = [], []
+
+    class Target(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            reached.append((self.path, self.headers.get("Authorization")))
+            body = b"x" * 1000  # not the manifest's bytes
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    class Hostile(Target):
+        def do_GET(self):
+            seen.append((self.path, self.headers.get("Authorization")))
+            if self.path == "/.have":
+                body = b"redirect/x.bin\n"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            self.send_response(302)
+            self.send_header("Location", f"http://{target_ip}:{target.server_address[1]}/stolen")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    target = http.server.ThreadingHTTPServer((target_ip, 0), Target)
+    hostile = http.server.ThreadingHTTPServer((hostile_ip, 30080), Hostile)
+    for srv in (target, hostile):
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+    data = b"the real bytes" * 100
+    base, token_file, token = "/opt/glm-flash/fleet-test/redirect", "/opt/glm-flash/fleet/tokens/redirect.token", ""
+    token = secrets.token_urlsafe(32)
+    ssh(
+        receiver["name"],
+        f"rm -rf {base} /var/lib/private/{FETCH_UNIT}-redirect && install -d -m 755 {base}/root && "
+        f"echo '{hashlib.sha256(data).hexdigest()} {len(data)} 644 redirect/x.bin' > {base}/m.txt && "
+        f"install -d -m 700 /opt/glm-flash/fleet/tokens && (umask 077; echo {token} > {token_file}) && "
+        f"printf 'machine {hostile_ip} login root password netrc-secret\\n' > /root/.netrc && chmod 600 /root/.netrc",
+    )
+
+    def host(address):
+        return type(
+            "Host", (), {"name": address, "data": type("D", (), {"dict": lambda self: {"fleet_address": address}})()}
+        )()
+
+    (command,) = fetching(
+        "/opt/glm-flash/bin/glm-flash-peer",
+        f"{base}/root",
+        f"{base}/m.txt",
+        [host(hostile_ip)],
+        host(receiver["address"]),
+        token_file,
+        "redirect",
+        len(data),
+    )
+    try:
+        r = subprocess.run(
+            ["ssh", "-F", str(REPO / ".sandbox/fleet/ssh_config"), receiver["name"], command],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        out = r.stdout + r.stderr
+        owner = ssh(receiver["name"], f"stat -c %u /var/lib/private/{FETCH_UNIT}-redirect").strip()
+        kept = ssh(receiver["name"], f"find {base}/root -type f").strip()
+    finally:
+        hostile.shutdown()
+        target.shutdown()
+        ssh(receiver["name"], f"rm -rf {base} /root/.netrc {token_file}")
+    assert r.returncode != 0, out[-3000:]
+    assert ("/.have", f"Bearer {token}") in seen and any(p == "/redirect/x.bin" for p, _ in seen), seen
+    assert all("netrc-secret" not in (a or "") and not (a or "").startswith("Basic") for _, a in seen + reached)
+    assert owner != "0" and int(owner) >= 61184, owner  # systemd's dynamic users: 61184-65519
+    assert "redirect/x.bin" in out and "adopted 0 files" in out, out[-3000:]
+    assert not kept, kept
+    assert ipaddress.ip_address(target_ip).is_loopback
+    print(f"redirect target reached {len(reached)} times: IPAddressAllow= {'not ' if reached else ''}enforced here")

@@ -142,6 +142,32 @@ def test_pins_asserted_from_the_host(state, cudnn, owner):
     assert owner_cmds(state) == owner
 
 
+def test_a_drifted_pin_is_put_back_in_the_builds_sandbox_not_roots_session():
+    """assert-pin runs the environment's own python (pip): what a build step dropped there (a .pth)
+    runs too, so it is a glm-flash-job unit with root_job's properties, writing that environment only."""
+    from roles.operations import sandboxing
+
+    env_dir = f"/opt/glm-flash/engine/envs/{ENV}"
+    fake = FakeHost({EngineEnvs: st(current=ENV, complete=[ENV], cudnn="9.10.2.21")})
+    with on(fake):
+        (command,) = engine.pin_asserted._inner(
+            tool=TOOL,
+            env=ENV,
+            package="nvidia-cudnn-cu12",
+            version=CUDNN,
+            job_tool="/opt/glm-flash/bin/glm-flash-job",
+            sandbox=sandboxing.root_job([env_dir]),
+        )
+    assert render(command) == "function _follow"
+    name, cmd = command.args
+    raw = cmd.get_raw_value()
+    assert name == "engine-pin" and raw.startswith("/opt/glm-flash/bin/glm-flash-job run engine-pin ")
+    assert raw.endswith(f" -- {TOOL} assert-pin {ENV} nvidia-cudnn-cu12")
+    for prop in ("CapabilityBoundingSet=", f"ReadWritePaths={env_dir}", "PrivateNetwork=yes", "ProtectSystem=strict"):
+        assert f"--property {prop} " in raw or f"--property '{prop}' " in raw, prop
+    assert "ReadWritePaths=/opt/glm-flash/engine " not in raw
+
+
 def test_converged_ops_say_why_they_do_nothing():
     fake = FakeHost({EngineEnvs: st(current=ENV, complete=[ENV], owner="transformers-kt")})
     with on(fake):

@@ -249,8 +249,46 @@ def test_the_peer_server_unit_is_unprivileged_and_its_token_is_no_argument():
     receiver = type(
         "Host", (), {"name": "w1", "data": type("Data", (), {"dict": lambda self: {"fleet_address": "10.0.0.1"}})()}
     )()
-    (fetch,) = fetching("/opt/glm-flash/bin/glm-flash-peer", "/opt/glm-flash", "/m.txt", [], receiver, "/t/x.token")
-    assert fetch.index("--token-file /t/x.token") < fetch.index("rc=$?; rm -f /t/x.token; exit $rc")
+    holder = type(
+        "Host", (), {"name": "w2", "data": type("Data", (), {"dict": lambda self: {"fleet_address": "10.0.0.3"}})()}
+    )()
+    (fetch,) = fetching(
+        "/opt/glm-flash/bin/glm-flash-peer",
+        "/opt/glm-flash",
+        "/m.txt",
+        [holder],
+        receiver,
+        "/t/x.token",
+        nbytes=8 << 30,
+    )
+    # Not root's session (#36 M2): a transient unit of its own dynamic user, no privileges, writing only
+    # its StateDirectory, reaching only the holder (aria2 cannot refuse a redirect: elsewhere fails to
+    # connect), the token a credential, a deadline from the bytes; root then adopts what it staged.
+    unit, rest = fetch.split(" -- ", 1)
+    unit += " "
+    assert (
+        "systemd-run --quiet --wait --pipe --collect --service-type=exec --unit glm-flash-peer-fetch-artifacts" in unit
+    )
+    for prop in (
+        "DynamicUser=yes",
+        "CapabilityBoundingSet=",
+        "ProtectSystem=strict",
+        "ProtectHome=yes",
+        "IPAddressDeny=any",
+        "IPAddressAllow=10.0.0.3",
+        "StateDirectory=glm-flash-peer-fetch-artifacts",
+        "LoadCredential=peer-token:/t/x.token",
+        f"RuntimeMaxSec={900 + 2048 + 300}",
+    ):
+        assert f"-p {prop} " in unit or f"-p '{prop}" in unit, prop
+    assert "ReadWritePaths" not in unit and "--token-file" not in fetch
+    assert rest.startswith(
+        "/usr/bin/python3 /opt/glm-flash/bin/glm-flash-peer fetch /opt/glm-flash /m.txt --source http://10.0.0.3:"
+    )
+    assert "--token-credential peer-token --interface 10.0.0.1 --stage /var/lib/glm-flash-peer-fetch-artifacts" in rest
+    assert rest.index("rm -f /t/x.token") < rest.index(
+        "/usr/bin/python3 /opt/glm-flash/bin/glm-flash-peer adopt /var/lib/glm-flash-peer-fetch-artifacts /opt/glm-flash /m.txt"
+    )
     assert stopping("u", "/t/x.token")[0].startswith("rm -f /t/x.token; systemctl stop u")
 
 

@@ -286,7 +286,11 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     ]
     # the flags through the patched engine's own parser, which must read each VLLM_* setting
     check = plan.commands("Launch flags accepted by vllm.entrypoints.openai.api_server")
-    assert len(check) == 1 and check[0].startswith(f"/opt/glm-flash/engine/envs/{env}/bin/python ")
+    # root never runs the new environment's python: the tool under the system python starts it as a
+    # sandboxed unit of the service user (files/glm-flash-check-flags --engine-python)
+    assert len(check) == 1 and check[0].startswith("/usr/bin/python3 -I /opt/glm-flash/bin/glm-flash-check-flags ")
+    assert f" --engine-python /opt/glm-flash/engine/envs/{env}/bin/python " in check[0]
+    assert " --unit-property User=glm-flash " in check[0] and " --unit-property PrivateNetwork=yes " in check[0]
     assert '"env": ["VLLM_MOE_W2", "VLLM_MOE_W2_CUBIT_DIR", "VLLM_MOE_W2_DELTA_GB", "VLLM_MOE_W2_GATE", ' in check[0]
     order = [
         names.index(plan.find(t)[0][1])

@@ -9,10 +9,12 @@ and the webhook (an HTTP server on loopback). The tools themselves run as they d
 from __future__ import annotations
 
 import ast
+import grp
 import http.server
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -171,7 +173,15 @@ def webhook():
     server.shutdown()
 
 
-def notify(tmp_path: Path, unit: str, sub_state: str, active: str, url: str = "", command: bool = True):
+def notify(
+    tmp_path: Path,
+    unit: str,
+    sub_state: str,
+    active: str,
+    url: str = "",
+    command: bool = True,
+    journal: str = 'for i in 1 2 3; do echo "line $i of $2"; done\n',
+):
     # The command runs as nobody: its script and its sink sit where nobody can reach them (pytest's tmp is root's 0700).
     shared = Path(tempfile.mkdtemp(prefix="glm-flash-notify-test-", dir="/tmp"))
     shared.chmod(0o755)
@@ -182,7 +192,7 @@ def notify(tmp_path: Path, unit: str, sub_state: str, active: str, url: str = ""
         "systemctl",
         f"echo ActiveState={active}; echo SubState={sub_state}; echo Result=exit-code; echo NRestarts=2\n",
     )
-    stand_in(bin_, "journalctl", 'for i in 1 2 3; do echo "line $i of $2"; done\n')
+    stand_in(bin_, "journalctl", journal)
     sink = shared / "sink"
     sink.mkdir(exist_ok=True)
     sink.chmod(0o777)  # the command runs as nobody
@@ -204,6 +214,8 @@ def notify(tmp_path: Path, unit: str, sub_state: str, active: str, url: str = ""
     try:
         r = subprocess.run([sys.executable, str(NOTIFY_TOOL), unit], env=env, capture_output=True, text=True)
         record = json.loads((tmp_path / "state" / "last-failure.json").read_text())
+        st = (tmp_path / "state" / "last-failure.json").stat()
+        record["_mode"], record["_group"] = st.st_mode & 0o777, grp.getgrgid(st.st_gid).gr_name
         told = (sink / "told").read_text() if (sink / "told").exists() else ""
     finally:
         shutil.rmtree(shared)
@@ -235,6 +247,29 @@ def test_a_unit_that_gave_up_is_told_once_to_command_and_webhook(tmp_path, webho
     assert body["unit"] == "glm-flash.service" and body["lines"][-1] == "line 3 of glm-flash.service"
     assert "glm-flash.service failed" in body["text"]
     assert "s3cr3t" not in r.stdout + r.stderr  # the URL (its secret) is never printed
+
+
+@needs_root
+def test_engine_written_markup_reaches_the_channel_inert_and_the_record_is_not_world_readable(tmp_path, webhook):
+    """#36 L3: the failed unit's journal lines are its own words (a hostile engine writes them):
+    Slack's <!channel> and <url|text>, Mattermost's @channel, links and images, a backtick fence
+    to break out of the code block: none of it renders. The record is 0640 root:adm."""
+    url, posts = webhook
+    hostile = [
+        "<!channel> rotate keys at <https://evil.example/x|the console> @all [this](https://evil.example) ![i](x.png)",
+        "```",
+        "@here outside the fence?",
+    ]
+    script = "".join(f"printf '%s\\n' {shlex.quote(line)}\n" for line in hostile)
+    r, record, _ = notify(tmp_path, "glm-flash.service", "failed", "failed", url, command=False, journal=script)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert record["lines"] == hostile  # the record keeps what the journal said
+    assert (record["_mode"], record["_group"]) == (0o640, "adm")
+    text = posts[0][1]["text"]
+    head, fence, rest = text.partition("\n```\n")
+    assert fence and rest.endswith("\n```") and rest[: -len("\n```")].count("`") == 0, text
+    assert "<" not in rest and ">" not in rest and "&lt;!channel&gt;" in rest and "&lt;https://evil.example/x|" in rest
+    assert "@here outside the fence?" in rest  # inside the block, where no mention is rendered
 
 
 @needs_root

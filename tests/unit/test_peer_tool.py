@@ -305,3 +305,58 @@ def test_a_holder_that_trickles_is_dropped_not_waited_for_forever(tmp_path):
         trickle.server_close()
     assert r.returncode != 0 and "big.bin: incomplete" in r.stdout + r.stderr, r.stdout + r.stderr
     assert time.monotonic() - began < 100  # aria2 dropped the slow connection (it would take 6 days)
+
+
+def test_a_staged_fetch_writes_only_its_stage_and_adopt_copies_what_the_manifest_says(seed, tmp_path):
+    """#36 M2: the fetch unit writes only its stage (ROOT is only read); root's `adopt` copies each
+    file ROOT lacks out of the stage, hashed as copied, with the manifest's mode, then drops the
+    staged copy. A staged copy that is not the manifest's, a link or a FIFO is not adopted."""
+    import os
+
+    url, manifest, _ = seed
+    dest, stage = tmp_path / "peer", tmp_path / "stage"
+    dest.mkdir()
+    r = tool(
+        "fetch", str(dest), str(manifest), "--token-file", token_file(tmp_path), "--source", url, "--stage", str(stage)
+    )
+    assert r.returncode == 0, r.stderr
+    assert list(dest.iterdir()) == [] and (stage / "wheels/a.whl").read_bytes() == b"a" * 5000
+    assert (stage / "wheels/a.whl").stat().st_mode & 0o777 == 0o600  # the manifest's mode comes with adopt
+    r = tool("adopt", str(stage), str(dest), str(manifest))
+    assert r.returncode == 0 and "adopted 2 files" in r.stdout, r.stderr
+    assert (dest / "wheels/a.whl").read_bytes() == b"a" * 5000
+    assert (dest / "python/.py.tar.gz").stat().st_mode & 0o777 == 0o644
+    assert not (stage / "wheels/a.whl").exists() and tool("missing", str(dest), str(manifest)).stdout == ""
+
+    # What the stage's owner could leave there instead: altered bytes, a link to a root file, a FIFO.
+    (dest / "wheels/a.whl").unlink()
+    (dest / "python/.py.tar.gz").unlink()
+    (stage / "wheels/a.whl").write_bytes(b"b" * 5000)
+    (stage / "python").rename(tmp_path / "elsewhere")
+    (stage / "python").symlink_to(tmp_path / "elsewhere")  # a linked directory: not followed
+    r = tool("adopt", str(stage), str(dest), str(manifest))
+    assert r.returncode != 0 and "wheels/a.whl: the staged copy is not the manifest's" in r.stderr
+    assert "adopted 0 files" in r.stdout and not list(dest.rglob("*.whl")) and not (dest / "python/.py.tar.gz").exists()
+    (stage / "wheels/a.whl").unlink()
+    os.mkfifo(stage / "wheels/a.whl")
+    r = tool("adopt", str(stage), str(dest), str(manifest))  # a FIFO is skipped, not opened for a read that hangs
+    assert r.returncode == 0 and "adopted 0 files" in r.stdout and not (dest / "wheels/a.whl").exists()
+
+
+def test_a_fetch_reads_its_token_from_a_unit_credential(seed, tmp_path):
+    url, manifest, _ = seed
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    (creds / "peer-token").write_text(TOKEN)
+    dest = tmp_path / "peer"
+    r = tool(
+        "fetch",
+        str(dest),
+        str(manifest),
+        "--token-credential",
+        "peer-token",
+        "--source",
+        url,
+        env={"PATH": "/usr/bin:/bin", "CREDENTIALS_DIRECTORY": str(creds)},
+    )
+    assert r.returncode == 0 and "received 5300 bytes in 2 of 2 files" in r.stdout, r.stderr

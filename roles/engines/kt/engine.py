@@ -130,6 +130,8 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
         # offline (--no-index from the wheelhouse): no network; writes the engine tree only
         sandbox=sandboxing.root_job([root]),
     )
+    # pip runs the new environment's python: in the build's sandbox, writing that environment only
+    pin_job = {"job_tool": layout.tool(profile, "glm-flash-job"), "sandbox": sandboxing.root_job([env_dir])}
     cudnn = pin_of(pins, "nvidia-cudnn-cu12")
     pin_asserted(
         name=f"nvidia-cudnn-cu12=={cudnn.version} in {env}",
@@ -137,6 +139,7 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
         env=env,
         package=cudnn.name,
         version=cudnn.version,
+        **pin_job,
     )
     kt = pin_of(pins, "transformers-kt")
     if kt:
@@ -147,6 +150,7 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
             package=kt.name,
             version=kt.version,
             owns="transformers",
+            **pin_job,
         )
     checkpoint_ready()  # the checkpoint (downloading since early in the run): the patches edit its config.json
     try:
