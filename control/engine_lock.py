@@ -25,6 +25,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -344,10 +345,34 @@ def cached(pins: list[Pin], dest: Path | None = None) -> tuple[list[Path], list[
     return have, missing
 
 
-def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progress) -> list[Path]:
+def _local_file(pin: Pin, dirs: tuple[Path, ...], dest: Path) -> str | None:
+    """A wheel of `pin` in one of `dirs` whose sha256 the lock allows, copied into `dest`: a file no
+    index has (a local version such as torch's `+cpu` build) comes from a directory on this machine."""
+    for d in dirs:
+        for path in sorted(Path(d).glob("*.whl")):
+            name, version, _, _ = parse_wheel_filename(path.name)
+            if canonicalize_name(name) != pin.name or str(version) != str(_norm_version(pin.version)):
+                continue
+            digest = sha256_file(path)
+            if digest in pin.hashes:
+                tmp = _private(dest / path.name)
+                try:
+                    shutil.copyfile(path, tmp)
+                    tmp.replace(dest / path.name)
+                finally:
+                    tmp.unlink(missing_ok=True)
+                _stamp(dest / path.name, digest)
+                return path.name
+    return None
+
+
+def fetch(
+    pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progress, find_links: tuple[Path, ...] = ()
+) -> list[Path]:
     """Make sure the cache holds the chosen file of every pin; return their paths in pin order.
     Only pins whose file is not cached yet cost a request; a file is kept only if its sha256
-    is one the lock allows. A network failure raises FetchError (what, from where, why)."""
+    is one the lock allows. `find_links`: directories looked in before the index (their wheels
+    count only with a locked hash). A network failure raises FetchError (what, from where, why)."""
     dest = dest or cache_root() / "wheelhouse"
     dest.mkdir(parents=True, exist_ok=True)
     index_file = dest / "index.txt"
@@ -357,6 +382,11 @@ def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progr
     for pin in pins:
         fn = known.get(pin.requirement)
         if fn and _verified(dest / fn, pin):
+            out.append(dest / fn)
+            continue
+        fn = _local_file(pin, find_links, dest)
+        if fn:
+            known[pin.requirement] = fn
             out.append(dest / fn)
             continue
         session = session or http().Session()
