@@ -3,11 +3,14 @@ deterministically, in about a second, with the standard library only.
 
 What it is (what vLLM and transformers read; nothing of GLM-5.3-Flash):
 - config.json: `LlamaForCausalLM`, hidden 128, 2 layers, 4 heads, 2 KV heads, head_dim 32,
-  intermediate 256, vocab 1024, 32,768 positions, bf16, embeddings not tied: 557,696 parameters;
-- its weights: normal(0, 0.02) from a fixed seed, the norms 1.0, as bf16 in one safetensors shard
+  intermediate 256, 32,768 positions, bf16, embeddings not tied, a vocab exactly the tokenizer's
+  (every id the model can emit decodes to text; a stream of ids that decode to nothing is "no
+  token" to the bench): about 475,000 parameters;
+- its weights: normal(0, 0.02) from a fixed seed, the norms 1.0, the output rows of the special
+  tokens 0 (so greedy decoding emits text, not end-of-turn), as bf16 in one safetensors shard
   named by model.safetensors.index.json (the layout glm-flash-model-fetch checks);
 - a byte-level BPE tokenizer (tokenizer.json, what the `tokenizers` library loads), its merges
-  learned here from generated text up to the vocab size, with ChatML's tokens and a ChatML chat
+  learned here from generated text (up to MAX_VOCAB), with ChatML's tokens and a ChatML chat
   template, and the special tokens GLM's parsers look for (`<think>`, `</think>`, `<tool_call>`,
   `<arg_key>`, `<arg_value>` and their closers), so `--reasoning-parser glm45` and
   `--tool-call-parser glm47` load.
@@ -28,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 
 SEED = 34
-HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE, VOCAB = 128, 2, 4, 2, 32, 256, 1024
+HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE, MAX_VOCAB = 128, 2, 4, 2, 32, 256, 1024
 SPECIAL = [
     "<|endoftext|>",
     "<|im_start|>",
@@ -113,7 +116,7 @@ def train_merges(text: str, chars: list[str], size: int) -> list[tuple[str, str]
 
 def tokenizer(rng: random.Random) -> tuple[dict, dict[str, int]]:
     chars = byte_chars()
-    merges = train_merges(corpus(rng), chars, VOCAB - len(SPECIAL))
+    merges = train_merges(corpus(rng), chars, MAX_VOCAB - len(SPECIAL))
     vocab = {c: i for i, c in enumerate(chars)}
     for a, b in merges:
         vocab.setdefault(a + b, len(vocab))
@@ -165,18 +168,18 @@ def bf16(values) -> bytes:
     return out.tobytes()
 
 
-def tensors(rng: random.Random) -> dict[str, tuple[list[int], bytes]]:
-    def normal(*shape):
-        n = 1
-        for d in shape:
-            n *= d
-        return list(shape), bf16(rng.gauss(0.0, 0.02) for _ in range(n))
+def tensors(rng: random.Random, vocab: int, special: list[int]) -> dict[str, tuple[list[int], bytes]]:
+    def normal(*shape, zero_rows=()):
+        values = [rng.gauss(0.0, 0.02) for _ in range(shape[0] * shape[1])]
+        for r in zero_rows:
+            values[r * shape[1] : (r + 1) * shape[1]] = [0.0] * shape[1]
+        return list(shape), bf16(values)
 
     def ones(n):
         return [n], bf16([1.0] * n)
 
     kv = KV_HEADS * HEAD_DIM
-    out = {"model.embed_tokens.weight": normal(VOCAB, HIDDEN)}
+    out = {"model.embed_tokens.weight": normal(vocab, HIDDEN)}
     for i in range(LAYERS):
         p = f"model.layers.{i}."
         out[p + "input_layernorm.weight"] = ones(HIDDEN)
@@ -189,7 +192,7 @@ def tensors(rng: random.Random) -> dict[str, tuple[list[int], bytes]]:
         out[p + "mlp.up_proj.weight"] = normal(INTERMEDIATE, HIDDEN)
         out[p + "mlp.down_proj.weight"] = normal(HIDDEN, INTERMEDIATE)
     out["model.norm.weight"] = ones(HIDDEN)
-    out["lm_head.weight"] = normal(VOCAB, HIDDEN)
+    out["lm_head.weight"] = normal(vocab, HIDDEN, zero_rows=special)
     return out
 
 
@@ -208,7 +211,8 @@ def write(path: Path) -> Path:
     """The model's files under `path` (made again from the seed: the same bytes every time)."""
     rng = random.Random(SEED)
     tok, special = tokenizer(rng)
-    named = tensors(rng)
+    vocab = len(tok["model"]["vocab"]) + len(special)
+    named = tensors(rng, vocab, sorted(special.values()))
     params = sum(len(data) // 2 for _, data in named.values())
     path.mkdir(parents=True, exist_ok=True)
     eos, pad = special[EOS], special["<|endoftext|>"]
@@ -221,7 +225,7 @@ def write(path: Path) -> Path:
         "num_attention_heads": HEADS,
         "num_key_value_heads": KV_HEADS,
         "head_dim": HEAD_DIM,
-        "vocab_size": VOCAB,
+        "vocab_size": vocab,
         "max_position_embeddings": 32768,
         "rms_norm_eps": 1e-05,
         "rope_theta": 10000.0,
