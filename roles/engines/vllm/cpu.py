@@ -86,6 +86,9 @@ def cpu_env(profile: Profile) -> dict[str, str]:
         gb10.BUDGET_ENV: str(profile.thinking_token_budget),
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
+        # vLLM logs to stdout, a pipe under the unit: its lines reach the journal as written, not
+        # in 8 KiB blocks (an engine that hangs would otherwise hide its last words)
+        "PYTHONUNBUFFERED": "1",
     }
 
 
