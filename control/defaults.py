@@ -667,7 +667,8 @@ PLATFORMS["cpu"] = {
     "gpu_count": 0,
     "tp_size": 1,
     "max_model_len": 16384,
-    "startup_timeout_s": 600,
+    # About 30 s on an idle 2-core machine; minutes when other jobs share it.
+    "startup_timeout_s": 1200,
 }
 
 # pyinfra's own keys may sit beside profile keys in an inventory: its connectors' data keys and
