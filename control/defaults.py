@@ -109,7 +109,12 @@ FORK_PATH = dict(
 K = Knob
 KNOBS: dict[str, Knob] = {
     # --- what the host is -----------------------------------------------------------
-    "platform": K("l40s", "picks the engine and the platform defaults below", choices=("l40s", "gb10")),
+    "platform": K(
+        "l40s",
+        "picks the engine and the platform defaults below; cpu: the sandbox's vLLM on the CPU with a tiny "
+        "model (refused where require_gpu is true)",
+        choices=("l40s", "gb10", "cpu"),
+    ),
     "gpu_count": K(
         2,
         "GPUs the profile expects; the field box has two L40S",
@@ -214,7 +219,10 @@ KNOBS: dict[str, Knob] = {
         "3.11",
         "kt-kernel ships cp311 and cp312 wheels only",
         choices=("3.11", "3.12"),
-        platforms={"gb10": On("the fork is built with DGX OS's own python3.12", choices=("3.12",))},
+        platforms={
+            "gb10": On("the fork is built with DGX OS's own python3.12", choices=("3.12",)),
+            "cpu": On("torch's CPU build (2.13.0+cpu) is a cp311 wheel only", choices=("3.11",)),
+        },
     ),
     "python_source": K(
         "",
@@ -650,6 +658,17 @@ PLATFORMS: dict[str, dict[str, Any]] = {
             "jq",
         ],
     },
+}
+
+# The sandbox's CPU engine (roles/engines/cpu/): the L40S box's roles, no GPU, vLLM's CPU build
+# serving a tiny Llama (sandbox/tiny_model.py: 32,768 positions; 16,384 leaves the bench's 4k
+# prefill and its calibration room).
+PLATFORMS["cpu"] = {
+    "gpu_count": 0,
+    "tp_size": 1,
+    "max_model_len": 16384,
+    # About 30 s on an idle 2-core machine; minutes when other jobs share it.
+    "startup_timeout_s": 1200,
 }
 
 # pyinfra's own keys may sit beside profile keys in an inventory: its connectors' data keys and

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -51,6 +52,10 @@ from control.pypi_cache import (
 REPO = layout.REPO
 LOCK_DIR = layout.LOCKS / "engine"
 PYPI_SIMPLE = os.environ.get("GLM_FLASH_PYPI_SIMPLE", "https://pypi.org/simple")
+# Directories of this machine holding wheels no index has, looked in first by a fetch that asks
+# (torch's `+cpu` build for the sandbox's CPU engine, a local version): machines of the CI's kind
+# keep it in /opt/wheels; GLM_FLASH_CPU_WHEELS names others (colon-separated).
+LOCAL_WHEEL_DIRS = tuple(Path(d) for d in os.environ.get("GLM_FLASH_CPU_WHEELS", "/opt/wheels").split(":") if d)
 # Bumped when the host-side build steps change in a way that needs a fresh environment.
 BUILD_STEPS_VERSION = "1"
 
@@ -344,10 +349,34 @@ def cached(pins: list[Pin], dest: Path | None = None) -> tuple[list[Path], list[
     return have, missing
 
 
-def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progress) -> list[Path]:
+def _local_file(pin: Pin, dirs: tuple[Path, ...], dest: Path) -> str | None:
+    """A wheel of `pin` in one of `dirs` whose sha256 the lock allows, copied into `dest`: a file no
+    index has (a local version such as torch's `+cpu` build) comes from a directory on this machine."""
+    for d in dirs:
+        for path in sorted(Path(d).glob("*.whl")):
+            name, version, _, _ = parse_wheel_filename(path.name)
+            if canonicalize_name(name) != pin.name or str(version) != str(_norm_version(pin.version)):
+                continue
+            digest = sha256_file(path)
+            if digest in pin.hashes:
+                tmp = _private(dest / path.name)
+                try:
+                    shutil.copyfile(path, tmp)
+                    tmp.replace(dest / path.name)
+                finally:
+                    tmp.unlink(missing_ok=True)
+                _stamp(dest / path.name, digest)
+                return path.name
+    return None
+
+
+def fetch(
+    pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progress, find_links: tuple[Path, ...] = ()
+) -> list[Path]:
     """Make sure the cache holds the chosen file of every pin; return their paths in pin order.
     Only pins whose file is not cached yet cost a request; a file is kept only if its sha256
-    is one the lock allows. A network failure raises FetchError (what, from where, why)."""
+    is one the lock allows. `find_links`: directories looked in before the index (their wheels
+    count only with a locked hash). A network failure raises FetchError (what, from where, why)."""
     dest = dest or cache_root() / "wheelhouse"
     dest.mkdir(parents=True, exist_ok=True)
     index_file = dest / "index.txt"
@@ -357,6 +386,11 @@ def fetch(pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progr
     for pin in pins:
         fn = known.get(pin.requirement)
         if fn and _verified(dest / fn, pin):
+            out.append(dest / fn)
+            continue
+        fn = _local_file(pin, find_links, dest)
+        if fn:
+            known[pin.requirement] = fn
             out.append(dest / fn)
             continue
         session = session or http().Session()

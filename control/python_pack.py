@@ -1,4 +1,4 @@
-"""The engine's CPython packed on the control machine (roles/engines/kt/interpreter.py installs it on the host).
+"""The engine's CPython packed on the control machine (roles/engines/interpreter.py installs it on the host).
 
 The tree is `python_source` when set (a pyenv build or an unpacked python-build-standalone
 "install_only" tree), else CPython `python_release` installed by the pinned uv (locks/tools.txt)

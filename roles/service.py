@@ -170,7 +170,8 @@ def apply(profile: Profile, engine: EngineResult) -> None:
     template("glm-flash.service.j2", UNIT, name="glm-flash.service unit", **context)
     # `enable` reloads systemd's unit files itself.
     units.enabled("glm-flash.service", name="Enable glm-flash.service")
-    gpus = bool(memo.fact(host, Gpus))
+    # A profile that needs no GPU (platform cpu: the sandbox's CPU engine) serves without one.
+    gpus = bool(memo.fact(host, Gpus)) or profile.gpu_count == 0
     if not gpus:
         skipped(
             "start glm-flash.service",

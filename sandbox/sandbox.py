@@ -74,6 +74,7 @@ HUB_INFO = HUB_DIR / "hub.json"
 HUB_LOG = STATE / "hub.log"  # one JSON line per request the hub answered
 HUB_PIDFILE = STATE / "hub.pid"
 HUB_REPO = "zai-org/GLM-5.3-Flash"
+TINY_REPO = "glm-flash-sandbox/tiny-llama"  # sandbox/tiny_model.py's model, which the CPU engine serves
 
 
 def pinned_ports(env: dict | None = None) -> dict[str, int]:
@@ -311,15 +312,20 @@ def stage_hub() -> None:
     small one with the real config.json keys (and tiny shards) under the real repo id; its
     commit is a hash of the files, so a changed stand-in is a new commit."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import tiny_model
     from fake_model import write_model
 
     shutil.rmtree(HUB_DIR, ignore_errors=True)
-    files = write_model(HUB_DIR / "repo")
-    digest = hashlib.sha1()
-    for f in sorted(files.rglob("*")):
-        if f.is_file():
-            digest.update(f.relative_to(files).as_posix().encode() + b"\0" + f.read_bytes())
-    HUB_INFO.write_text(json.dumps({"repo": HUB_REPO, "commit": digest.hexdigest(), "port": HUB_PORT}) + "\n")
+    commits = {}
+    for name, files in (("repo", write_model(HUB_DIR / "repo")), ("tiny", tiny_model.write(HUB_DIR / "tiny"))):
+        digest = hashlib.sha1()
+        for f in sorted(files.rglob("*")):
+            if f.is_file():
+                digest.update(f.relative_to(files).as_posix().encode() + b"\0" + f.read_bytes())
+        commits[name] = digest.hexdigest()
+    info = {"repo": HUB_REPO, "commit": commits["repo"], "port": HUB_PORT}
+    info["tiny"] = {"repo": TINY_REPO, "commit": commits["tiny"]}
+    HUB_INFO.write_text(json.dumps(info) + "\n")
 
 
 def stage_nvidia() -> None:
@@ -393,7 +399,7 @@ def hub_up() -> None:
             f"sandbox: 127.0.0.1:{HUB_PORT} (the stand-in hub's port) is already in use"
             f"{' by ' + listener(HUB_PORT) if listener(HUB_PORT) else ''}; stop that program or set GLM_FLASH_HUB_PORT"
         )
-    if not HUB_INFO.exists():
+    if not HUB_INFO.exists() or "tiny" not in json.loads(HUB_INFO.read_text()):
         stage_hub()
     info = json.loads(HUB_INFO.read_text())
     if info.get("port") != HUB_PORT:  # the inventories read the hub's address from here
@@ -409,6 +415,7 @@ def hub_up() -> None:
         str(HUB_DIR / "repo"),
     ]
     cmd += ["--port", str(HUB_PORT), "--log", str(HUB_LOG), "--commit", info["commit"]]
+    cmd += ["--also", info["tiny"]["repo"], str(HUB_DIR / "tiny"), info["tiny"]["commit"]]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     HUB_PIDFILE.write_text(str(proc.pid))
     for _ in range(40):

@@ -156,11 +156,12 @@ class Deploys:
 
 
 # The directories that need no sandbox run first (in this order), the ones that check it last
-# (fleet before host and sandbox, as the fleet restores the single sandbox after itself). The
+# (fleet before host and sandbox, as the fleet restores the single sandbox after itself; served
+# last: it deploys the CPU engine onto the session's sandbox and leaves it serving). The
 # session's sandbox is built and deployed in the background meanwhile (SandboxBuild), so a unit
 # failure shows in minutes and the cold build overlaps the tests that do not need it.
-ORDER = ["unit", "bench", "cuda", "engine", "eval", "gb10", "fleet", "host", "sandbox"]
-SANDBOX_DIRS = {"fleet", "host", "sandbox"}
+ORDER = ["unit", "bench", "cuda", "engine", "eval", "gb10", "fleet", "host", "sandbox", "served"]
+SANDBOX_DIRS = {"fleet", "host", "sandbox", "served"}
 
 
 def top_dir(path) -> str:

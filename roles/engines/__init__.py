@@ -1,6 +1,7 @@
 """The engines' room: which engine serves which platform, the one place the deploy branches on
 `platform` for the engine. One package per engine (kt/: KTransformers + SGLang-kt on the L40S
-box; vllm/: the vLLM-Moet fork on the GB10 box), each behind the same contract, its engine.py:
+box; vllm/: the vLLM-Moet fork on the GB10 box, and vLLM's CPU build in the sandbox, vllm/cpu.py),
+each behind the same contract, its engine.py (cpu.py):
 
 - apply(profile, checkpoint_ready) -> common.EngineResult: the environment built beside the
   serving one, patched, its flags checked by its own parser, then `current` switched; the result
@@ -17,9 +18,10 @@ from __future__ import annotations
 
 from control.profile import Profile
 from roles.engines.kt import engine as kt
+from roles.engines.vllm import cpu
 from roles.engines.vllm import engine as vllm
 
-BY_PLATFORM = {"l40s": kt, "gb10": vllm}
+BY_PLATFORM = {"l40s": kt, "gb10": vllm, "cpu": cpu}
 
 
 def for_profile(profile: Profile):

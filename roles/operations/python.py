@@ -1,4 +1,4 @@
-"""The engine's CPython installed on the host (roles/engines/kt/interpreter.py): unpacked and checked unless the
+"""The engine's CPython installed on the host (roles/engines/interpreter.py): unpacked and checked unless the
 marker of the same artifact is there, so a second run uploads nothing."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pytest
 
 from control import profile
 from control.problems import Problem
-from roles.engines.kt import interpreter
+from roles.engines import interpreter
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = [*REPO.glob("*.py"), *REPO.glob("control/*.py"), *REPO.glob("pyinfra_ext/*.py"), *REPO.glob("roles/**/*.py")]

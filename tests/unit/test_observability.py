@@ -645,6 +645,28 @@ def test_status_shows_the_last_failure_with_its_lines(tmp_path):
     assert it["detail"].endswith("line 25 | line 26 | line 27 | line 28 | line 29")
     path.write_text("{half")
     assert st.load_last_failure(str(path)) is None
+    # The engine's own error line, wherever it is among the lines, not systemd's nor readiness's.
+    record["lines"] = [
+        "2026-12-04T14:00:00+0000 sandbox glm-flash-launch[7]: ValueError: User-specified max_model_len (65536) is too big",
+        "2026-12-04T14:00:01+0000 sandbox glm-flash-ready[9]: glm-flash: the engine (pid 7) exited: HTTPError",
+        *(
+            f"2026-12-04T14:00:02+0000 sandbox systemd[1]: glm-flash.service: Failed with result 'exit-code' {i}"
+            for i in range(6)
+        ),
+    ]
+    detail = st.decide_last_failure(record)["detail"]
+    assert detail.endswith("the engine's error: " + record["lines"][0]), detail
+    record["lines"] = record["lines"][1:]
+    assert "the engine's error" not in st.decide_last_failure(record)["detail"]
+    record["lines"] = [  # pydantic's error line, then the reason on an indented line of its own
+        "T sandbox glm-flash-launch[7]: pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+        "T sandbox glm-flash-launch[7]:   Value error, User-specified max_model_len (65536) is greater",
+        "T sandbox glm-flash-launch[7]:     For further information visit https://errors.pydantic.dev",
+        "T sandbox systemd[1]: glm-flash.service: Failed with result 'exit-code'.",
+    ]
+    assert st.decide_last_failure(record)["detail"].endswith(
+        "ValidationError: 1 validation error for ModelConfig Value error, User-specified max_model_len (65536) is greater"
+    )
 
 
 def test_status_says_whether_the_node_can_be_watched(tmp_path):

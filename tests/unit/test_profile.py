@@ -152,7 +152,9 @@ def test_cross_check_rules_name_knobs_and_platforms():
     # 20 refusals: five that check one knob alone moved into that knob's shape (issue #19); one
     # parses engine_allow_from and the fleet's addresses as IP networks (issue #22); one bounds the
     # GB10's max_model_len by the KV cache its memory holds beside the model, one refuses an empty or
-    # repeating fork_patches series, one a scheduler-fix override for another commit (issue #37)
+    # repeating fork_patches series, one a scheduler-fix override for another commit (issue #37); one
+    # refuses platform cpu where a GPU is required, whose table also holds the L40S's two interpreter
+    # rules (issue #34)
     shaped = [
         KNOBS["cuda_graph_bs"].items is int and KNOBS["cuda_graph_bs"].low == 1,
         re.fullmatch(KNOBS["service_user"].pattern, "root") is None,
@@ -160,7 +162,7 @@ def test_cross_check_rules_name_knobs_and_platforms():
         KNOBS["driver_source"].platforms["gb10"].choices == ("preinstalled",),
         "9.0" not in KNOBS["gpu_compute_capability"].platforms["l40s"].choices,
     ]
-    assert all(shaped) and len(rules) + len(shaped) == 24
+    assert all(shaped) and len(rules) + len(shaped) == 27
     assert [r.key for r in rules if r.key not in KNOBS] == []
 
 

@@ -176,3 +176,30 @@ def test_a_redirect_is_not_followed_and_the_key_stays_home(tmp_path):
         elsewhere.server_close()
     assert r.returncode == 1 and "not followed" in r.stderr, r.stderr
     assert elsewhere.requests == [], "the redirect was followed, with the key"
+
+
+def test_readiness_stops_waiting_when_the_engines_process_is_gone():
+    """Under the unit, $MAINPID is the engine: once it has exited no answer can come, so readiness
+    fails within seconds instead of waiting out --timeout (a broken launch)."""
+    with socket.socket() as s:  # a port nothing listens on: connection refused, as while loading
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    env = {"PATH": "/usr/bin:/bin", "MAINPID": str(gone.pid)}
+    run = subprocess.run(
+        ["/usr/bin/python3", str(TOOL), "--port", str(port), "--model", "m", "--timeout", "120"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert run.returncode == 1 and f"the engine (pid {gone.pid}) exited" in run.stderr, run.stderr
+    alive = subprocess.Popen(["sleep", "30"])
+    try:
+        env["MAINPID"] = str(alive.pid)
+        waiting = subprocess.run(
+            ["/usr/bin/python3", str(TOOL), "--port", str(port), "--model", "m", "--timeout", "6"],
+            capture_output=True, text=True, timeout=60, env=env,
+        )  # fmt: skip
+        assert waiting.returncode == 1 and "exited" not in waiting.stderr and "no completion" in waiting.stderr
+    finally:
+        alive.kill()
+        alive.wait()

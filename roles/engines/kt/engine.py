@@ -34,8 +34,8 @@ from control.pypi_cache import FetchError
 from control.report import skipped
 from control.run import dry_run
 from pyinfra_ext import memo
-from roles.engines import common, flag_check
-from roles.engines.kt import interpreter, launch, patches, triton_configs
+from roles.engines import common, flag_check, interpreter
+from roles.engines.kt import launch, patches, triton_configs
 from roles.facts.system import NumaNodes
 from roles.operations import paths, sandboxing
 from roles.operations.engine import environment_built, pin_asserted

