@@ -339,3 +339,151 @@ def test_no_platform_comparison_outside_the_dispatch_and_the_profile():
         assert platform_comparisons(probe) == [1, 2, 3]
     finally:
         probe.unlink()
+
+
+# --- files/: the host tools ----------------------------------------------------------------------
+# Each host tool belongs to a room, as the roles do: the room whose modules run or install it (the
+# fleet's peer server, the vLLM engine's build), or "shared" when several rooms use it. Only its own
+# room names a room's tool. glm_flash_host.py is what the tools share (sha256, durable writes, host
+# paths); the deploy installs it beside every tool (roles/operations/uploads.py host_tool).
+TOOL_ROOMS = {
+    "glm-flash": "shared",  # status, closure: the summary, the fleet, the operator
+    "glm-flash-check-flags": "shared",  # both engines' launch flags through their own parser
+    "glm-flash-engine": "shared",  # engine environments: build, switch, rollback (both engines)
+    "glm-flash-fix-cuda-header": "shared",  # the CUDA header role and its dpkg hook
+    "glm-flash-fork-patch": "engines.vllm",
+    "glm-flash-gateway-launch": "fleet",
+    "glm-flash-gpu-check": "shared",
+    "glm-flash-gpu-metrics": "shared",
+    "glm-flash-job": "shared",
+    "glm-flash-launch": "shared",
+    "glm-flash-model-fetch": "shared",  # the model role's download, the fleet's transfer
+    "glm-flash-notify": "shared",
+    "glm-flash-nvidia-repo": "shared",
+    "glm-flash-patch": "shared",  # the KT engine's patch sets and the CUDA header
+    "glm-flash-peer": "fleet",
+    "glm-flash-preflight": "shared",  # sh
+    "glm-flash-ready": "shared",
+    "glm-flash-vllm-build": "engines.vllm",
+    "glm_flash_defaults.py": "engines.vllm",  # the thinking-budget middleware, in vLLM's site-packages
+    "glm_flash_host.py": "shared",
+    "hf-hub-requirements.txt": "shared",  # the downloader's lock (data)
+}
+# Beyond the standard library and glm_flash_host, what a tool may import, and why.
+TOOL_IMPORTS = {
+    "glm-flash-check-flags": {"sglang", "vllm"},  # the engine's own parser, run by the engine's python
+    "glm-flash-gateway-launch": {"sglang_router"},  # the router, run by the gateway's venv
+    "glm-flash-gpu-check": {"torch"},  # its probe, run by the engine's python
+    "glm-flash-model-fetch": {"httpx", "huggingface_hub"},  # `download`, run by the hub venv
+}
+# Installed where glm_flash_host.py is not (vLLM's site-packages), and the module itself: stdlib only.
+STDLIB_ONLY = {"glm_flash_defaults.py", "glm_flash_host.py"}
+
+
+def host_tools() -> dict[str, Path]:
+    return {p.name: p for p in sorted((REPO / "files").iterdir()) if p.is_file()}
+
+
+def is_python(path: Path) -> bool:
+    first = path.read_text(errors="replace").split("\n", 1)[0]
+    return path.suffix == ".py" or (first.startswith("#!") and "python" in first)
+
+
+def tool_imports(path: Path) -> set[str]:
+    """The top-level names of every module `path` imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def tool_import_breaches(tools: dict[str, Path]) -> list[str]:
+    import sys
+
+    found = []
+    for name, path in tools.items():
+        if not is_python(path):
+            continue
+        allowed = set(sys.stdlib_module_names) | TOOL_IMPORTS.get(name, set())
+        if name not in STDLIB_ONLY:
+            allowed.add("glm_flash_host")
+        found += [f"files/{name} imports {dep}" for dep in sorted(tool_imports(path) - allowed)]
+    return found
+
+
+def strings(path: Path) -> list[str]:
+    """The string constants of a module that are not docstrings (a docstring may mention any tool)."""
+    tree = ast.parse(path.read_text())
+    docs = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docs.add(id(first.value))
+    return [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+    ]
+
+
+def tool_room_breaches(ours: dict[str, Path], tools: dict[str, Path]) -> list[str]:
+    """A room's tool named (run, installed) by a module of another room."""
+    import re
+
+    found = []
+    for tool in tools:
+        mine = TOOL_ROOMS.get(tool)
+        if mine is None:
+            found.append(f"files/{tool} has no room in TOOL_ROOMS")
+            continue
+        if mine == "shared":
+            continue
+        named = re.compile(rf"(?<![\w.-]){re.escape(tool)}(?![\w-])")
+        for name, path in ours.items():
+            if room(name) != mine and any(named.search(s) for s in strings(path)):
+                found.append(f"{name} ({room(name)}) names files/{tool}, a tool of {mine}")
+    return found
+
+
+def test_each_host_tool_keeps_its_room_and_imports():
+    tools = host_tools()
+    assert set(TOOL_ROOMS) == set(tools), "a tool of files/ without a room, or a room for a tool that is gone"
+    assert set(TOOL_IMPORTS) | STDLIB_ONLY <= set(tools)
+    assert tool_room_breaches(modules(), tools) == []
+    assert tool_import_breaches(tools) == []
+    # the tools share the module rather than copies of it
+    assert {n for n, p in tools.items() if is_python(p) and "glm_flash_host" in tool_imports(p)} >= {
+        "glm-flash-engine",
+        "glm-flash-model-fetch",
+        "glm-flash-nvidia-repo",
+        "glm-flash-peer",
+        "glm-flash-fork-patch",
+        "glm-flash-gpu-metrics",
+        "glm-flash-notify",
+        "glm-flash-vllm-build",
+    }
+
+
+def test_the_host_tool_checks_see_a_breach(tmp_path):
+    tool = tmp_path / "glm-flash-peer"
+    tool.write_text("#!/usr/bin/env python3\nimport json\nfrom control import layout\nimport requests\n")
+    middleware = tmp_path / "glm_flash_defaults.py"
+    middleware.write_text("import glm_flash_host\n")
+    assert tool_import_breaches({"glm-flash-peer": tool, "glm_flash_defaults.py": middleware}) == [
+        "files/glm-flash-peer imports control",
+        "files/glm-flash-peer imports requests",
+        "files/glm_flash_defaults.py imports glm_flash_host",
+    ]
+    role = tmp_path / "x.py"
+    role.write_text(
+        '"""Runs glm-flash-peer (a docstring may say so)."""\nTOOL = "glm-flash-peer"\nOTHER = "glm-flash"\n'
+    )
+    tools = {"glm-flash-peer": tool, "glm-flash": tool, "glm-flash-new": tool}
+    assert tool_room_breaches({"roles.model": role, "roles.fleet.artifacts": role}, tools) == [
+        "roles.model (role) names files/glm-flash-peer, a tool of fleet",
+        "files/glm-flash-new has no room in TOOL_ROOMS",
+    ]

@@ -22,7 +22,7 @@ Per run (platform gb10):
    apply; recorded in the environment), the scheduler fix of the field report verified in the
    patched scheduler, the kernels copied beside it. The same commit is never built twice; a new
    commit builds a new environment while the old one keeps serving
-   (the `environment built` operation of roles/engines/common.py reads the host at run time);
+   (the `environment built` operation of roles/operations/engine.py reads the host at run time);
 3. the thinking-budget middleware (files/glm_flash_defaults.py) goes into its site-packages,
    and the launch flags are parsed by the patched engine's own parser, which must also read
    each VLLM_* setting of the unit (roles/engines/flag_check.py);
