@@ -68,7 +68,7 @@ def test_connection_keys_pass_through():
         ({"pytorch_alloc_conf": "expandable_segments:True"}, "pytorch_alloc_conf", "breaks CUDA graph capture"),
         ({"tp_size": 4}, "tp_size", "exceeds gpu_count 2"),
         ({"gpu_compute_capability": "9.0"}, "gpu_compute_capability", "rejects sm_90"),
-        ({"driver_source": "debian"}, "driver_source", "ships driver 550"),
+        ({"driver_source": "debian"}, "driver_source", "'debian' is not one of 'nvidia-repo', 'preinstalled'"),
         ({"cuda_graph_bs": [32, 64]}, "cuda_graph_bs", "no CUDA graph would be captured"),
         ({"cuda_graph_bs": [1, "2"]}, "cuda_graph_bs", "item 2, '2', is str, expected a whole number"),
         ({"cuda_graph_bs": [0, 2]}, "cuda_graph_bs", "0 in [0, 2] is below the minimum 1"),
@@ -152,13 +152,15 @@ def test_cross_check_rules_name_knobs_and_platforms():
     # 20 refusals: five that check one knob alone moved into that knob's shape (issue #19); one
     # parses engine_allow_from and the fleet's addresses as IP networks (issue #22); one bounds the
     # GB10's max_model_len by the KV cache its memory holds beside the model, one refuses an empty or
-    # repeating fork_patches series, one a scheduler-fix override for another commit (issue #37)
+    # repeating fork_patches series, one a scheduler-fix override for another commit (issue #37);
+    # driver_source 'debian' is no longer a choice, so its rule went (issue #38)
     shaped = [
         KNOBS["cuda_graph_bs"].items is int and KNOBS["cuda_graph_bs"].low == 1,
         re.fullmatch(KNOBS["service_user"].pattern, "root") is None,
         KNOBS["context_length"].platforms["l40s"].high == 1048576,
         KNOBS["driver_source"].platforms["gb10"].choices == ("preinstalled",),
         "9.0" not in KNOBS["gpu_compute_capability"].platforms["l40s"].choices,
+        "debian" not in KNOBS["driver_source"].choices,
     ]
     assert all(shaped) and len(rules) + len(shaped) == 24
     assert [r.key for r in rules if r.key not in KNOBS] == []
