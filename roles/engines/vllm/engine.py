@@ -164,10 +164,6 @@ def artifacts(profile: Profile) -> list[common.Upload]:
     return []
 
 
-def launch_spec(profile: Profile, numa_nodes: int) -> dict:
-    return launch.launch_spec(profile)
-
-
 def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResult:
     """checkpoint_ready(): waits for the model's checkpoint (roles/model.py ready)."""
     view = recognise(profile)
@@ -235,6 +231,5 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
             "architectures_of": f"{profile.model_path}/config.json",
         },
     )
-    return common.EngineResult(
-        profile.on_platform.engine_label, env, env_dir, spec, launch.vllm_env(profile), common.switch(profile, env)
-    )
+    common.switch(profile, env)
+    return common.EngineResult(env, env_dir, spec, launch.vllm_env(profile))
