@@ -14,6 +14,8 @@ import ast
 import importlib.util
 from pathlib import Path
 
+from tests.unit.test_layout_paths import docstrings
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -464,12 +466,7 @@ def tool_import_breaches(tools: dict[str, Path]) -> list[str]:
 def strings(path: Path) -> list[str]:
     """The string constants of a module that are not docstrings (a docstring may mention any tool)."""
     tree = ast.parse(path.read_text())
-    docs = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                docs.add(id(first.value))
+    docs = docstrings(tree)
     return [
         n.value
         for n in ast.walk(tree)
