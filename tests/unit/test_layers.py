@@ -11,12 +11,24 @@ fleet (roles/fleet/) is imported by nothing of ours. Only the engine dispatch an
 per-platform tables compare `platform`. Read from the source with ast."""
 
 import ast
+import functools
 import importlib.util
 from pathlib import Path
 
 from tests.unit.test_layout_paths import docstrings
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def parsed(path: Path) -> ast.Module:
+    """path's syntax tree, parsed once per content (several checks walk every module)."""
+    st = path.stat()
+    return _parsed(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.cache
+def _parsed(path: str, mtime_ns: int, size: int) -> ast.Module:
+    return ast.parse(Path(path).read_text())
 
 
 def modules() -> dict[str, Path]:
@@ -30,7 +42,7 @@ def modules() -> dict[str, Path]:
 def imports(path: Path, ours: dict) -> set[str]:
     """Our modules `path` imports, anywhere in it."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name in ours)
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -441,7 +453,7 @@ def is_python(path: Path) -> bool:
 def tool_imports(path: Path) -> set[str]:
     """The top-level names of every module `path` imports, anywhere in it."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -465,7 +477,7 @@ def tool_import_breaches(tools: dict[str, Path]) -> list[str]:
 
 def strings(path: Path) -> list[str]:
     """The string constants of a module that are not docstrings (a docstring may mention any tool)."""
-    tree = ast.parse(path.read_text())
+    tree = parsed(path)
     docs = docstrings(tree)
     return [
         n.value
@@ -478,7 +490,7 @@ def tool_room_breaches(ours: dict[str, Path], tools: dict[str, Path]) -> list[st
     """A room's tool named (run, installed) by a module of another room."""
     import re
 
-    found = []
+    found, texts = [], {name: "\0".join(strings(path)) for name, path in ours.items()}
     for tool in tools:
         mine = TOOL_ROOMS.get(tool)
         if mine is None:
@@ -487,8 +499,8 @@ def tool_room_breaches(ours: dict[str, Path], tools: dict[str, Path]) -> list[st
         if mine == "shared":
             continue
         named = re.compile(rf"(?<![\w.-]){re.escape(tool)}(?![\w-])")
-        for name, path in ours.items():
-            if room(name) != mine and any(named.search(s) for s in strings(path)):
+        for name in ours:
+            if room(name) != mine and named.search(texts[name]):
                 found.append(f"{name} ({room(name)}) names files/{tool}, a tool of {mine}")
     return found
 
