@@ -11,7 +11,6 @@ from roles import (
     base,
     cuda_header,
     driver,
-    engines,
     hardware,
     headless,
     memory_guard,
@@ -25,6 +24,7 @@ from roles import (
     users,
     watch,
 )
+from roles.engines import dispatch
 
 op_order.install()  # pyinfra's operation order without reading source text (pyinfra_ext/op_order.py)
 host_failures.install()  # a host that goes away mid-run fails alone; the others go on
@@ -44,7 +44,7 @@ with refusal.host_refusals():  # a refusal decided from this host's facts fails 
     headless.apply(p)  # no desktop holding GPU memory
     memory_guard.apply(p)  # unified memory (GB10): earlyoom stops the engine before the box runs out
     # the platform's engine: built beside, patched, checked, switched; the checkpoint waited for before its patch
-    engine = engines.for_profile(p).apply(p, checkpoint_ready=lambda: model.ready(p))
+    engine = dispatch.for_profile(p).apply(p, checkpoint_ready=lambda: model.ready(p))
     service.apply(p, engine)  # runs exactly the launch spec the engine's parser accepted
     status.apply(p)  # the profile values `glm-flash status` compares the host with
 summary.apply(p)  # per host at the end: endpoint, serving, engine, model, driver, skipped (stderr)

@@ -162,8 +162,8 @@ KNOBS: dict[str, Knob] = {
     # --- NVIDIA driver and CUDA (docs/sources.md §6, §7) ----------------------------------
     "driver_source": K(
         "nvidia-repo",
-        "Debian 13 ships 550, CUDA 12.8 needs >= 570.26",
-        choices=("nvidia-repo", "debian", "preinstalled"),
+        "Debian 13 ships 550, CUDA 12.8 needs >= 570.26: NVIDIA's repository, or a driver already installed",
+        choices=("nvidia-repo", "preinstalled"),
         platforms={"gb10": On("the GB10 box runs the driver that DGX OS ships", choices=("preinstalled",))},
     ),
     "driver_branch": K(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FILES = REPO / "files"  # host tools, uploaded as they are
+HOST_MODULE = "glm_flash_host.py"  # in files/: what the host tools share, installed beside each of them
 TEMPLATES = REPO / "templates"
 PATCHES = REPO / "patches"
 LOCKS = REPO / "locks"
@@ -120,7 +121,7 @@ def service_home(profile) -> str:
 # Root's own state: a directory only root can write (root:root 0755), never under the
 # service user's home. The engine is untrusted: nothing it can write may steer what root
 # writes, so the manifests root trusts, the originals it restores from, its locks and
-# markers live here. The host tools carry the same paths as constants
+# markers live here. The host tools take the same paths from files/glm_flash_host.py
 # (tests/unit/test_root_state_paths.py keeps them equal).
 ROOT_STATE = "/var/lib/glm-flash-deploy"
 PATCH_STATE = f"{ROOT_STATE}/patches"  # glm-flash-patch: manifests/, originals/

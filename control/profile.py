@@ -348,12 +348,6 @@ PLATFORM_RULES: dict[str, list[Rule]] = {
             "set tp_size to at most the number of GPUs",
         ),
         Rule(
-            "driver_source",
-            lambda v: v["driver_source"] == "debian" and v["cuda_version"].startswith(("12.8", "12.9", "13.")),
-            lambda v: f"Debian 13 ships driver 550, CUDA {v['cuda_version']} needs 570.26 or newer",
-            "use driver_source: 'nvidia-repo' (or a local mirror of it via nvidia_repo_url)",
-        ),
-        Rule(
             "gpu_count",
             lambda v: v["require_gpu"] and v["gpu_count"] == 0,
             "0 GPUs with require_gpu true",

@@ -66,7 +66,11 @@ def refusing(func):
 
 @operation(is_idempotent=False)
 def refused(reasons: str):
-    """This host was refused while the deploy was planned: fail it when the run reaches it."""
+    """
+    This host was refused while the deploy was planned: fail it when the run reaches it.
+
+    + reasons: the refusal's text (key, problem, fix), shown and recorded for the summary
+    """
     yield FunctionCommand(_fail_this_host, (reasons,), {})
 
 

@@ -1,5 +1,5 @@
-"""NVIDIA driver: NVIDIA's CUDA apt repository (default), the driver a host ships with
-(`preinstalled`, the GB10 box), or Debian's own packages (refused for CUDA 12.8+).
+"""NVIDIA driver: NVIDIA's CUDA apt repository (default), or the driver a host ships with
+(`preinstalled`, the GB10 box). Debian 13's own driver (550) is too old for CUDA 12.8: not a choice.
 
 For `nvidia-repo` (docs/sources.md §7): the repository's key is trusted only when its
 fingerprint is `nvidia_repo_key_fingerprint`, and `driver_branch` only when the repository
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from pyinfra import host
 
-from control.profile import refuse
 from control.report import skipped
 from pyinfra_ext import memo
 from roles.facts.driver import NvidiaPciDevices
@@ -60,12 +59,6 @@ def gpu_present(profile) -> bool:
 
 
 def apply(profile, bin_dir: str) -> None:
-    if profile.driver_source == "debian":
-        refuse(
-            "driver_source",
-            "'debian' is not supported by this deploy (Debian 13's driver is 550; CUDA 12.8 needs 570.26 or newer)",
-            "use driver_source: 'nvidia-repo'",
-        )
     gpu = gpu_present(profile)
     if profile.driver_source == "preinstalled":
         if not gpu:

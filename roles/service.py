@@ -6,7 +6,6 @@ import json
 import os
 from dataclasses import dataclass
 from io import StringIO
-from typing import Any
 
 from pyinfra import host
 
@@ -48,12 +47,10 @@ SERVICE_RECORD = ".glm-flash-service"
 class EngineResult:
     """What an engine role deployed (roles/engines/): the service runs exactly this."""
 
-    name: str  # for people (the unit's Description)
     env: str  # <engine_set>-<hash> or vllm-moet-<ref12>-<hash>
     env_dir: str  # install_root/engine/envs/<env>
     launch_spec: dict  # what the service runs: python is current/bin/python, the flags the engine's parser accepted
     service_env: dict  # the engine's environment variables in the unit's environment file
-    switch_op: Any  # the op that moves `current`; the service restarts when it changed
 
 
 def state_directory(profile: Profile) -> str:

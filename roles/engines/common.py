@@ -2,7 +2,7 @@
 one, and the `current` link the service runs through.
 
 An engine role (roles/engines/kt/engine.py on the L40S box, roles/engines/vllm/engine.py on the GB10 box;
-deploy.py picks one through roles/engines/__init__.py) builds its environment under
+deploy.py picks one through roles/engines/dispatch.py) builds its environment under
 install_root/engine/envs/<env>, patches it, has its flags checked by its own parser, and only
 then moves `current` to it with `current_engine` (the old one stays as `previous` for
 glm-flash-rollback; older ones are pruned). It returns an EngineResult: what the service

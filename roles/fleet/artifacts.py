@@ -39,7 +39,7 @@ from control.fleet import PEER_PORT, WORKERS, worker_url
 from control.profile import Profile
 from control.pypi_cache import sha256_file
 from pyinfra_ext import memo
-from roles import engines
+from roles.engines import dispatch
 from roles.facts.engine import WheelhouseFiles
 from roles.operations import packages, paths, sandboxing
 from roles.operations.checkpoint import peer_token_placed
@@ -83,7 +83,7 @@ def entry(src: Path, mode: str, rel: str, sha256: str | None = None) -> Entry:
 def engine_entries(profile: Profile) -> list[Entry]:
     """What deploy.py's engine would upload to each worker from the control machine (its artifacts()):
     the same list on every worker."""
-    return [entry(u.src, u.mode, u.rel, u.sha256) for u in engines.for_profile(profile).artifacts(profile)]
+    return [entry(u.src, u.mode, u.rel, u.sha256) for u in dispatch.for_profile(profile).artifacts(profile)]
 
 
 def lacking(target, root: str, entries: list[Entry]) -> list[Entry]:

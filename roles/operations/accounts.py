@@ -21,6 +21,11 @@ def group(name: str, op_name: str):
 
 @operation()
 def _group(group: str):
+    """
+    A system group, made by pyinfra's server.group when the host lacks it.
+
+    + group: the group's name
+    """
     if group in memo.fact(host, Groups):
         host.noop(f"group {group} exists")
         return
@@ -35,6 +40,16 @@ def user(name: str, group: str, groups: list[str], home: str, shell: str, op_nam
 
 @operation()
 def _user(user: str, group: str, groups: list[str], home: str, shell: str):
+    """
+    A system user as the profile wants it, made or changed by pyinfra's server.user (no home
+    directory of its own making: the role creates it with its mode).
+
+    + user: the user's name
+    + group: its primary group
+    + groups: its other groups, exactly these
+    + home: its home directory
+    + shell: its login shell (nologin for a service)
+    """
     info = memo.fact(host, Account, user=user)
     if info and (info.home, info.shell, info.group, info.groups) == (home, shell, group, frozenset(groups)):
         host.noop(f"user {user} exists")

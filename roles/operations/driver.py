@@ -110,11 +110,19 @@ def openpgp_tool():
 
 @operation()
 def nvidia_repository(tool: str, repo_url: str, key_url: str, fingerprint: str, branch: str, package: str):
-    """NVIDIA's CUDA apt repository trusted through exactly one key, `fingerprint`.
+    """
+    NVIDIA's CUDA apt repository trusted through exactly one key, `fingerprint`.
 
     Converged when the keyring holds that key alone, the sources file is current and
     `package` of `branch` is installed. Otherwise glm-flash-nvidia-repo checks the key and
     the branch on a throwaway apt state and writes nothing when either is wrong.
+
+    + tool: glm-flash-nvidia-repo on the host
+    + repo_url: the repository's URL (nvidia_repo_url)
+    + key_url: where its signing key is fetched from
+    + fingerprint: the one key fingerprint trusted for it
+    + branch: the driver branch the repository must carry (three digits, like 590)
+    + package: the package of that branch that must be installed
     """
     state = memo.fact(host, NvidiaRepoState, tool=tool, repo=repo_url, keyring=KEYRING, sources=SOURCES_FILE)
     trusted = state is not None and state["fingerprints"] == [fingerprint.upper()] and state["sources_current"]
@@ -144,8 +152,12 @@ def nvidia_repository(tool: str, repo_url: str, key_url: str, fingerprint: str, 
 
 @operation()
 def driver_branch_pinned(branch: str):
-    """The branch held the way NVIDIA documents: its `nvidia-driver-pinning-<branch>`
-    package where the repository has one, else apt preferences on the branch's versions."""
+    """
+    The branch held the way NVIDIA documents: its `nvidia-driver-pinning-<branch>`
+    package where the repository has one, else apt preferences on the branch's versions.
+
+    + branch: the driver branch (three digits, like 590)
+    """
     if not re.fullmatch(r"\d{3}", str(branch)):
         raise OperationError(f"driver_branch: {branch!r} is not a driver branch. Fix: write it like '590'")
     pinning = f"nvidia-driver-pinning-{branch}"
@@ -167,7 +179,8 @@ def _apt_install(packages, extra: str = ""):
 
 @operation()
 def driver_installed(packages: list[str], branch: str):
-    """DKMS and kernel headers, then `packages` at a `branch` version.
+    """
+    DKMS and kernel headers, then `packages` at a `branch` version.
 
     `linux-headers-amd64` follows every new kernel, so DKMS builds the module for it at
     install; the running kernel's own headers too when it is this system's (not a
@@ -177,6 +190,9 @@ def driver_installed(packages: list[str], branch: str):
     it, and the reboot step boots it. A package missing or from another branch is
     (re)installed; the pin picks the version, so moving between branches may downgrade held
     packages.
+
+    + packages: the driver's packages (open or proprietary kernel modules)
+    + branch: the driver branch their versions must belong to
     """
     kernels = memo.fact(host, Kernels)
     installed = memo.fact(host, DebPackages)
@@ -380,8 +396,13 @@ def hold_candidates(installed: dict, branch: str, hold_kernel: bool) -> list[str
 
 @operation()
 def driver_held(branch: str, hold_kernel: bool):
-    """apt holds on the installed driver packages (and kernel packages when `hold_kernel`),
-    read when run; kernel holds a profile no longer wants are released."""
+    """
+    apt holds on the installed driver packages (and kernel packages when `hold_kernel`),
+    read when run; kernel holds a profile no longer wants are released.
+
+    + branch: the driver branch whose packages are held
+    + hold_kernel: hold the kernel's packages too (else their holds are released)
+    """
     installed = memo.fact(host, DebPackages)
     names = hold_candidates(installed, branch, hold_kernel)
     if not hold_kernel:
@@ -422,8 +443,12 @@ def reboot_reasons() -> list[str]:
     is_idempotent=False, idempotent_notice="reboots only while the running system differs from the installed one"
 )
 def rebooted_if_needed(allow_reboot: bool):
-    """Reboot when a new driver or kernel is installed but not running; with
-    `allow_reboot` false only say that a reboot is pending and why."""
+    """
+    Reboot when a new driver or kernel is installed but not running; never into a kernel the
+    nvidia module is not built for.
+
+    + allow_reboot: reboot (true), or only say that a reboot is pending and why (false)
+    """
     reasons = reboot_reasons()
     if not reasons:
         host.noop("running kernel and driver are the installed ones")
@@ -448,7 +473,11 @@ def rebooted_if_needed(allow_reboot: bool):
 @operation()
 @refusing  # a driver too old fails this host only
 def driver_at_least(minimum: str):
-    """The driver a host ships with (GB10: DGX OS) is `minimum` or newer."""
+    """
+    The driver a host ships with (GB10: DGX OS) is `minimum` or newer: a check, never a command.
+
+    + minimum: the oldest driver version accepted (driver_min_version)
+    """
     loaded = memo.fact(host, NvidiaLoadedModule)
     version = loaded.version if loaded else memo.fact(host, NvidiaModuleOnDisk)
     if not version:

@@ -36,6 +36,7 @@ def environment_built(
     + wheels: control-machine files the build installs from; the ones the host's wheelhouse
       lacks (or holds with another size) are uploaded first
     + wheelhouse: the host's wheelhouse directory
+    + job_tool: glm-flash-job on the host; empty: the build runs in the SSH session
     + sandbox: the job unit's properties (roles/operations/sandboxing.py root_job)
     """
     if env in memo.fact(host, EngineEnvs, tool=tool).complete:

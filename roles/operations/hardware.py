@@ -50,7 +50,13 @@ def mismatches(name: str, gpu_count: int, capability: str, require_gpu: bool, gp
 
 @operation(is_idempotent=True)
 def gpus_match(gpu_count: int, compute_capability: str, require_gpu: bool):
-    """The GPUs are the profile's; otherwise this host fails here, before anything is changed on it."""
+    """
+    The GPUs are the profile's; otherwise this host fails here, before anything is changed on it.
+
+    + gpu_count: how many GPUs the profile expects
+    + compute_capability: theirs, like 8.9
+    + require_gpu: false: a host without GPUs (the sandbox, CI) passes and says it skipped the check
+    """
     gpus = memo.fact(host, Gpus)
     pci = memo.fact(host, NvidiaPciDevices)
     problems = mismatches(host.name, gpu_count, compute_capability, require_gpu, gpus, pci)

@@ -74,6 +74,14 @@ def installed(packages: list[str], name: str, update: bool = False, no_recommend
 
 @operation()
 def _installed(packages: list[str], update: bool, no_recommends: bool):
+    """
+    Debian packages installed by pyinfra's apt.packages, waiting for dpkg's lock, when dpkg's
+    list lacks one of them.
+
+    + packages: `name` or `name=version` each
+    + update: refresh apt's lists first when they are older than a day
+    + no_recommends: install without the recommended packages
+    """
     lacking = missing(memo.fact(host, DebPackages), packages)
     if not lacking:
         host.noop(f"packages installed: {', '.join(packages)}")

@@ -48,6 +48,14 @@ def directory(path: str, user: str | None = None, group: str | None = None, mode
 
 @operation()
 def _directory(path: str, user: str | None, group: str | None, mode: str | None):
+    """
+    A directory with its owner and mode, made or changed by pyinfra's files.directory.
+
+    + path: the directory
+    + user: its owner (None: any)
+    + group: its group (None: any)
+    + mode: its mode, like 755 (None: any)
+    """
     if _owned(memo.fact(host, Directory, path=path), user, group, mode):
         host.noop(f"directory {path} already exists")
         return
@@ -105,6 +113,16 @@ def put(src: str | IO, dest: str, user: str | None = None, group: str | None = N
 
 @operation()
 def _put(src, dest: str, user: str | None, group: str | None, mode: str | None):
+    """
+    A file with this content, owner and mode: new content is written whole or not at all
+    (replaced_whole); owner or mode alone is changed by pyinfra's files.put.
+
+    + src: a control-machine file's path or a file object
+    + dest: the file on the host
+    + user: its owner (None: any)
+    + group: its group (None: any)
+    + mode: its mode, like 644 (None: any)
+    """
     info = memo.fact(host, File, path=dest)
     same = bool(info) and memo.fact(host, Sha1File, path=dest) == get_file_sha1(src)
     if same and _owned(info, user, group, mode):
@@ -130,6 +148,12 @@ def link(path: str, target: str, name: str = ""):
 
 @operation()
 def _link(path: str, target: str):
+    """
+    A symbolic link to `target`, made or changed by pyinfra's files.link.
+
+    + path: the link
+    + target: what it points at
+    """
     info = memo.fact(host, Link, path=path)
     if info and info.get("link_target") == target:
         host.noop(f"link {path} already exists")
@@ -144,6 +168,11 @@ def absent(path: str, name: str = ""):
 
 @operation()
 def _absent(path: str):
+    """
+    No file at `path` (pyinfra's files.file, present false).
+
+    + path: the file
+    """
     if memo.fact(host, File, path=path) is None:
         host.noop(f"file {path} does not exist")
         return

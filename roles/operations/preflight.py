@@ -144,7 +144,11 @@ def where(profile: Profile, toolkit: bool = False) -> tuple[tuple, tuple]:
 
 @operation(is_idempotent=True)
 def check(profile: Profile):
-    """Refuse this host, before any change, when it cannot hold or run what the profile asks."""
+    """
+    Refuse this host, before any change, when it cannot hold or run what the profile asks.
+
+    + profile: the host's profile (its disk, memory and core needs, the toolkit it installs)
+    """
     engine = layout.engine_root(profile)
     marker = f"/usr/local/cuda-{profile.cuda_version}/{RUNFILE_MARKER}"
     toolkit = profile.driver_source == "nvidia-repo" and toolkit_pending(

@@ -105,9 +105,16 @@ def secret_commands(secret: Secret, dest: str, stage_dir: str, user: str, group:
 
 @operation()
 def secret_file(dest: str, secret: Secret, stage_dir: str, user: str = "root", group: str = "root", mode: str = "600"):
-    """dest holds the secret, owned user:group with mode (0600 by default), content never shown.
+    """
+    dest holds the secret, owned user:group with mode (0600 by default), content never shown:
+    compared by hash on the host, written through stage_dir and renamed into place.
 
-    stage_dir: a root-only directory on dest's filesystem (created 0700 when missing).
+    + dest: the secret's file, an absolute path in a directory only root can write
+    + secret: the value, wrapped in Secret (so it is never printed)
+    + stage_dir: a root-only directory on dest's filesystem (created 0700 when missing)
+    + user: the file's owner
+    + group: its group
+    + mode: its mode; none that lets others read or write it
     """
     if not isinstance(secret, Secret):
         raise OperationError("secret_file takes the value wrapped in Secret (so it is never printed)")

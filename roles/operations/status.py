@@ -11,8 +11,16 @@ from roles.facts.status import Answers, HostStatus
 
 @operation(is_idempotent=True)
 def gathered(tool: str, planned: dict, into: dict, reboot, summarize):
-    """Read what the host serves now into `into` (by host name), for the summary printed when the
-    run ends: summarize(planned, `tool status --json --quick`, reboot() or [])."""
+    """
+    Read what the host serves now into `into` (by host name), for the summary printed when the
+    run ends: summarize(planned, `tool status --json --quick`, reboot() or []).
+
+    + tool: glm-flash on the host
+    + planned: what this run planned for the host (engine, model commit, endpoint)
+    + into: the run's summaries, by host name
+    + reboot: a function returning why a reboot is pending, or None
+    + summarize: makes the summary from planned, the status and the reboot reasons
+    """
     if not host.get_fact(Answers):
         raise OperationError(f"{host.name} no longer answers; its summary cannot be read")
     status = memo.fact(host, HostStatus, tool=tool)

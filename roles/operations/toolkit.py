@@ -34,8 +34,15 @@ RUNFILE_NEEDS = ("libxml2",)
 
 @operation()
 def toolkit_installed(cuda_version: str, tool: str, runfile_url: str, runfile_sha256: str):
-    """`cuda-toolkit-X-Y` from the repository, refusing any plan that would change a driver
-    package; NVIDIA's runfile, toolkit only, where the repository does not carry it."""
+    """
+    `cuda-toolkit-X-Y` from the repository, refusing any plan that would change a driver
+    package; NVIDIA's runfile, toolkit only, where the repository does not carry it.
+
+    + cuda_version: the toolkit's version, like 12.8
+    + tool: glm-flash-nvidia-repo on the host (installs the runfile)
+    + runfile_url: NVIDIA's runfile for that version
+    + runfile_sha256: the runfile's sha256; another file is refused and deleted
+    """
     package = toolkit_package(cuda_version)
     path = f"/usr/local/cuda-{cuda_version}"
     if memo.fact(host, DebPackages).get(package):
@@ -83,7 +90,11 @@ def toolkit_installed(cuda_version: str, tool: str, runfile_url: str, runfile_sh
 @operation()
 @refusing  # no toolkit fails this host only
 def toolkit_present(cuda_version: str):
-    """The toolkit a host ships with (GB10: DGX OS) is there."""
+    """
+    The toolkit a host ships with (GB10: DGX OS) is there: a check, never a command.
+
+    + cuda_version: the version that must be under /usr/local/cuda-<version>
+    """
     found = memo.fact(host, CudaToolkits)
     if cuda_version in found:
         host.noop(f"CUDA {cuda_version} at {found[cuda_version]}")

@@ -23,6 +23,11 @@ def enabled(unit: str, name: str):
 
 @operation()
 def _enabled(unit: str):
+    """
+    The unit enabled by pyinfra's systemd.service when it is not.
+
+    + unit: a full unit name (glm-flash.service)
+    """
     if memo.fact(host, SystemdEnabled, services=[unit]).get(unit):
         host.noop(f"{unit} is enabled")
         return
@@ -40,6 +45,14 @@ def started_fresh(unit: str, unit_files: list[str], name: str, also: list[str] |
 
 @operation()
 def _started_fresh(unit: str, unit_files: list[str], also: list[str]):
+    """
+    The unit running from its unit files on disk: daemon-reload when systemd holds an older copy,
+    a restart when a unit file is newer than its last start or it is not running.
+
+    + unit: a .timer or .service without readiness of its own
+    + unit_files: its files on disk (the unit, its drop-ins)
+    + also: the units it starts, whose files systemd must hold as on disk too
+    """
     state = memo.fact(host, ServiceStartState, service=unit, paths=unit_files, units=[unit, *also])
     if not restart_due(state, ("active", "reloading")):
         host.noop(f"{unit} runs from what is on disk")
@@ -57,6 +70,11 @@ def loaded(units: list[str], name: str):
 
 @operation()
 def _loaded(units: list[str]):
+    """
+    systemd holds the unit files on disk of `units`: daemon-reload otherwise.
+
+    + units: full unit names (for a template unit, an instance of it)
+    """
     state = memo.fact(host, ServiceStartState, service=units[0], paths=[], units=units)
     if not state.need_daemon_reload:
         host.noop(f"systemd holds {', '.join(units)} as on disk")

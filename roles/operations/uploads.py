@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from control.layout import FILES, TEMPLATES
+import weakref
+
+from pyinfra import host
+
+from control.layout import FILES, HOST_MODULE, TEMPLATES
 from roles.operations import paths
+
+# Per run (pyinfra's state): the (host, directory) pairs the shared host module is planned into.
+_MODULE_PLANNED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def template(src: str, dest: str, name: str = "", mode: str = "644", user: str = "root", group: str = "root", **data):
@@ -12,7 +19,20 @@ def template(src: str, dest: str, name: str = "", mode: str = "644", user: str =
 
 
 def host_tool(name: str, bin_dir: str):
-    """Install one of files/ as an executable on the host."""
+    """Install one of files/ as an executable on the host, with the module the tools share
+    (files/glm_flash_host.py) beside it first: a tool imports it from its own directory. Both are
+    root's (root:root, the directory 0755), so nothing the service user writes is on their path."""
+    planned = _MODULE_PLANNED.setdefault(host.state, set())
+    if (host.name, bin_dir) not in planned:
+        planned.add((host.name, bin_dir))
+        paths.put(
+            str(FILES / HOST_MODULE),
+            f"{bin_dir}/{HOST_MODULE}",
+            user="root",
+            group="root",
+            mode="644",
+            name=f"Install {bin_dir}/{HOST_MODULE} (what the host tools share)",
+        )
     return paths.put(
         str(FILES / name), f"{bin_dir}/{name}", user="root", group="root", mode="755", name=f"Install {bin_dir}/{name}"
     )

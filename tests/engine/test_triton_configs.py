@@ -80,12 +80,14 @@ def test_placement_matches_the_engine(tmp_path, version):
     assert places[MOE].dest == f"/opt/glm-flash/triton-configs/moe/configs/triton_3_5_1/{MOE}"
     assert places[GEMM].dest == f"{site}/sglang/srt/layers/quantization/configs/{GEMM}"
     assert not places[MOE].dest.startswith(site)  # MoE configs stay outside site-packages
-    assert triton_configs.moe_env(prof) == {"SGLANG_MOE_CONFIG_DIR": "/opt/glm-flash/triton-configs/moe"}
+    assert triton_configs.moe_env(prof, list(places.values())) == {
+        "SGLANG_MOE_CONFIG_DIR": "/opt/glm-flash/triton-configs/moe"
+    }
 
 
 def test_empty_knob_installs_nothing_and_bad_files_are_refused(tmp_path):
     assert triton_configs.placements(profile.build("t", {}), "/site", "3.5.1") == []
-    assert triton_configs.moe_env(profile.build("t", {})) == {}
+    assert triton_configs.moe_env(profile.build("t", {}), []) == {}
     src = tmp_path / "tuned"
     src.mkdir()
     prof = profile.build("t", {"triton_configs_dir": str(src)})
@@ -100,5 +102,6 @@ def test_empty_knob_installs_nothing_and_bad_files_are_refused(tmp_path):
     with pytest.raises(triton_configs.TritonConfigError, match="must be a batch size with a config object"):
         triton_configs.placements(prof, "/site", "3.5.1")
     (src / GEMM).write_text(json.dumps(CONF))
-    assert [p.kind for p in triton_configs.placements(prof, "/site", "3.5.1")] == ["gemm"]
-    assert triton_configs.moe_env(prof) == {}
+    gemm_only = triton_configs.placements(prof, "/site", "3.5.1")
+    assert [p.kind for p in gemm_only] == ["gemm"]
+    assert triton_configs.moe_env(prof, gemm_only) == {}

@@ -18,7 +18,7 @@ from pyinfra.facts.files import FileContents, Sha256File
 from pyinfra.facts.server import KernelModules, Which
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from control.profile import Profile, build
+from control.profile import build
 from roles import driver
 from roles.facts.apt import AptHeldPackages
 from roles.facts.driver import (
@@ -410,21 +410,6 @@ def test_secure_boot_without_enrolled_key_stops_with_the_steps():
     # a container sees its host's firmware, not its own: nothing to decide there
     container = fresh_host({Kernels: KernelState(RUNNING, ()), SecureBoot: SecureBootState(True, False, False)})
     assert commands(driver_ops.secure_boot_ready, container) == []
-
-
-def test_debian_source_refused(monkeypatch, capsys):
-    values = profile().as_dict()
-    values["driver_source"] = "debian"
-    fake = FakeHost(fresh_host())
-    rec = Recorder(fake)
-    rec.patch(monkeypatch, driver, apt_hold)
-    with on(fake), pytest.raises(SystemExit) as exit_info:
-        driver.apply(Profile("node1", values), "/opt/glm-flash/bin")
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert "driver_source: 'debian' is not supported by this deploy (Debian 13's driver is 550" in err
-    assert "no host was changed" in err
-    assert rec.calls == [] and fake.fact_calls == []
 
 
 def test_preinstalled_too_old():

@@ -12,7 +12,7 @@ import pytest
 from control import engine_lock
 from control.engine_lock import LockError, Pin, fetch, parse_lock
 from control.profile import ProfileError, build
-from roles.engines import for_profile
+from roles.engines.dispatch import for_profile
 from roles.engines.vllm import cpu
 from roles.engines.vllm import launch as gb10
 

@@ -60,10 +60,11 @@ def mini(tmp_path_factory):
 # reads (its 2 s quiet window for the owner-check record). os.utime cannot stand in: it sets a
 # file's ctime to now, and the window looks at ctime too.
 AHEAD = """
-import runpy, sys, time
+import os, runpy, sys, time
 real, ahead = time.time_ns, int(float(sys.argv.pop(1)) * 1e9)
 time.time_ns = lambda: real() + ahead
 sys.argv.pop(0)
+sys.path[0] = os.path.dirname(os.path.realpath(sys.argv[0]))  # as for a script: its own directory first
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 

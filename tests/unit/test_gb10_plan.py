@@ -268,6 +268,21 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     assert not plan.find("vLLM patches in") and not plan.find("Patch set")
     tools = [c[2]["dest"] for c in plan.calls if c[2].get("dest", "").startswith("/opt/glm-flash/bin/")]
     assert {"/opt/glm-flash/bin/glm-flash-vllm-build", "/opt/glm-flash/bin/glm-flash-fork-patch"} <= set(tools), tools
+    # every directory a host tool goes into gets the module the tools share first, once, root's and 0644
+    dests = [(c[2]["dest"], c[2]) for c in plan.calls if c[2].get("dest", "").startswith("/")]
+    modules = [(d, kw) for d, kw in dests if d.endswith("/glm_flash_host.py")]
+    tool_dirs = {d.rsplit("/", 1)[0] for d, kw in dests if kw.get("mode") == "755" and "/glm-flash" in d}
+    assert (
+        sorted(d.rsplit("/", 1)[0] for d, _ in modules)
+        == sorted(tool_dirs)
+        == [
+            "/opt/glm-flash/bin",
+            "/usr/local/lib/glm-flash-notify",
+        ]
+    )
+    assert all((kw["user"], kw["group"], kw["mode"]) == ("root", "root", "644") for _, kw in modules)
+    first_tool = next(i for i, (d, kw) in enumerate(dests) if d.startswith("/opt/glm-flash/bin/glm-flash"))
+    assert dests.index(modules[0]) < first_tool
     assert (
         plan.find("Thinking-budget middleware")[0][2]["dest"]
         == f"/opt/glm-flash/engine/envs/{env}/lib/python3.12/site-packages/glm_flash_defaults.py"

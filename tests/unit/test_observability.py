@@ -290,13 +290,18 @@ def test_a_dead_webhook_is_said_without_its_url(tmp_path):
 
 
 def constants(tool: Path) -> dict[str, str]:
+    """A tool's module-level paths: literals, and the shared module's (`host.NAME`, files/glm_flash_host.py)."""
+    import glm_flash_host
+
     out = {}
     for node in ast.parse(tool.read_text()).body:
         if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
             v = node.value
             if isinstance(v, ast.Call) and getattr(v.func, "attr", "") == "get" and len(v.args) == 2:
                 v = v.args[1]
-            if isinstance(v, ast.Constant) and isinstance(v.value, str):
+            if isinstance(v, ast.Attribute) and getattr(v.value, "id", "") == "host":
+                out[node.targets[0].id] = getattr(glm_flash_host, v.attr)
+            elif isinstance(v, ast.Constant) and isinstance(v.value, str):
                 out[node.targets[0].id] = v.value
     return out
 

@@ -219,8 +219,9 @@ def test_the_refusal_names_the_toolkit_before_any_change():
 def test_the_runfile_cache_is_where_the_host_tool_puts_it():
     from pathlib import Path
 
+    import glm_flash_host
     from roles.operations.preflight import CUDA_RUNFILE_CACHE
 
     tool = (Path(__file__).resolve().parents[2] / "files/glm-flash-nvidia-repo").read_text()
-    assert f'RUNFILE_CACHE = "{CUDA_RUNFILE_CACHE}"' in tool
+    assert "RUNFILE_CACHE = host.CUDA_RUNFILE_CACHE" in tool and glm_flash_host.CUDA_RUNFILE_CACHE == CUDA_RUNFILE_CACHE
     assert 'mkdtemp(prefix="glm-flash-cuda-", dir="/var/tmp")' in tool

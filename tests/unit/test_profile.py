@@ -68,7 +68,7 @@ def test_connection_keys_pass_through():
         ({"pytorch_alloc_conf": "expandable_segments:True"}, "pytorch_alloc_conf", "breaks CUDA graph capture"),
         ({"tp_size": 4}, "tp_size", "exceeds gpu_count 2"),
         ({"gpu_compute_capability": "9.0"}, "gpu_compute_capability", "rejects sm_90"),
-        ({"driver_source": "debian"}, "driver_source", "ships driver 550"),
+        ({"driver_source": "debian"}, "driver_source", "'debian' is not one of 'nvidia-repo', 'preinstalled'"),
         ({"cuda_graph_bs": [32, 64]}, "cuda_graph_bs", "no CUDA graph would be captured"),
         ({"cuda_graph_bs": [1, "2"]}, "cuda_graph_bs", "item 2, '2', is str, expected a whole number"),
         ({"cuda_graph_bs": [0, 2]}, "cuda_graph_bs", "0 in [0, 2] is below the minimum 1"),
@@ -154,13 +154,14 @@ def test_cross_check_rules_name_knobs_and_platforms():
     # GB10's max_model_len by the KV cache its memory holds beside the model, one refuses an empty or
     # repeating fork_patches series, one a scheduler-fix override for another commit (issue #37); one
     # refuses platform cpu where a GPU is required, whose table also holds the L40S's two interpreter
-    # rules (issue #34)
+    # rules (issue #34); driver_source 'debian' is no longer a choice, so its rule went (issue #38)
     shaped = [
         KNOBS["cuda_graph_bs"].items is int and KNOBS["cuda_graph_bs"].low == 1,
         re.fullmatch(KNOBS["service_user"].pattern, "root") is None,
         KNOBS["context_length"].platforms["l40s"].high == 1048576,
         KNOBS["driver_source"].platforms["gb10"].choices == ("preinstalled",),
         "9.0" not in KNOBS["gpu_compute_capability"].platforms["l40s"].choices,
+        "debian" not in KNOBS["driver_source"].choices,
     ]
     assert all(shaped) and len(rules) + len(shaped) == 27
     assert [r.key for r in rules if r.key not in KNOBS] == []

@@ -47,7 +47,7 @@ def named_paths() -> dict[str, set[str]]:
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 for m in HOST_PATH.finditer(node.value):
                     found.setdefault(m.group(0).rstrip(".:"), set()).add(str(path.relative_to(REPO)))
-    for path in [*REPO.glob("files/*"), *REPO.glob("templates/**/*.j2")]:
+    for path in [*(p for p in REPO.glob("files/*") if p.is_file()), *REPO.glob("templates/**/*.j2")]:
         for m in HOST_PATH.finditer(path.read_text(errors="replace")):
             found.setdefault(m.group(0).rstrip(".:"), set()).add(str(path.relative_to(REPO)))
     return found

@@ -22,6 +22,7 @@ are untouched. Building needs no network on the host.
 
 from __future__ import annotations
 
+import functools
 import io
 
 from pyinfra import host
@@ -41,9 +42,18 @@ from roles.operations import paths, sandboxing
 from roles.operations.engine import environment_built, pin_asserted
 
 
+@functools.lru_cache(maxsize=4)
+def _lock(engine_set: str, stamp: tuple) -> tuple[bytes, list]:
+    """load_lock once per lock file as it is (stamp: its path, size and change time): a fleet plans
+    each worker's engine twice (its artifacts, then apply) and every worker alike (~0.1 s each)."""
+    return load_lock(engine_set)
+
+
 def plan(profile: Profile, python_sha256: str) -> tuple[str, bytes, list]:
     """(env name, lock bytes, pins) for the profile; refuses a lock that contradicts it."""
-    data, pins = load_lock(profile.engine_set)
+    path = lock_path(profile.engine_set)
+    st = path.stat() if path.exists() else None
+    data, pins = _lock(profile.engine_set, (str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns) if st else ())
     cudnn = pin_of(pins, "nvidia-cudnn-cu12")
     if cudnn is None or cudnn.version != profile.cudnn_version:
         raise LockError(
@@ -70,10 +80,6 @@ def artifacts(profile: Profile) -> list[common.Upload]:
     # (files/glm-flash-engine), so a worker added to a fleet later gets it from the others (#22).
     out = [common.Upload(art.path, "644", f"python/.{art.name}.tar.gz", art.sha256)]
     return out + [common.Upload(w, "644", f"engine/wheelhouse/{w.name}") for w in fetch(pins)]
-
-
-def launch_spec(profile: Profile, numa_nodes: int) -> dict:
-    return launch.launch_spec(profile, numa_nodes)
 
 
 def _wheels(profile: Profile, pins: list) -> list:
@@ -156,7 +162,9 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
     try:
         patches.apply(profile, env_dir, pin_of(pins, "sglang-kt").version)
         triton = pin_of(pins, "triton")
-        triton_configs.apply(profile, layout.site_packages(profile, env_dir), triton.version if triton else None)
+        tuned = triton_configs.apply(
+            profile, layout.site_packages(profile, env_dir), triton.version if triton else None
+        )
     except PatchSetError as e:
         refuse("engine_set", str(e), "write a patch set for that version, or pick an engine_set that has one")
     except triton_configs.TritonConfigError as e:
@@ -165,6 +173,5 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
     # the service then runs exactly this spec through current/.
     spec = launch.launch_spec(profile, memo.fact(host, NumaNodes))
     flag_check.apply(profile, {**spec, "python": f"{env_dir}/bin/python"})
-    return common.EngineResult(
-        profile.on_platform.engine_label, env, env_dir, spec, launch.kt_env(profile), common.switch(profile, env)
-    )
+    common.switch(profile, env)
+    return common.EngineResult(env, env_dir, spec, launch.kt_env(profile, tuned))

@@ -6,6 +6,8 @@ needs (docs/sources.md §5): --kt-weight-path, --kt-threadpool-count and the par
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from control.layout import engine_python
 from control.profile import Profile
 from roles.engines.common import serving_args, with_extra_args
@@ -55,9 +57,10 @@ def kt_args(profile: Profile, numa_nodes: int) -> list[str]:
     ]
 
 
-def kt_env(profile: Profile) -> dict[str, str]:
+def kt_env(profile: Profile, tuned: Sequence = ()) -> dict[str, str]:
+    """The engine's environment; tuned: where the tuned Triton configs went (triton_configs.apply)."""
     # The engine's JIT compiles use the profile's toolkit, whatever /usr/local/cuda points to.
-    env = {"SGLANG_KT_GLM5_NEXT_FP8_TRANSPORT": profile.kt_transport, **toolkit_env(profile), **moe_env(profile)}
+    env = {"SGLANG_KT_GLM5_NEXT_FP8_TRANSPORT": profile.kt_transport, **toolkit_env(profile), **moe_env(profile, tuned)}
     if profile.pytorch_alloc_conf:
         env["PYTORCH_ALLOC_CONF"] = env["PYTORCH_CUDA_ALLOC_CONF"] = profile.pytorch_alloc_conf
     return env

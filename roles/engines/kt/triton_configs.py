@@ -9,8 +9,8 @@ Where the engine looks:
 - fused MoE, `E=...,N=...,device_name=...,dtype=...,block_shape=[128, 128].json`:
   `$SGLANG_MOE_CONFIG_DIR/configs/triton_<triton version>/` (default: inside the package).
   We keep them outside site-packages, in install_root/triton-configs/moe, and the service
-  environment sets SGLANG_MOE_CONFIG_DIR to it (moe_env()). Note that the engine then no
-  longer looks at the configs the package ships for other shapes.
+  environment sets SGLANG_MOE_CONFIG_DIR to it (moe_env(), from apply()'s placements). Note
+  that the engine then no longer looks at the configs the package ships for other shapes.
 - block-FP8 GEMM, `N=...,K=...,device_name=...,dtype=fp8_w8a8,block_shape=[128, 128].json`:
   only the package's fixed `sglang/srt/layers/quantization/configs/` (no variable), so
   these go into each engine environment's site-packages (new environments get them before
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,19 +108,14 @@ def placements(profile: Profile, site_packages: str, triton: str | None) -> list
     return out
 
 
-def moe_env(profile: Profile) -> dict[str, str]:
-    """Service environment: SGLANG_MOE_CONFIG_DIR when tuned MoE configs are installed."""
-    try:
-        if any(p.kind == "moe" for p in placements(profile, "", triton="0")):
-            return {"SGLANG_MOE_CONFIG_DIR": moe_dir(profile)}
-    except TritonConfigError:
-        pass
-    return {}
+def moe_env(profile: Profile, places: Sequence[Placement]) -> dict[str, str]:
+    """Service environment: SGLANG_MOE_CONFIG_DIR when tuned MoE configs are installed (apply()'s placements)."""
+    return {"SGLANG_MOE_CONFIG_DIR": moe_dir(profile)} if any(p.kind == "moe" for p in places) else {}
 
 
-def apply(profile: Profile, site_packages: str, triton: str | None) -> None:
-    """Install the tuned configs for the environment at `site_packages`; TritonConfigError for a
-    file the engine would never read (the caller refuses the host)."""
+def apply(profile: Profile, site_packages: str, triton: str | None) -> list[Placement]:
+    """Install the tuned configs for the environment at `site_packages` and return where they went;
+    TritonConfigError for a file the engine would never read (the caller refuses the host)."""
     places = placements(profile, site_packages, triton)
     if not places:
         skipped(
@@ -127,10 +123,11 @@ def apply(profile: Profile, site_packages: str, triton: str | None) -> None:
             "triton_configs_dir is empty (the field's tuned files were not published; "
             "drop your own into a directory and name it there); the engine uses its default kernel configs",
         )
-        return
+        return places
     for d in sorted({str(Path(p.dest).parent) for p in places}):
         paths.directory(d, mode="755", user="root", group="root", name=f"Directory {d}")
     for p in places:
         paths.put(
             str(p.src), p.dest, mode="644", user="root", group="root", name=f"Tuned Triton {p.kind} config {p.src.name}"
         )
+    return places

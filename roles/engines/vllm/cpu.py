@@ -124,10 +124,6 @@ def artifacts(profile: Profile) -> list[common.Upload]:
     ]
 
 
-def launch_spec(profile: Profile, numa_nodes: int) -> dict:
-    return cpu_launch_spec(profile)
-
-
 def _wheels(pins: list) -> list:
     if not dry_run():
         return fetch(pins, find_links=CPU_WHEEL_DIRS)

@@ -22,7 +22,7 @@ Per run (platform gb10):
    apply; recorded in the environment), the scheduler fix of the field report verified in the
    patched scheduler, the kernels copied beside it. The same commit is never built twice; a new
    commit builds a new environment while the old one keeps serving
-   (the `environment built` operation of roles/engines/common.py reads the host at run time);
+   (the `environment built` operation of roles/operations/engine.py reads the host at run time);
 3. the thinking-budget middleware (files/glm_flash_defaults.py) goes into its site-packages,
    and the launch flags are parsed by the patched engine's own parser, which must also read
    each VLLM_* setting of the unit (roles/engines/flag_check.py);
@@ -164,10 +164,6 @@ def artifacts(profile: Profile) -> list[common.Upload]:
     return []
 
 
-def launch_spec(profile: Profile, numa_nodes: int) -> dict:
-    return launch.launch_spec(profile)
-
-
 def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResult:
     """checkpoint_ready(): waits for the model's checkpoint (roles/model.py ready)."""
     view = recognise(profile)
@@ -235,6 +231,5 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
             "architectures_of": f"{profile.model_path}/config.json",
         },
     )
-    return common.EngineResult(
-        profile.on_platform.engine_label, env, env_dir, spec, launch.vllm_env(profile), common.switch(profile, env)
-    )
+    common.switch(profile, env)
+    return common.EngineResult(env, env_dir, spec, launch.vllm_env(profile))

@@ -1,0 +1,84 @@
+"""What the host tools share: the host paths they agree on, a file's sha256, durable writes (stdlib only).
+
+The deploy installs this file beside every tool of files/ it installs (roles/operations/uploads.py
+host_tool: root:root 0644 in a root-owned 0755 directory), and a tool finds it as Python finds any
+module beside a script: a script's own directory, symlinks resolved, is sys.path[0]. So nothing the
+service user can write is on the path of a tool root runs. The paths are control/layout.py's
+(tests/unit/test_root_state_paths.py keeps them equal); a tool may let its tests override one
+through the environment, never more.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import tempfile
+
+CONF_DIR = "/etc/glm-flash"  # root-owned; the service user may read, never write
+STATUS_FILE = f"{CONF_DIR}/status.json"
+LAUNCH_SPEC = f"{CONF_DIR}/launch.json"
+# Root's own state, outside the service user's home (layout.ROOT_STATE).
+ROOT_STATE = "/var/lib/glm-flash-deploy"
+PATCH_STATE = f"{ROOT_STATE}/patches"  # glm-flash-patch: manifests/, originals/
+ENGINE_CHECKS = f"{ROOT_STATE}/engine-checks"  # glm-flash-engine status: owner checks of unchanged files
+CUDA_RUNFILE_CACHE = "/var/cache/glm-flash/cuda"  # glm-flash-nvidia-repo: NVIDIA's runfile
+CUDA_HEADER_LOG = "/var/log/glm-flash/cuda-header.log"  # the dpkg hook's runs of the header fix
+NOTIFY_CONF = "/etc/glm-flash-notify/notify.json"
+NOTIFY_STATE = "/var/lib/glm-flash-notify"  # the notifier's StateDirectory=
+
+
+def sha256_file(file: str | int) -> str:
+    """The hex sha256 of a file, by path or by an open descriptor (read from where it stands, left open)."""
+    with open(file, "rb", closefd=not isinstance(file, int)) as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_tree(top: str) -> None:
+    """fsync every regular file and directory under `top` (links not followed): pip and tar write
+    without it. Only this tree's data is waited for, not the whole machine's (sync)."""
+    for d, _, files in os.walk(top):
+        for name in files:
+            try:
+                fd = os.open(os.path.join(d, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                continue  # a link (its target is a file of this tree, synced by its own name)
+            try:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(d)
+
+
+def write_durably(path: str, data: bytes | str, mode: int = 0o644, owner: tuple[int, int] | None = None) -> None:
+    """Replace `path` with `data` whole or not at all, and durably: a dot-named temporary file beside it
+    (owner and mode set on its descriptor), fsynced, renamed over `path`, the directory fsynced."""
+    if isinstance(data, str):
+        data = data.encode()
+    d = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".glm-flash-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            if owner is not None:
+                os.fchown(f.fileno(), *owner)
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    fsync_dir(d)
