@@ -6,8 +6,9 @@ INVENTORY ?= inventory/sandbox.py
 # Debian packages the control machine needs for the sandbox and the tests
 # (g++, libc6-dev: tests/cuda compiles the fixed CUDA header against this host's older glibc;
 # gpg, dpkg-dev: the sandbox's stand-in for NVIDIA's repository is signed and indexed here;
-# bubblewrap: make eval runs the model's code only inside it, benchmark/confine.py).
-APT_DEPS := mmdebstrap systemd-container openssh-client iproute2 gpg debian-archive-keyring dpkg-dev g++ libc6-dev binutils ninja-build bubblewrap aria2
+# bubblewrap: make eval runs the model's code only inside it, benchmark/confine.py;
+# qemu-user-static, binfmt-support, arch-test: tests/gb10/test_downloader_arm64.py runs an arm64 root).
+APT_DEPS := mmdebstrap qemu-user-static binfmt-support arch-test systemd-container openssh-client iproute2 gpg debian-archive-keyring dpkg-dev g++ libc6-dev binutils ninja-build bubblewrap aria2
 
 .PHONY: help demo test deps venv sandbox-up sandbox-down sandbox-fresh deploy uninstall check clean
 # A bare `make` lists the targets: it must not apt-install or boot anything on an operator's laptop.

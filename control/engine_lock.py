@@ -4,9 +4,10 @@ A lock (`locks/engine/<engine_set>.txt`, made by `make engine-locks`) pins every
 the engine with the sha256 of each file PyPI has for that version. This module:
 
 - parses a lock into `Pin(name, version, hashes)`;
-- picks, per pin, the one file that installs on the engine's target (CPython 3.11,
-  manylinux x86_64, glibc <= 2.35 tags): the wheel pip would pick (packaging.tags gives the
-  tags and their order), else the sdist;
+- picks, per pin, the one file that installs on a target (`Target`: a CPython version, a glibc
+  and a machine; the engine's is CPython 3.11, manylinux x86_64, glibc <= 2.35; the model
+  downloader's is the host's own python3, read from it, roles/model.py): the wheel pip would pick
+  (packaging.tags gives the tags and their order), else the sdist (`wheels_only`: no sdist);
 - downloads that file once into `${GLM_FLASH_CACHE}/wheelhouse`, checked against the lock's
   hash, so a second run needs no network;
 - names the environment a lock builds: `<engine_set>-<12 hex of lock + interpreter + steps>`;
@@ -163,16 +164,69 @@ def manylinux_platforms(glibc_max: tuple[int, int], arch: str = "x86_64") -> lis
     return out
 
 
-def target_tags(py: str = "3.11", glibc_max: tuple[int, int] = (2, 35)) -> list[Tag]:
-    """The tags CPython `py` on manylinux x86_64 accepts, best first: packaging.tags, the list
-    pip itself builds (cpython_tags then compatible_tags), for the host's interpreter and glibc."""
+def target_tags(py: str = "3.11", glibc_max: tuple[int, int] = (2, 35), arch: str = "x86_64") -> list[Tag]:
+    """The tags CPython `py` on manylinux `arch` with glibc `glibc_max` accepts, best first:
+    packaging.tags, the list pip itself builds (cpython_tags then compatible_tags), for the
+    host's interpreter, glibc and machine."""
     version = tuple(int(x) for x in py.split("."))
-    platforms = manylinux_platforms(glibc_max)
+    platforms = manylinux_platforms(glibc_max, arch)
     interpreter = f"cp{version[0]}{version[1]}"
     return [
         *tags.cpython_tags(version, abis=[interpreter], platforms=platforms),
         *tags.compatible_tags(version, interpreter=interpreter, platforms=platforms),
     ]
+
+
+# The machines manylinux wheels are built for (PEP 599/600), as Python's sysconfig names them.
+MANYLINUX_MACHINES = ("x86_64", "aarch64", "i686", "armv7l", "ppc64le", "s390x")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one interpreter installs: CPython `python` (major.minor) on `machine` with glibc `glibc`.
+    The engine's is the default (its packed CPython 3.11 on the L40S box, glibc <= 2.35 tags);
+    a host's own python3 says its own (`of_interpreter`)."""
+
+    python: str = "3.11"
+    machine: str = "x86_64"
+    glibc: tuple[int, int] = (2, 35)
+
+    @property
+    def name(self) -> str:
+        """cp312-manylinux_2_39_aarch64: a wheelhouse's directory name for this target."""
+        return f"cp{self.python.replace('.', '')}-manylinux_{self.glibc[0]}_{self.glibc[1]}_{self.machine}"
+
+    def __str__(self) -> str:
+        return f"CPython {self.python} on {self.machine} with glibc {self.glibc[0]}.{self.glibc[1]}"
+
+    def tags(self) -> list[Tag]:
+        return target_tags(self.python, self.glibc, self.machine)
+
+    @classmethod
+    def of_interpreter(cls, found: dict) -> Target:
+        """The target of an interpreter as it describes itself (roles/facts/system.py HostPython:
+        sys.implementation, its version, sysconfig.get_platform(), platform.libc_ver(), its pointer
+        size), the things pip's own tags come from. LockError when no manylinux wheel installs there."""
+        impl, version, platform = found.get("implementation"), found.get("version", ""), found.get("platform", "")
+        libc, bits = found.get("libc", ""), found.get("bits")
+        machine = platform.removeprefix("linux-")
+        problem = None
+        if "said" in found:  # the script did not run as written (HostPython.parse)
+            problem = f"its python3 printed {found['said']!r}, not what it is"
+        elif impl != "cpython":
+            problem = f"its python3 is {impl}, not CPython"
+        elif not re.fullmatch(r"3\.\d+", version):
+            problem = f"its python3 says version {version!r}"
+        elif not platform.startswith("linux-") or machine not in MANYLINUX_MACHINES:
+            problem = f"its python3's platform is {platform!r}, for which no manylinux wheels are built"
+        elif bits != 64 and machine in ("x86_64", "aarch64", "ppc64le", "s390x"):
+            problem = f"its python3 is a {bits}-bit build on a {machine} machine"
+        elif not re.fullmatch(r"glibc \d+\.\d+(\.\d+)?", libc):
+            problem = f"its python3 runs on {libc or 'no glibc'} (manylinux wheels need glibc)"
+        if problem:
+            raise LockError(problem)
+        major, minor = (int(x) for x in libc.split()[1].split(".")[:2])
+        return cls(version, machine, (major, minor))
 
 
 def _priority(filename: str, order: dict[Tag, int]) -> int | None:
@@ -189,18 +243,27 @@ def _order(accepted: list[Tag]) -> dict[Tag, int]:
 
 
 @functools.cache
-def _target_order(py: str, glibc_max: tuple[int, int]) -> dict[Tag, int]:
-    return _order(target_tags(py, glibc_max))
+def _target_order(target: Target) -> dict[Tag, int]:
+    return _order(target.tags())
 
 
 def wheel_fits(filename: str, accepted: list[Tag]) -> bool:
     return _priority(filename, _order(accepted)) is not None
 
 
-def choose_file(pin: Pin, files: list[dict], py: str = "3.11", glibc_max: tuple[int, int] = (2, 35)) -> dict:
-    """The file of `pin` to install: among files whose sha256 the lock allows, the best
-    compatible wheel, else the sdist. `files` are PEP 691 entries ({filename, url, hashes})."""
-    order = _target_order(py, glibc_max)
+def choose_file(
+    pin: Pin,
+    files: list[dict],
+    py: str = "3.11",
+    glibc_max: tuple[int, int] = (2, 35),
+    target: Target | None = None,
+    wheels_only: bool = False,
+) -> dict:
+    """The file of `pin` to install on `target` (default: CPython `py`, manylinux x86_64 up to
+    `glibc_max`): among files whose sha256 the lock allows, the best compatible wheel, else the
+    sdist (unless `wheels_only`). `files` are PEP 691 entries ({filename, url, hashes})."""
+    target = target or Target(py, "x86_64", glibc_max)
+    order = _target_order(target)
     allowed = [f for f in files if f.get("hashes", {}).get("sha256") in pin.hashes and not f.get("yanked")]
     wheels = []
     sdists = []
@@ -224,10 +287,10 @@ def choose_file(pin: Pin, files: list[dict], py: str = "3.11", glibc_max: tuple[
     if wheels:
         # pip's choice: the wheel whose best tag comes first (two with the same tag: the last name)
         return max(wheels, key=lambda f: (-_priority(f["filename"], order), f["filename"]))
-    if sdists:
+    if sdists and not wheels_only:
         return sorted(sdists, key=lambda f: f["filename"])[0]
     raise LockError(
-        f"{pin.requirement}: no file with a locked hash installs on CPython {py} manylinux x86_64 "
+        f"{pin.requirement}: no {'wheel' if wheels_only else 'file'} with a locked hash installs on {target} "
         f"(PyPI has {len(files)} files, {len(allowed)} with a locked hash)"
     )
 
@@ -334,28 +397,31 @@ def _index(dest: Path) -> dict[str, str]:
     return known
 
 
-def cached(pins: list[Pin], dest: Path | None = None) -> tuple[list[Path], list[Pin]]:
+def cached(pins: list[Pin], dest: Path | None = None, target: Target | None = None) -> tuple[list[Path], list[Pin]]:
     """(cached files of the pins, pins whose file is not cached), reading the cache only:
-    nothing is written or fetched (what a dry run may do)."""
+    nothing is written or fetched (what a dry run may do). With `target`, a recorded wheel
+    counts only if it installs there."""
     dest = dest or cache_root() / "wheelhouse"
     known = _index(dest) if dest.is_dir() else {}
     have, missing = [], []
     for pin in pins:
         fn = known.get(pin.requirement)
-        if fn and _stamped(dest / fn, pin):
+        if fn and _fits(fn, target) and _stamped(dest / fn, pin):
             have.append(dest / fn)
         else:
             missing.append(pin)
     return have, missing
 
 
-def _local_file(pin: Pin, dirs: tuple[Path, ...], dest: Path) -> str | None:
-    """A wheel of `pin` in one of `dirs` whose sha256 the lock allows, copied into `dest`: a file no
-    index has (a local version such as torch's `+cpu` build) comes from a directory on this machine."""
+def _local_file(pin: Pin, dirs: tuple[Path, ...], dest: Path, target: Target | None = None) -> str | None:
+    """A wheel of `pin` in one of `dirs` that installs on `target` and whose sha256 the lock allows,
+    copied into `dest`: a file no index has (a local version such as torch's `+cpu` build) comes from a directory on this machine."""
     for d in dirs:
         for path in sorted(Path(d).glob("*.whl")):
             name, version, _, _ = parse_wheel_filename(path.name)
             if canonicalize_name(name) != pin.name or str(version) != str(_norm_version(pin.version)):
+                continue
+            if not _fits(path.name, target):
                 continue
             digest = sha256_file(path)
             if digest in pin.hashes:
@@ -370,13 +436,26 @@ def _local_file(pin: Pin, dirs: tuple[Path, ...], dest: Path) -> str | None:
     return None
 
 
+def _fits(filename: str, target: Target | None) -> bool:
+    """A file an index recorded installs on `target` (no target: any; an sdist: anywhere)."""
+    return target is None or not filename.endswith(".whl") or _priority(filename, _target_order(target)) is not None
+
+
 def fetch(
-    pins: list[Pin], dest: Path | None = None, py: str = "3.11", log=progress, find_links: tuple[Path, ...] = ()
+    pins: list[Pin],
+    dest: Path | None = None,
+    py: str = "3.11",
+    log=progress,
+    target: Target | None = None,
+    wheels_only: bool = False,
+    find_links: tuple[Path, ...] = (),
 ) -> list[Path]:
     """Make sure the cache holds the chosen file of every pin; return their paths in pin order.
-    Only pins whose file is not cached yet cost a request; a file is kept only if its sha256
-    is one the lock allows. `find_links`: directories looked in before the index (their wheels
-    count only with a locked hash). A network failure raises FetchError (what, from where, why)."""
+    The file is chosen for `target` (default: CPython `py`, manylinux x86_64, glibc <= 2.35); a
+    file the index recorded is taken only if it installs there. Only pins whose file is not
+    cached yet cost a request; a file is kept only if its sha256 is one the lock allows.
+    `find_links`: directories looked in before the index (their wheels count only with a locked
+    hash). A network failure raises FetchError (what, from where, why)."""
     dest = dest or cache_root() / "wheelhouse"
     dest.mkdir(parents=True, exist_ok=True)
     index_file = dest / "index.txt"
@@ -385,16 +464,16 @@ def fetch(
     session = None  # opened for the first pin the cache lacks
     for pin in pins:
         fn = known.get(pin.requirement)
-        if fn and _verified(dest / fn, pin):
+        if fn and _fits(fn, target) and _verified(dest / fn, pin):
             out.append(dest / fn)
             continue
-        fn = _local_file(pin, find_links, dest)
+        fn = _local_file(pin, find_links, dest, target)
         if fn:
             known[pin.requirement] = fn
             out.append(dest / fn)
             continue
         session = session or http().Session()
-        chosen = choose_file(pin, _project_files(session, pin.name), py)
+        chosen = choose_file(pin, _project_files(session, pin.name), py, target=target, wheels_only=wheels_only)
         path = dest / chosen["filename"]
         if not _verified(path, pin):
             digest = chosen["hashes"]["sha256"]  # one the lock allows (choose_file picks only those)

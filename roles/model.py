@@ -4,9 +4,9 @@ model_download true: model_revision resolves to a commit through the model lock 
 (control/model_lock.py; a commit needs no entry), so every run and every host serves the same
 commit until `make model-lock` is run on purpose. The downloader (files/glm-flash-model-fetch,
 in a venv of the hash-locked files/hf-hub-requirements.txt, from wheels the control machine
-fetched into its cache and checked) runs as its own system user in a
-transient systemd unit (roles/operations/checkpoint.py), fetches only what is missing or
-differs, verifies every file (sha256 for LFS files, the git blob id for the others) and then
+fetched into its cache and checked, chosen for the host's own python3: downloader_wheels) runs
+as its own system user in a transient systemd unit (roles/operations/checkpoint.py), fetches only
+what is missing or differs, verifies every file (sha256 for LFS files, the git blob id for the others) and then
 writes a marker; the tree is then sealed: root's, read-only to the service. A later run only
 checks the marker (no network). The engine patches edit config.json after the download; the
 check accepts the edited file through root's patch manifest, so that edit does not make the
@@ -33,11 +33,13 @@ from pathlib import Path
 
 import yaml
 from pyinfra import host, logger
+from pyinfra.api import OperationError
 
 from control import layout, model_lock, run_record
-from control.engine_lock import cached, parse_lock
+from control.engine_lock import LockError, Target, cached, parse_lock
 from control.engine_lock import fetch as fetch_wheels
 from control.model_lock import ModelLockError, commit_for
+from control.problems import Problem
 from control.profile import Profile, refuse
 from control.pypi_cache import FetchError, cache_root
 from control.report import skipped
@@ -163,28 +165,67 @@ def read_token(profile: Profile, environ=None) -> str | None:
     return environ.get(profile.hf_token_env) or None
 
 
-# The host's python3: Debian 13 has 3.13, DGX OS (Ubuntu 24.04, the GB10 drafter) 3.12. Wheels
-# for both are fetched and uploaded; pip on the host takes the one that fits.
-HOST_PYTHONS = ("3.12", "3.13")
+def _refused(key: str, problem: str, fix: str) -> OperationError:
+    """What the downloader's install raises for this host (roles/operations/checkpoint.py: while
+    the run is planned it refuses the host before anything is done; while it runs, this host fails)."""
+    return OperationError(str(Problem(host.name, key, problem, fix)))
 
 
-def downloader_wheels(requirements: str) -> list[str]:
-    """The wheels of the downloader's lock, in the control machine's cache (sha256 checked)."""
+def downloader_wheels(requirements: str, found: dict | None) -> list[str]:
+    """The wheels of the downloader's lock for the host's own python3, `found` (the HostPython
+    fact: what the interpreter says of itself, the things its pip's tags come from), in the
+    control machine's cache (sha256 checked), one wheelhouse per target. DGX OS's python3.12 on
+    the GB10 gets cp312 manylinux aarch64 wheels, Debian 13's python3.13 on an x86_64 box cp313
+    x86_64 ones. Nothing comes from `uname -m` or the profile: a machine whose `uname` says
+    otherwise (the GB10 sandbox's stand-in) still gets what its python3 installs.
+    `found` None: the host has no python3 yet (a bare Debian: base_packages brings it before
+    the downloader is installed); while the run is planned there is nothing to choose yet."""
+    if found is None:
+        if host.state.is_executing:
+            raise _refused(
+                "base_packages",
+                "the host has no python3 to build the model downloader's environment with",
+                "keep python3 in base_packages (the deploy installs it), then deploy again",
+            )
+        if dry_run():
+            skipped(
+                "choosing the model downloader's wheels",
+                "dry run: the host has no python3 yet; the real run installs it, then fetches the wheels for it",
+            )
+        return []
+    try:
+        target = Target.of_interpreter(found)
+    except LockError as e:
+        raise _refused(
+            "model_download",
+            f"no wheels can be chosen for the host's python3: {e}",
+            "make the distribution's own CPython 3 (glibc, 64-bit) the host's python3",
+        ) from None
     pins = parse_lock(requirements, "files/hf-hub-requirements.txt")
-    by_name = {}
-    for py in HOST_PYTHONS:
-        dest = cache_root() / "hf-hub-wheelhouse" / py
-        if dry_run():  # a dry run fetches nothing: it shows what the real run would
-            have, missing = cached(pins, dest)
-            if missing:
-                skipped(
-                    f"fetching {len(missing)} model downloader wheels (Python {py})",
-                    "dry run: the real run fetches them from PyPI into the cache",
-                )
-        else:
-            have = fetch_wheels(pins, dest, py=py)
-        by_name.update({p.name: p for p in have})
-    return [str(by_name[n]) for n in sorted(by_name)]
+    dest = cache_root() / "hf-hub-wheelhouse" / target.name
+    if dry_run():  # a dry run fetches nothing: it shows what the real run would
+        have, missing = cached(pins, dest, target)
+        if missing:
+            skipped(
+                f"fetching {len(missing)} model downloader wheels ({target})",
+                "dry run: the real run fetches them from PyPI into the cache",
+            )
+        return sorted(str(p) for p in have)
+    try:
+        have = fetch_wheels(pins, dest, target=target, wheels_only=True)
+    except FetchError as e:
+        raise _refused(
+            "model_download",
+            str(e),
+            "check this machine's network access to PyPI (GLM_FLASH_PYPI_SIMPLE names a mirror), then deploy again",
+        ) from None
+    except LockError as e:
+        raise _refused(
+            "model_download",
+            f"files/hf-hub-requirements.txt has no wheel for the host's python3 ({target}): {e}",
+            "pin versions that ship wheels for it in locks/model-downloader.in and run `make model-downloader-lock`",
+        ) from None
+    return sorted(str(p) for p in have)
 
 
 def hub_version(requirements: str) -> str | None:
@@ -278,21 +319,14 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
             "edit locks/model-downloader.in and run `make model-downloader-lock`, or use the lock's version",
         )
     locked_from = f" ({revision})" if revision != commit else ""
-    try:
-        wheels = downloader_wheels(requirements)
-    except FetchError as e:
-        refuse(
-            "model_download",
-            str(e),
-            "check this machine's network access to PyPI (GLM_FLASH_PYPI_SIMPLE names a mirror), then deploy again",
-        )
     venv = layout.hub_venv(profile)
     packages.installed(["python3-venv"], name="python3-venv (the model downloader's environment)")
     downloader_installed(
         name=f"Model downloader {venv} (huggingface-hub {profile.huggingface_hub_version}, hash-locked)",
         venv=venv,
         requirements=requirements,
-        wheels=wheels,
+        # chosen for the host's python3 where the operation reads it (after base_packages installed it)
+        wheels_for=lambda found: downloader_wheels(requirements, found),
         user=fetch_user(profile),
     )
     # In a fleet one worker (the seed) downloads; the others that lack it receive it from the seed

@@ -5,6 +5,7 @@ Parsers are plain static methods so unit tests feed them real command output.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -171,6 +172,46 @@ class UnitFiles(ParsedFact):
             if len(parts) >= 2:
                 units[parts[0]] = parts[1]
         return units
+
+
+# Run by the host's python3: what pip's wheel tags come from (packaging.tags: the interpreter, its
+# version, sysconfig's platform, glibc as the running C library reports it, 32 or 64 bits).
+HOST_PYTHON_SCRIPT = (
+    "import json, platform, sys, sysconfig; "
+    "print(json.dumps({'implementation': sys.implementation.name, "
+    "'version': '%d.%d' % sys.version_info[:2], 'platform': sysconfig.get_platform(), "
+    "'libc': ' '.join(platform.libc_ver()).strip(), 'bits': 64 if sys.maxsize > 2**32 else 32}))"
+)
+
+
+class HostPython(ParsedFact):
+    """The host's own python3 as it describes itself: {"implementation", "version", "platform",
+    "libc", "bits"} (e.g. cpython, 3.12, linux-aarch64, glibc 2.39, 64 on DGX OS); None while the
+    host has no python3 (a bare Debian before base_packages). The wheels the control machine
+    sends for it are chosen from this (control/engine_lock.py Target.of_interpreter), not from
+    `uname -m`: what the interpreter reports is what its pip accepts."""
+
+    def command(self):
+        return StringCommand(
+            "if command -v python3 >/dev/null 2>&1; then python3 -I -c",
+            QuoteString(HOST_PYTHON_SCRIPT),
+            "; else echo missing; fi",
+        )
+
+    @staticmethod
+    def default():
+        return None
+
+    @staticmethod
+    def parse(lines) -> dict | None:
+        lines = [line.strip() for line in lines if line.strip()]
+        if not lines or lines == ["missing"]:
+            return None
+        try:
+            found = json.loads(lines[-1])
+        except ValueError:
+            return {"implementation": "", "version": "", "platform": "", "libc": "", "said": " ".join(lines)[:200]}
+        return found if isinstance(found, dict) else None
 
 
 class ToolResult(ParsedFact):

@@ -6,7 +6,8 @@ host's state at run time and does nothing when it holds.
 downloader_installed: a system user of its own (not the service user: the engine must not
 be able to steer or read the download) and a venv with the hash-locked requirements
 (files/hf-hub-requirements.txt), installed with pip --require-hashes --no-index from wheels the
-control machine fetched and checked (the host needs no package index). A marker in the venv holds the sha256
+control machine fetched and checked for the host's own python3, as it describes itself (the
+HostPython fact; the host needs no package index). A marker in the venv holds the sha256
 of the requirements it was built from; it is written after the install and its check, so a
 killed build is rebuilt on the next run.
 
@@ -34,8 +35,9 @@ import hashlib
 import io
 import posixpath
 import re
+from collections.abc import Callable
 
-from pyinfra import host, logger
+from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import File
 
@@ -43,8 +45,10 @@ from control import layout, run_record
 from control.report import skipped
 from pyinfra_ext import memo
 from pyinfra_ext.host_args import connector_arguments
+from pyinfra_ext.refusal import refusal
 from roles.facts.accounts import Account
 from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive
+from roles.facts.system import HostPython
 from roles.operations import sandboxing
 from roles.operations.job import followed
 from roles.operations.secrets import Secret, secret_commands
@@ -55,20 +59,37 @@ UNIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9:_.-]*")
 
 
 @operation()
-def downloader_installed(venv: str, requirements: str, wheels: list[str], user: str):
-    """venv holds exactly `requirements` (hash-locked text), installed from `wheels` (files on
-    the control machine, checked against the lock's hashes there and again by pip here: the
-    host needs no index); `user` exists to run downloads."""
+def downloader_installed(venv: str, requirements: str, wheels_for: Callable[[dict | None], list[str]], user: str):
+    """venv holds exactly `requirements` (hash-locked text), installed from the wheels
+    `wheels_for(found)` gives for the host's own python3 as the HostPython fact found it (files
+    on the control machine, checked against the lock's hashes there and again by pip here: the
+    host needs no index); `user` exists to run downloads.
+    The fact is read here, before the first command: while the run is planned, so that a host
+    whose python3 gets no wheels (none fetched, none in the lock) is refused before anything is
+    done there (wheels_for raises OperationError); and again when the operation runs, after
+    base_packages: a bare Debian has no python3 while the run is planned, and the one installed
+    since is the one pip runs with. A refusal then fails this host only (pyinfra_ext/refusal.py)."""
     if not posixpath.isabs(venv):
         raise OperationError(f"downloader_installed: venv must be an absolute path (got {venv})")
-    if memo.fact(host, Account, user=user) is None:
+    account = memo.fact(host, Account, user=user)
+    digest = hashlib.sha256(requirements.encode()).hexdigest()
+    marker = f"{venv}/.glm-flash-requirements.sha256"
+    built = memo.fact(host, DownloaderMarker, marker=marker) == digest
+    wheels = []
+    if not built:
+        try:
+            wheels = wheels_for(memo.fact(host, HostPython))
+        except OperationError as e:
+            if not state.is_executing or type(e) is not OperationError:
+                raise  # planned: refusal.host_refusals refuses the host before anything runs
+            yield refusal(str(e))
+            return
+    if account is None:
         yield StringCommand(
             "useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin",
             QuoteString(user),
         )
-    digest = hashlib.sha256(requirements.encode()).hexdigest()
-    marker = f"{venv}/.glm-flash-requirements.sha256"
-    if memo.fact(host, DownloaderMarker, marker=marker) == digest:
+    if built:
         host.noop(f"downloader environment {venv} is built from these requirements")
         return
     req, wheelhouse = f"{venv}.requirements.txt", f"{venv}.wheels"

@@ -132,6 +132,17 @@ def test_deploy_converges_and_a_second_run_changes_nothing(gb10):
     assert env.startswith(f"{ENGINE}/envs/vllm-moet-{commits()['good'][:12]}-")
 
 
+def test_the_downloader_has_the_wheels_its_python3_takes_whatever_uname_says(gb10):
+    """`uname -m` answers aarch64 here (the stand-in); the machine's python3, Debian's x86_64 one, told
+    the deploy what it is (the HostPython fact), so the downloader's environment holds the x86_64
+    builds of hf-xet and PyYAML, which it loads. (aarch64 ones, chosen when `uname -m` was asked, are
+    what this pip refused: tests/gb10/test_downloader_arm64.py installs those on an arm64 root.)"""
+    assert sh("uname -m").stdout.strip() == "aarch64"
+    python = "/opt/glm-flash/tools/hf-hub/bin/python"
+    r = sh(f"{python} -c 'import hf_xet, platform, yaml; yaml.CSafeLoader; print(platform.machine())'")
+    assert r.stdout.strip() == "x86_64"
+
+
 def test_the_engine_is_the_real_release_with_the_forks_patch(gb10):
     """PyPI's vLLM 0.24.0 (its compiled parts too: the wheel as published), the stand-in fork's patch
     applied and recorded, the scheduler fix found, the cubins beside it."""

@@ -34,7 +34,7 @@ from roles.facts.engine import EngineEnvs, EnginePatchCheck, EngineState, Launch
 from roles.facts.gb10 import MemTotalKiB, OsRelease
 from roles.facts.service import ServiceStart, ServiceStartState, SystemdVersion
 from roles.facts.status import Answers, HostStatus
-from roles.facts.system import CudaToolkits, DefaultTarget, GpuProcesses, Gpus, NumaNodes, UnitFiles
+from roles.facts.system import CudaToolkits, DefaultTarget, GpuProcesses, Gpus, HostPython, NumaNodes, UnitFiles
 from roles.operations import driver as driver_ops
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,6 +52,9 @@ def gb10_facts(over=None):
     """A GB10 box as it comes: DGX OS, driver 580.95.05 loaded, CUDA 13.0, nothing of ours."""
     facts = {
         Arch: lines("gb10-uname-m.txt")[0],
+        # What DGX OS's python3 says of itself (roles/facts/system.py HostPython): the public record's
+        # Ubuntu 24.04 arm64 (python3 3.12, libc6 2.39; docs/sources.md §14), not read off a box.
+        HostPython: HostPython.parse(lines("gb10-python3.json")),
         OsRelease: OsRelease.parse(lines("gb10-os-release.txt") + [OsRelease.SEP] + lines("gb10-dgx-release.txt")),
         MemTotalKiB: MemTotalKiB.parse(lines("gb10-meminfo.txt")),
         Gpus: Gpus.parse(lines("gb10-nvidia-smi-query-gpu.csv")),

@@ -18,6 +18,7 @@ from pyinfra.facts.files import Directory, File
 from control import model_lock
 from roles.facts.accounts import Account, AccountInfo
 from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive
+from roles.facts.system import HostPython
 from roles.operations import checkpoint, secrets
 from sandbox.fake_hub import FakeHub
 
@@ -114,17 +115,29 @@ def test_secret_file_refuses_a_directory_others_can_write_and_loose_modes():
         put(secret_facts(), secret=KEY)
 
 
+DGX_OS_PYTHON = {
+    "implementation": "cpython",
+    "version": "3.12",
+    "platform": "linux-aarch64",
+    "libc": "glibc 2.39",
+    "bits": 64,
+}
+
+
 def test_downloader_installed_rebuilds_only_when_the_requirements_change():
     req = (REPO / "files/hf-hub-requirements.txt").read_text()
     venv = "/opt/glm-flash/tools/hf-hub"
     marker = F(DownloaderMarker, marker=f"{venv}/.glm-flash-requirements.sha256")
     done = {F(Account, user="glm-flash-fetch"): FETCH_ACCOUNT, marker: hashlib.sha256(req.encode()).hexdigest()}
     wheel = REPO / "files/hf-hub-requirements.txt"  # any local file stands for a wheel here
-    args = dict(venv=venv, requirements=req, wheels=[str(wheel)], user="glm-flash-fetch")
+    asked = []
+    args = dict(venv=venv, requirements=req, wheels_for=lambda found: asked.append(found) or [str(wheel)])
+    args["user"] = "glm-flash-fetch"
     assert commands(checkpoint.downloader_installed, done, **args) == []
-    cmds = commands(
-        checkpoint.downloader_installed, {F(Account, user="glm-flash-fetch"): None, marker: "stale"}, **args
-    )
+    assert asked == []  # built: no wheels chosen, the host's python3 not even read
+    stale = {F(Account, user="glm-flash-fetch"): None, marker: "stale", HostPython: DGX_OS_PYTHON}
+    cmds = commands(checkpoint.downloader_installed, stale, **args)
+    assert asked == [DGX_OS_PYTHON]  # the wheels are chosen for what the host's python3 said
     assert cmds[0].startswith("useradd --system") and cmds[0].endswith(" glm-flash-fetch")
     assert f"upload {venv}.wheels/hf-hub-requirements.txt" in "\n".join(cmds)
     pip = [c for c in cmds if "/bin/pip" in c][0]
@@ -132,6 +145,31 @@ def test_downloader_installed_rebuilds_only_when_the_requirements_change():
     assert "--no-deps" in pip and "PIP_CONFIG_FILE=/dev/null" in pip
     # the marker after the work, which is flushed first; the marker and its directory fsynced
     assert cmds[-1].startswith("sync && printf") and "mv -f" in cmds[-1] and cmds[-1].endswith(f"&& sync {venv}")
+
+
+def test_downloader_without_wheels_for_the_hosts_python_is_refused_before_anything_runs():
+    """Planned: the operation raises (refusal.host_refusals then refuses the host before any of its
+    operations runs). Running (python3 installed since the plan): it fails this host only."""
+    req = (REPO / "files/hf-hub-requirements.txt").read_text()
+    venv = "/opt/glm-flash/tools/hf-hub"
+    facts = {
+        F(Account, user="glm-flash-fetch"): None,
+        F(DownloaderMarker, marker=f"{venv}/.glm-flash-requirements.sha256"): "",
+        HostPython: {**DGX_OS_PYTHON, "libc": ""},
+    }
+
+    def none_for(found):
+        raise OperationError(f"node1: model_download: no wheels for {found['platform']} without glibc. Fix: ...")
+
+    args = dict(venv=venv, requirements=req, wheels_for=none_for, user="glm-flash-fetch")
+    with pytest.raises(OperationError, match="model_download: no wheels for linux-aarch64"):
+        commands(checkpoint.downloader_installed, facts, **args)
+    fake = FakeHost(facts)
+    fake.state.is_executing = True
+    with on(fake):
+        (command,) = checkpoint.downloader_installed._inner(**args)  # nothing else: no useradd either
+    assert isinstance(command, FunctionCommand) and command.function.__name__ == "_fail_this_host"
+    assert "model_download: no wheels for linux-aarch64" in command.args[0]
 
 
 STARTED = dict(

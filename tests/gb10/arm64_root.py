@@ -1,0 +1,111 @@
+"""A Debian 13 arm64 userland on this x86_64 machine: real aarch64 programs, run under qemu-user.
+
+- `image()`: `mmdebstrap --arch=arm64 --variant=minbase --include=python3-venv trixie`, Debian's
+  own python3 (3.13), its venv module and the pip wheel venvs get. Built once (dpkg configures the
+  packages emulated: minutes) into ${GLM_FLASH_CACHE}/sandbox/trixie-arm64-<key>.tar, beside the
+  sandbox's own image; the key covers the mirror and the packages.
+- `unpacked(dest)`: that image unpacked (seconds), a root of its own for each test run.
+- `run(root, command)`: `sh -c command` in the root, as root, with systemd-nspawn (its own /proc and
+  /dev, the machine's network; nothing booted). Every aarch64 program runs through binfmt_misc's
+  qemu-aarch64 entry, whose F flag makes the kernel open the emulator when the entry is registered,
+  so the root needs no qemu of its own.
+- `emulation()`: that entry is there and enabled: binfmt_misc mounted and the entry Debian's
+  qemu-user-static registers with binfmt-support (`make deps` installs both; CI runs as root on a
+  fresh machine, where the package's own registration may not have happened) enabled.
+
+What differs from DGX OS (the GB10 box): Debian 13, not Ubuntu 24.04; python3 is 3.13, not 3.12;
+glibc 2.41, not 2.39; and every program is emulated, not run by a Cortex-X925. The wheels a
+deploy sends are chosen from what the userland's own python3 says of itself (the HostPython fact),
+so here they are cp313 aarch64 ones; DGX OS's cp312 aarch64 choice is tests/unit/test_wheel_target.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from control.pypi_cache import cache_root  # noqa: E402
+
+MIRROR = os.environ.get("GLM_FLASH_SANDBOX_MIRROR", "http://deb.debian.org/debian")  # as sandbox/sandbox.py
+PACKAGES = ["python3-venv"]
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+ENTRY = BINFMT / "qemu-aarch64"  # the name Debian's qemu-user-static gives it (mmdebstrap looks for it too)
+
+
+class Unavailable(Exception):
+    """aarch64 programs cannot run here; the message says why and what to do."""
+
+
+def image() -> Path:
+    key = hashlib.sha256(" ".join(["trixie", "arm64", "minbase", MIRROR, *PACKAGES]).encode()).hexdigest()[:12]
+    return cache_root() / "sandbox" / f"trixie-arm64-{key}.tar"
+
+
+def emulation() -> None:
+    """binfmt_misc mounted and its qemu-aarch64 entry enabled with the F flag, or Unavailable."""
+    if os.geteuid() != 0:
+        raise Unavailable("needs root (binfmt_misc, mmdebstrap and systemd-nspawn do); run the tests as root")
+    if not (BINFMT / "register").exists():
+        subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)], check=False, capture_output=True)
+    if not ENTRY.exists() and shutil.which("update-binfmts"):
+        subprocess.run(["update-binfmts", "--enable", "qemu-aarch64"], check=False, capture_output=True)
+    lines = ENTRY.read_text().splitlines() if ENTRY.exists() else []
+    flags = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("flags:")), "")
+    if lines[:1] != ["enabled"] or "F" not in flags:
+        raise Unavailable(
+            f"binfmt_misc has no enabled qemu-aarch64 entry with the F flag ({' '.join(lines[:3]) or 'none'}); "
+            "run `make deps` as root (qemu-user-static, binfmt-support), then the tests again"
+        )
+
+
+def build_image() -> Path:
+    """The cached arm64 root (mmdebstrap, once)."""
+    tar = image()
+    if tar.exists():
+        return tar
+    emulation()
+    if not shutil.which("mmdebstrap"):
+        raise Unavailable("mmdebstrap is missing; run `make deps` as root")
+    tar.parent.mkdir(parents=True, exist_ok=True)
+    partial = tar.with_name(f".{tar.stem}.{os.getpid()}.tar")
+    try:
+        subprocess.run(
+            ["mmdebstrap", "--mode=root", "--arch=arm64", "--variant=minbase", "--include=" + ",".join(PACKAGES)]
+            + ["trixie", str(partial), f"deb {MIRROR} trixie main"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        partial.rename(tar)
+    finally:
+        partial.unlink(missing_ok=True)
+    return tar
+
+
+def unpacked(dest: Path) -> Path:
+    tar = build_image()
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    subprocess.run(["tar", "-xpf", str(tar), "-C", str(dest)], check=True)
+    return dest
+
+
+def run(root: Path, command: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`sh -c command` inside `root` as root, its programs aarch64 under qemu."""
+    setenv = [f"--setenv={k}={v}" for k, v in (env or {}).items()]
+    return subprocess.run(
+        ["systemd-nspawn", "--quiet", "--register=no", "--keep-unit", "--pipe", "-M", f"glm-flash-arm64-{os.getpid()}"]
+        + ["-D", str(root), *setenv, "/bin/sh", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )

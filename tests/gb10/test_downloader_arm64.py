@@ -1,0 +1,187 @@
+"""The model downloader on a real aarch64 userland: the wheels a deploy sends it install and run there.
+
+The GB10 box is aarch64. Its deploy stopped at the model role: the control machine sent it x86_64
+wheels, which its pip refuses. The wheels are now chosen from what the host's own python3 says of
+itself (roles/facts/system.py HostPython). Here that is done on a Debian 13 arm64 root
+(tests/gb10/arm64_root.py: mmdebstrap --arch=arm64, every program emulated by qemu-user), in the
+deploy's own steps:
+
+1. the HostPython fact's command runs in the root and is parsed as the deploy parses it;
+2. the model role chooses the downloader's wheels from it (roles/model.py downloader_wheels, the
+   call the deploy makes), fetched from PyPI into the control machine's cache, sha256-checked;
+3. the commands of the downloader_installed operation, planned on the root's facts, run in the
+   root in their order, its uploads copied to where they go: the system user, the wheelhouse,
+   `python3 -m venv`, `pip install --require-hashes --only-binary :all: --no-index --find-links`,
+   `import huggingface_hub`, the marker;
+4. the installed downloader does its job: files/glm-flash-model-fetch downloads a small repo from a
+   fake hub on loopback (sandbox/fake_hub.py) with that venv's python, and its native wheels load
+   (hf_xet's Rust extension, PyYAML's C loader);
+5. the broken case, what was sent before (the same lock's files chosen for x86_64): this root's
+   pip refuses them (a resolution, `--dry-run`, by the downloader's own pip).
+
+What differs from the box: Debian 13 is not DGX OS. Its python3 is 3.13 where DGX OS's is 3.12, and
+its glibc is 2.41 where DGX OS's is 2.39. So what installs here are the cp313 aarch64 wheels this
+root's python3 asks for, chosen by the same code from the same fact. The cp312 aarch64 wheels DGX
+OS's python3 gets are checked by tests/unit/test_wheel_target.py (the GB10 plan, and pip's own
+resolution for that platform). Nothing aarch64 runs natively here: qemu emulates it, which is slow,
+so only the downloader's own steps run emulated. The arm64 root is built once and cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from pyinfra.api import FileUploadCommand, StringCommand
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "tests" / "unit"))
+sys.path.insert(0, str(REPO))
+
+import arm64_root  # noqa: E402
+from fakehost import F, FakeHost, on  # noqa: E402
+
+from control.engine_lock import Target  # noqa: E402
+from roles import model  # noqa: E402
+from roles.facts.accounts import Account  # noqa: E402
+from roles.facts.model import DownloaderMarker  # noqa: E402
+from roles.facts.system import HostPython  # noqa: E402
+from roles.operations import checkpoint  # noqa: E402
+from sandbox.fake_hub import FakeHub  # noqa: E402
+
+REQUIREMENTS = (REPO / "files" / "hf-hub-requirements.txt").read_text()
+VENV = "/opt/glm-flash/tools/hf-hub"  # the profile's default (layout.hub_venv)
+USER = "glm-flash-fetch"
+FETCH = REPO / "files" / "glm-flash-model-fetch"
+REPO_ID = "zai-org/GLM-5.3-Flash"
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    try:
+        arm64_root.emulation()
+        base = tmp_path_factory.mktemp("arm64")
+        yield arm64_root.unpacked(base / "root")
+    except arm64_root.Unavailable as e:
+        pytest.fail(f"no aarch64 userland here: {e}")
+    shutil.rmtree(base / "root", ignore_errors=True)
+
+
+def sh(root: Path, command: str, **kw):
+    r = arm64_root.run(root, command, **kw)
+    assert r.returncode == 0, f"{command}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def host_python(root: Path) -> dict | None:
+    """The HostPython fact, its own command run in the root, parsed as pyinfra would."""
+    command = HostPython().command().get_raw_value()
+    return HostPython().process(sh(root, command).stdout.splitlines())
+
+
+def planned(root: Path, found: dict, wheels_for) -> list:
+    """The downloader_installed operation's commands on this root's facts (a fresh host)."""
+    facts = {
+        F(Account, user=USER): None,
+        F(DownloaderMarker, marker=f"{VENV}/.glm-flash-requirements.sha256"): "",
+        HostPython: found,
+    }
+    with on(FakeHost(facts, name="arm64")):
+        return list(
+            checkpoint.downloader_installed._inner(
+                venv=VENV, requirements=REQUIREMENTS, wheels_for=wheels_for, user=USER
+            )
+        )
+
+
+def carried_out(root: Path, commands: list) -> list[str]:
+    """Each command run in the root in order; an upload copied to its place (what pyinfra's put does)."""
+    uploaded = []
+    for c in commands:
+        if isinstance(c, FileUploadCommand):
+            dest = root / c.dest.lstrip("/")
+            data = c.src.getvalue() if isinstance(c.src, io.BytesIO) else Path(c.src).read_bytes()
+            dest.write_bytes(data)
+            uploaded.append(c.dest)
+        else:
+            assert isinstance(c, StringCommand), c
+            sh(root, c.get_raw_value())
+    return uploaded
+
+
+def test_the_downloader_installs_and_runs_on_aarch64_from_the_wheels_chosen_for_it(root, tmp_path):
+    found = host_python(root)
+    assert found == {
+        "implementation": "cpython",
+        "version": "3.13",  # Debian 13's; DGX OS's is 3.12 (tests/unit/test_wheel_target.py)
+        "platform": "linux-aarch64",
+        "libc": "glibc 2.41",
+        "bits": 64,
+    }
+    target = Target.of_interpreter(found)
+    chosen = []
+
+    def wheels_for(f):
+        chosen[:] = model.downloader_wheels(REQUIREMENTS, f)
+        return chosen
+
+    commands = planned(root, found, wheels_for)
+    assert chosen and all(Path(w).parent.name == target.name for w in chosen)
+    assert any(Path(w).name.startswith("hf_xet-") and Path(w).name.endswith("_aarch64.whl") for w in chosen)
+    assert any("-cp313-cp313-" in Path(w).name and Path(w).name.endswith("_aarch64.whl") for w in chosen)
+    assert not any("x86_64" in Path(w).name for w in chosen)
+    uploaded = carried_out(root, commands)
+    assert sorted(Path(u).name for u in uploaded) == sorted(
+        ["hf-hub.requirements.txt", *(Path(w).name for w in chosen)]
+    )
+    marker = (root / VENV.lstrip("/") / ".glm-flash-requirements.sha256").read_text().strip()
+    assert marker == hashlib.sha256(REQUIREMENTS.encode()).hexdigest()
+    assert not (root / (VENV + ".wheels").lstrip("/")).exists()  # removed once installed
+
+    # The native parts are aarch64 code that loads, and the downloader downloads.
+    python = f"{VENV}/bin/python"
+    r = sh(root, f"{python} -c 'import platform, hf_xet, yaml; yaml.CSafeLoader; print(platform.machine())'")
+    assert r.stdout.strip() == "aarch64"
+    shard = "model-00001-of-00001.safetensors"
+    index = {"metadata": {"total_size": 16384}, "weight_map": {"w0": shard}}
+    files = {"config.json": b'{"architectures": ["Glm5NextForConditionalGeneration"]}', shard: bytes(range(256)) * 64}
+    files["model.safetensors.index.json"] = json.dumps(index).encode()
+    shutil.copy(FETCH, root / "usr/local/bin/glm-flash-model-fetch")
+    with FakeHub(REPO_ID, files) as hub:
+        r = arm64_root.run(
+            root,
+            f"{python} /usr/local/bin/glm-flash-model-fetch download --dest /srv/model --repo {REPO_ID} "
+            f"--revision {hub.commit} --manifests /srv/no-manifests",
+            env={"HF_ENDPOINT": hub.endpoint, "HF_HOME": "/srv/hf-home", "HF_HUB_DISABLE_TELEMETRY": "1"},
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert len(hub.downloads()) == len(files)
+    for name, data in files.items():
+        assert (root / "srv/model" / name).read_bytes() == data
+    assert json.loads((root / "srv/model/.glm-flash-model.json").read_text())["commit"] == hub.commit
+
+    # The broken case: the same lock's files chosen for x86_64 (what every host got before), which
+    # this pip refuses. A resolution only (--dry-run), by the downloader's own pip: one venv is enough.
+    x86 = {**found, "platform": "linux-x86_64"}
+    with on(FakeHost({}, name="arm64")):
+        wheels = model.downloader_wheels(REQUIREMENTS, x86)
+    house = root / "tmp/x86-wheels"
+    house.mkdir(parents=True)
+    for w in wheels:
+        shutil.copy(w, house / Path(w).name)
+    (root / "tmp/req.txt").write_text(REQUIREMENTS)
+    r = arm64_root.run(
+        root,
+        f"env PIP_CONFIG_FILE=/dev/null {VENV}/bin/pip install --dry-run --ignore-installed --quiet "
+        "--disable-pip-version-check --no-deps --require-hashes --only-binary :all: --no-index "
+        "--find-links /tmp/x86-wheels -r /tmp/req.txt",
+    )
+    assert r.returncode != 0
+    assert "from versions: none" in r.stderr and ("hf-xet" in r.stderr or "pyyaml" in r.stderr), r.stderr
