@@ -48,6 +48,7 @@ sys.path.insert(0, str(REPO))
 import arm64_root  # noqa: E402
 from fakehost import F, FakeHost, on  # noqa: E402
 
+from control import layout  # noqa: E402
 from control.engine_lock import Target  # noqa: E402
 from roles import model  # noqa: E402
 from roles.facts.accounts import Account  # noqa: E402
@@ -154,6 +155,8 @@ def test_the_downloader_installs_and_runs_on_aarch64_from_the_wheels_chosen_for_
     files = {"config.json": b'{"architectures": ["Glm5NextForConditionalGeneration"]}', shard: bytes(range(256)) * 64}
     files["model.safetensors.index.json"] = json.dumps(index).encode()
     shutil.copy(FETCH, root / "usr/local/bin/glm-flash-model-fetch")
+    # the deploy installs the host tools' shared module beside each tool (roles/operations/uploads.py)
+    shutil.copy(FETCH.parent / layout.HOST_MODULE, root / "usr/local/bin" / layout.HOST_MODULE)
     with FakeHub(REPO_ID, files) as hub:
         r = arm64_root.run(
             root,
@@ -172,16 +175,16 @@ def test_the_downloader_installs_and_runs_on_aarch64_from_the_wheels_chosen_for_
     x86 = {**found, "platform": "linux-x86_64"}
     with on(FakeHost({}, name="arm64")):
         wheels = model.downloader_wheels(REQUIREMENTS, x86)
-    house = root / "tmp/x86-wheels"
+    house = root / "srv/x86-wheels"  # not /tmp: systemd-nspawn mounts a fresh tmpfs there
     house.mkdir(parents=True)
     for w in wheels:
         shutil.copy(w, house / Path(w).name)
-    (root / "tmp/req.txt").write_text(REQUIREMENTS)
+    (root / "srv/req.txt").write_text(REQUIREMENTS)
     r = arm64_root.run(
         root,
         f"env PIP_CONFIG_FILE=/dev/null {VENV}/bin/pip install --dry-run --ignore-installed --quiet "
         "--disable-pip-version-check --no-deps --require-hashes --only-binary :all: --no-index "
-        "--find-links /tmp/x86-wheels -r /tmp/req.txt",
+        "--find-links /srv/x86-wheels -r /srv/req.txt",
     )
     assert r.returncode != 0
     assert "from versions: none" in r.stderr and ("hf-xet" in r.stderr or "pyyaml" in r.stderr), r.stderr
