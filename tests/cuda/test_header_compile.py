@@ -64,7 +64,8 @@ def trixie(tmp_path_factory):
     os.symlink("cuda-12.8", root / "usr/local/cuda-12")  # deduplicated by the command
     bin_dir = root / "opt/glm-flash/bin"
     bin_dir.mkdir(parents=True)
-    for tool in ("glm-flash-patch", "glm-flash-fix-cuda-header"):
+    # the tools and, beside them, the module they share, as the deploy installs them (roles/operations/uploads.py)
+    for tool in ("glm-flash-patch", "glm-flash-fix-cuda-header", "glm_flash_host.py"):
         shutil.copy2(REPO / "files" / tool, bin_dir / tool)
     (root / "opt/glm-flash/patches/cuda").mkdir(parents=True)
     cuda_assets.patch_set_json(root / "opt/glm-flash/patches/cuda/math_functions-12.json")

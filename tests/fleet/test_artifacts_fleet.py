@@ -182,11 +182,13 @@ def test_a_hostile_holder_gets_no_root_fetch_no_netrc_and_nothing_kept(fleet_up)
     import threading
 
     from roles.fleet.artifacts import FETCH_UNIT, fetching
-    from sandbox.fleet import subnet
 
     deploy()  # aria2 and glm-flash-peer on the workers
     receiver = fleet_up[2]
-    hostile_ip, target_ip = f"{subnet()}.200", f"{subnet()}.201"
+    # the fleet's own /24 on loopback (sandbox/fleet.py subnet()), read off a node's address: importing
+    # sandbox.fleet here would find the repo's sandbox package where it wants sandbox/sandbox.py
+    subnet = receiver["address"].rsplit(".", 1)[0]
+    hostile_ip, target_ip = f"{subnet}.200", f"{subnet}.201"
     seen, reached = [], []
 
     class Target(http.server.BaseHTTPRequestHandler):

@@ -179,6 +179,5 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
         profile,
         {**spec, "python": f"{env_dir}/bin/python", "architectures_of": f"{profile.model_path}/config.json"},
     )
-    return common.EngineResult(
-        profile.on_platform.engine_label, env, env_dir, spec, cpu_env(profile), common.switch(profile, env)
-    )
+    common.switch(profile, env)
+    return common.EngineResult(env, env_dir, spec, cpu_env(profile))
