@@ -26,6 +26,7 @@ import urllib.request
 
 import pytest
 
+from sandbox.sandbox import current_ports
 from tests.conftest import REPO, changed_operations, sandbox_sh
 from tests.sandbox.test_prometheus_scrape import packages, query, sandbox_scrape_config
 from tests.sandbox.test_unit_hardening import exposure, put
@@ -36,8 +37,20 @@ INVENTORY = "inventory/sandbox_cpu.py"
 KEY = "sk-cpu-canary-7d2e91"  # a canary: never in argv or the journal
 UNIT = "glm-flash.service"
 MODEL = "glm-5.3-flash"  # served_model_name's default: what the README's curl sends
-PORTS = json.loads((REPO / ".sandbox" / "ports.json").read_text()) if (REPO / ".sandbox/ports.json").exists() else {}
-BASE = f"http://127.0.0.1:{PORTS.get('engine', 0)}"  # the machine shares this one's network
+
+
+def port(name: str) -> int:
+    """This checkout's own port for `name` (the machine shares this one's network), read when a test
+    runs: at collection the session sandbox may still be booting in the background (tests/conftest.py)."""
+    found = current_ports()[name]
+    assert found, f"the sandbox has no {name} port yet (.sandbox/ports.json)"
+    return found
+
+
+def base() -> str:
+    return f"http://127.0.0.1:{port('engine')}"
+
+
 TEST_DIR = "/run/glm-flash-test-cpu"
 
 
@@ -54,7 +67,7 @@ def deploy(*data: str) -> subprocess.CompletedProcess:
 
 
 def api(path: str, body: dict | None = None, key: str | None = KEY) -> tuple[int, dict]:
-    req = urllib.request.Request(BASE + path, data=json.dumps(body).encode() if body else None)
+    req = urllib.request.Request(base() + path, data=json.dumps(body).encode() if body else None)
     req.add_header("Content-Type", "application/json")
     if key:
         req.add_header("Authorization", f"Bearer {key}")
@@ -164,7 +177,7 @@ def test_the_key_is_never_in_argv_or_the_journal(served):
 
 def test_metrics_every_dashboard_query_names_an_exported_metric_and_prometheus_scrapes_them(served):
     chat(0)
-    with urllib.request.urlopen(BASE + "/metrics", timeout=60) as r:  # no key: Prometheus sends none
+    with urllib.request.urlopen(base() + "/metrics", timeout=60) as r:  # no key: Prometheus sends none
         text = r.read().decode()
     exported = {
         line.split("{")[0].split(" ")[0].removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
@@ -184,7 +197,7 @@ def test_metrics_every_dashboard_query_names_an_exported_metric_and_prometheus_s
         sh(f"cat > {TEST_DIR}/prometheus.yml <<'EOF'\n{json.dumps(cfg)}\nEOF")
         sh(
             f"systemd-run --unit=glm-flash-test-prometheus /usr/bin/prometheus --config.file={TEST_DIR}/prometheus.yml "
-            f"--storage.tsdb.path={TEST_DIR}/tsdb --web.listen-address=127.0.0.1:{PORTS['prometheus']}"
+            f"--storage.tsdb.path={TEST_DIR}/tsdb --web.listen-address=127.0.0.1:{port('prometheus')}"
         )
         deadline, names = time.monotonic() + 120, set()
         while time.monotonic() < deadline:
@@ -193,7 +206,7 @@ def test_metrics_every_dashboard_query_names_an_exported_metric_and_prometheus_s
                 names = {
                     n.removesuffix("_bucket").removesuffix("_sum").removesuffix("_count")
                     for n in json.loads(
-                        sh(f"curl -sf http://127.0.0.1:{PORTS['prometheus']}/api/v1/label/__name__/values").stdout
+                        sh(f"curl -sf http://127.0.0.1:{port('prometheus')}/api/v1/label/__name__/values").stdout
                     )["data"]
                 }
             except Exception:  # noqa: BLE001 (not listening yet)
@@ -222,7 +235,7 @@ def test_bench_quick_and_eval_floor_run_against_it(served, tmp_path):
     env = dict(os.environ, GLM_FLASH_API_KEY=KEY)
     py = str(REPO / ".venv-bench/bin/python")
     bench = subprocess.run(
-        [py, "-m", "benchmark", "--url", BASE, "--suite", "quick", "--model", MODEL, "--out", str(tmp_path / "bench")],
+        [py, "-m", "benchmark", "--url", base(), "--suite", "quick", "--model", MODEL, "--out", str(tmp_path / "bench")],
         cwd=REPO, capture_output=True, text=True, env=env, timeout=900,
     )  # fmt: skip
     assert bench.returncode == 0, bench.stdout[-3000:] + bench.stderr[-3000:]
@@ -233,7 +246,7 @@ def test_bench_quick_and_eval_floor_run_against_it(served, tmp_path):
     # ngram speculation: the acceptance length comes from the engine's real spec_decode counters
     assert next(s for s in scenarios if s["name"] == "decode-1")["accept_len"], scenarios
     ev = subprocess.run(
-        [py, "-m", "benchmark.evaluate", "--url", BASE, "--suite", "floor", "--plus", "off", "--model", MODEL,
+        [py, "-m", "benchmark.evaluate", "--url", base(), "--suite", "floor", "--plus", "off", "--model", MODEL,
          "--max-tokens", "64", "--out", str(tmp_path / "eval")],
         cwd=REPO, capture_output=True, text=True, env=env, timeout=1800,
     )  # fmt: skip
