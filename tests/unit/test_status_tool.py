@@ -184,6 +184,12 @@ def test_patch_sets():
     assert st.decide_patches(None, None, "")["state"] == "problem"
 
 
+def test_patch_sets_without_a_check_are_na_only_where_the_engine_has_none():
+    assert st.no_patch_check("gb10")["state"] == st.NA
+    assert st.no_patch_check("cpu")["state"] == st.NA  # make demo's CPU engine: it reported a problem
+    assert st.no_patch_check("l40s")["state"] == st.PROBLEM
+
+
 def test_model():
     state = st.last_json(data("status/model-check.json"))
     assert st.decide_model(cfg(**SANDBOX), 0, state)["state"] == "ok"
