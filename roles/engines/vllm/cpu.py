@@ -19,7 +19,8 @@ The checkpoint is the model role's download (the sandbox's hub serves sandbox/ti
 
 The launch: the GB10's vLLM argument list
 (roles/engines/vllm/launch.py) with what vLLM's CPU build and the sandbox's tiny model cannot
-take changed, each change said here once, with why (../shared/reviews/engine-on-cpu.md ran them):
+take changed, each change said here once, with why (each found by serving the tiny model with
+vLLM's CPU build on a 2-core x86_64 machine; docs/sandbox.md describes the CPU engine):
 
 - `--mamba-cache-mode` dropped: the tiny Llama has no mamba/KDA layers, and with the flag vLLM
   starts, then its worker dies at the first request ('no mamba layers in the model');
