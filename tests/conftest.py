@@ -246,10 +246,68 @@ def needs_sandbox(session) -> bool:
     return any("sandbox_deploys" in item.fixturenames or top_dir(item.path) == "fleet" for item in session.items)
 
 
+# Test modules whose work is emulated aarch64 code on one core for minutes (qemu-user: the
+# Debian 13 arm64 root's mmdebstrap, `python3 -m venv`, pip). In a run that has other tests too,
+# they run in a pytest of their own beside the session, started with it, so those minutes overlap
+# the tests before them; the session joins it at its end: its result and durations are in the
+# summary ("background"), and its failure fails the session. Run alone, they run as any test does.
+BACKGROUND = ["tests/gb10/test_downloader_arm64.py"]
+
+
+class BackgroundRun:
+    def __init__(self, nodeids: list[str]):
+        self.nodeids = nodeids
+        self.log = REPO / ".background-tests.log"
+        self.began = time.monotonic()
+        self.seconds = 0.0
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--durations=5", *nodeids],
+                cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            )  # fmt: skip
+
+    def join(self) -> int:
+        rc = self.proc.wait()
+        self.seconds = self.seconds or time.monotonic() - self.began
+        return rc
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def background(session) -> None:
+    """Move the selected items of BACKGROUND's modules into a BackgroundRun when others remain."""
+    rel = {str(REPO / m) for m in BACKGROUND}
+    moved = [item for item in session.items if str(item.path) in rel]
+    if not moved or len(moved) == len(session.items):
+        return
+    session.config._glm_flash_background = BackgroundRun([item.nodeid for item in moved])
+    session.items[:] = [item for item in session.items if item not in moved]
+
+
 def pytest_collection_finish(session):
-    if needs_sandbox(session) and not session.config.getoption("collectonly"):
+    if session.config.getoption("collectonly"):
+        return
+    background(session)
+    if needs_sandbox(session):
         session.config._glm_flash_build = build = SandboxBuild()
         build.thread.start()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    run = getattr(session.config, "_glm_flash_background", None)
+    if run is None:
+        return
+    if session.shouldstop or session.shouldfail or exitstatus == pytest.ExitCode.INTERRUPTED:
+        run.stop()  # -x or an interrupt: nothing runs on after pytest
+    if run.join() != 0 and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")
@@ -289,6 +347,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     build = getattr(config, "_glm_flash_build", None)
     if build is not None and build.seconds:
         terminalreporter.write_line(f"{'(sandbox build, in the background)':>10}  {build.seconds / 60:6.1f} min")
+    run = getattr(config, "_glm_flash_background", None)
+    if run is not None and run.proc.returncode is not None:
+        terminalreporter.write_line(f"{'(background tests)':>10}  {run.seconds / 60:6.1f} min")
+        out = run.log.read_text(errors="replace").splitlines()
+        failed = run.proc.returncode != 0
+        terminalreporter.section(f"background: {' '.join(run.nodeids)}: {'FAILED' if failed else 'passed'}")
+        # a failure: its report; a pass: its durations and its result line
+        result = [line for line in out if line[:1].isdigit() or (line.startswith("=") and " in " in line)]
+        for line in out[-200:] if failed else result:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
