@@ -123,21 +123,98 @@ class _TokenStaysHome(urllib.request.HTTPRedirectHandler):
         return new
 
 
-def resolve(endpoint: str, model_id: str, revision: str, token: str | None) -> str:
-    """The commit the hub at `endpoint` names for `model_id`@`revision` (its model-info API)."""
-    url = f"{endpoint.rstrip('/')}/api/models/{model_id}/revision/{urllib.parse.quote(revision, safe='')}"
+def _hub_json(url: str, token: str | None, what: str):
+    """The hub's JSON answer at `url`, the token sent to the hub's own origin only."""
     req = urllib.request.Request(url)
     if token:
         req.add_unredirected_header("Authorization", f"Bearer {token}")  # not copied by urllib's redirect
     try:
         with urllib.request.build_opener(_TokenStaysHome).open(req, timeout=60) as r:
-            commit = json.load(r)["sha"]
+            return json.load(r)
     except urllib.error.HTTPError as e:
         raise ModelLockError(f"{url}: the hub answered {e.code} (gated or private: set HF_TOKEN)") from None
     except (urllib.error.URLError, OSError) as e:
         raise ModelLockError(f"{url}: cannot reach the hub ({getattr(e, 'reason', e)})") from None
-    except (ValueError, KeyError, TypeError):
+    except ValueError:
+        raise ModelLockError(f"{url}: the answer is not {what}") from None
+
+
+def resolve(endpoint: str, model_id: str, revision: str, token: str | None) -> str:
+    """The commit the hub at `endpoint` names for `model_id`@`revision` (its model-info API)."""
+    url = f"{endpoint.rstrip('/')}/api/models/{model_id}/revision/{urllib.parse.quote(revision, safe='')}"
+    try:
+        commit = _hub_json(url, token, "JSON")["sha"]
+    except (KeyError, TypeError):
         raise ModelLockError(f"{url}: the answer has no commit (sha)") from None
     if not isinstance(commit, str) or not COMMIT.fullmatch(commit):
         raise ModelLockError(f"the hub answered {commit!r} for {model_id}@{revision}, not a commit")
     return commit
+
+
+BLOB = re.compile(r"[0-9a-f]{40}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def hub_files(endpoint: str, model_id: str, commit: str, token: str | None) -> dict[str, dict]:
+    """The hub's own list of `model_id`'s files at `commit` (its model-info API with blobs):
+    {name: {"size", "blob_id", "sha256"}}, sha256 for the large (LFS) files, None for the others,
+    which the hub names by their git blob id only."""
+    if not COMMIT.fullmatch(commit):
+        raise ModelLockError(f"{commit!r} is not a commit")
+    url = f"{endpoint.rstrip('/')}/api/models/{model_id}/revision/{commit}?blobs=true"
+    info = _hub_json(url, token, "JSON")
+    if not isinstance(info, dict):
+        raise ModelLockError(f"{url}: the answer is not the hub's model info")
+    out = {}
+    for s in info.get("siblings") or []:
+        lfs = s.get("lfs") if isinstance(s, dict) else None
+        entry = {
+            "size": s.get("size") if isinstance(s, dict) else None,
+            "blob_id": s.get("blobId") if isinstance(s, dict) else None,
+            "sha256": lfs.get("sha256") if isinstance(lfs, dict) else None,
+        }
+        name = s.get("rfilename") if isinstance(s, dict) else None
+        if (
+            not isinstance(name, str)
+            or not isinstance(entry["size"], int)
+            or not BLOB.fullmatch(str(entry["blob_id"]))
+            or (lfs is not None and not SHA256.fullmatch(str(entry["sha256"])))
+        ):
+            raise ModelLockError(f"{url}: a file entry without a name, size, blob id or LFS sha256: {s!r:.200}")
+        out[name] = entry
+    if info.get("sha") != commit or not out:
+        raise ModelLockError(f"{url}: the answer is not the file list of {model_id}@{commit}")
+    return out
+
+
+def checked_by_hub(marker_text: str, files: dict[str, dict], model_id: str, commit: str) -> str:
+    """The marker the fleet's receivers check their copies against: the seed's marker (its files'
+    names and the sha256 it verified) held against the hub's own list at the locked commit
+    (hub_files). Every entry's size, blob id and LFS flag, and a large file's sha256, must be the
+    hub's; a small file's sha256 stays the seed's, and the receivers check its git blob id (the
+    hub's) as well. A seed that altered a file and its marker is refused here, naming the file,
+    before anything reaches a receiver. Raises ModelLockError."""
+    try:
+        marker = json.loads(marker_text)
+        names = marker["files"]
+    except (ValueError, KeyError, TypeError):
+        raise ModelLockError("the seed's marker is not JSON with a file list") from None
+    if not isinstance(names, dict) or marker.get("repo") != model_id or marker.get("commit") != commit:
+        raise ModelLockError(f"the seed's marker is not {model_id}@{commit}'s")
+    missing = sorted(set(files) - set(names))
+    if missing:
+        raise ModelLockError(f"{missing[0]}: the hub has it at {commit} and the seed's marker does not")
+    out = {}
+    for name, e in sorted(names.items()):
+        hub = files.get(name)
+        if hub is None:
+            raise ModelLockError(f"{name}: the seed lists a file the hub does not have at {commit}")
+        lfs = hub["sha256"] is not None
+        if not isinstance(e, dict) or e.get("size") != hub["size"] or e.get("blob_id") != hub["blob_id"]:
+            raise ModelLockError(f"{name}: the seed's size or blob id is not the hub's at {commit}")
+        if bool(e.get("lfs")) != lfs or (lfs and e.get("sha256") != hub["sha256"]):
+            raise ModelLockError(f"{name}: the seed's sha256 is not the hub's at {commit}")
+        if not SHA256.fullmatch(str(e.get("sha256"))):
+            raise ModelLockError(f"{name}: the seed's entry has no sha256")
+        out[name] = {"lfs": lfs, "size": hub["size"], "blob_id": hub["blob_id"], "sha256": e["sha256"]}
+    return json.dumps(dict(marker, files=out, checked_by="the control machine, against the hub's file list"))

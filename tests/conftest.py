@@ -46,6 +46,9 @@ def targets_sandbox(config) -> bool:
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU; reported not applicable where the host has none")
     config.addinivalue_line("markers", "sandbox: deploys to the built-in Debian 13 sandbox")
+    config.addinivalue_line(
+        "markers", "serving: needs the engine serving: a GPU node, or an engine that needs none (gpu_count 0)"
+    )
     if targets_sandbox(config):
         # testinfra reaches the sandbox through the ssh_config `make sandbox-up` writes.
         config.option.hosts = "ssh://sandbox"

@@ -14,14 +14,16 @@ state at run time through files/glm-flash-engine (`status --json`, the EngineEnv
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
 from control import layout
+from control.engine_lock import lock_json
 from control.profile import Profile, refuse
 from roles import service
-from roles.operations import paths
-from roles.operations.engine import current_engine
+from roles.operations import paths, sandboxing
+from roles.operations.engine import current_engine, environment_built
 
 ENGINE_TOOL = "glm-flash-engine"
 
@@ -77,6 +79,31 @@ def layout_on_host(profile: Profile) -> None:
         paths.directory(name=f"Directory {d}", path=d, mode="755")
     for link in (layout.tool(profile, "glm-flash-rollback"), f"{layout.SBIN}/glm-flash-rollback"):
         paths.link(name=f"Link {link}", path=link, target=engine_tool(profile))
+
+
+def built_offline(profile: Profile, env: str, pins: list, wheels: list, art) -> None:
+    """The engine environment `env` built on the host from its hash lock and the control machine's
+    wheels (`--no-index`), with the packed interpreter `art` (None before the interpreter role ran
+    in a dry run): the L40S engine's and the sandbox's CPU engine's one way to build."""
+    root = layout.engine_root(profile)
+    lock_dest, wheelhouse, tool = f"{root}/locks/{env}.json", f"{root}/wheelhouse", engine_tool(profile)
+    layout_on_host(profile)
+    for d in (f"{root}/locks", wheelhouse):
+        paths.directory(name=f"Directory {d}", path=d, mode="755")
+    paths.put(name=f"Lock of {env}", src=io.StringIO(lock_json(pins)), dest=lock_dest, mode="644")
+    interp = layout.interpreters_dir(profile.install_root)
+    host_python = art.host_python(profile.install_root) if art else f"{interp}/(not packed)"
+    environment_built(
+        name=f"Engine environment {env} built offline ({len(pins)} pinned packages)",
+        tool=tool,
+        env=env,
+        build=[tool, "build", env, "--python", host_python, "--lock", lock_dest, "--wheelhouse", wheelhouse],
+        wheels=[str(w) for w in wheels],
+        wheelhouse=wheelhouse,
+        job_tool=layout.tool(profile, "glm-flash-job"),
+        # offline (--no-index from the wheelhouse): no network; writes the engine tree only
+        sandbox=sandboxing.root_job([root]),
+    )
 
 
 def switch(profile: Profile, env: str):

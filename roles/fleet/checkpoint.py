@@ -36,6 +36,7 @@ from roles.fleet.artifacts import (
     url,
 )
 from roles.operations.checkpoint import checkpoint_exported, checkpoint_received
+from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
 
 _SOURCES: dict = {}  # per run (pyinfra State): the workers the others receive the checkpoint from
@@ -92,6 +93,9 @@ def copied(
         )
         if host in sources
         else [],
+        # the seed's marker is held against the hub's own file list before it reaches a receiver
+        hub_endpoint=profile.hf_endpoint,
+        hub_token=Secret(token) if (token := model.read_token(profile)) else None,
         **checkpoint,
     )
     checkpoint_received(

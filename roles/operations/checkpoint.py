@@ -41,7 +41,7 @@ from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import File
 
-from control import layout, run_record
+from control import layout, model_lock, run_record
 from control.report import skipped
 from pyinfra_ext import memo
 from pyinfra_ext.host_args import connector_arguments
@@ -395,13 +395,28 @@ def prepared_for(user: str, path: str, tool: str, unit: str) -> list[StringComma
     ]
 
 
-def _read_marker(state, host, path: str, command: StringCommand) -> bool:  # pyinfra passes state and host
+def _read_marker(state, host, path: str, command: StringCommand, hub: dict) -> bool:  # pyinfra passes state and host
+    """The seed's marker, read over SSH and held against the hub's own file list at the commit,
+    which the control machine asks the hub for (control/model_lock.py checked_by_hub): what the
+    receivers get comes from the hub, never from a worker alone."""
     ok, output = host.run_shell_command(command, print_input=False, **connector_arguments(host))
-    if ok:
-        run_record.of(state).relayed[path] = output.stdout
-    else:
+    if not ok:
         logger.error(f"[{host.name}] {path}: no verified checkpoint to send: {output.stdout or output.stderr}")
-    return ok
+        return False
+    token = hub["token"].reveal().decode() if hub["token"] else None
+    try:
+        files = model_lock.hub_files(hub["endpoint"], hub["repo_id"], hub["commit"], token)
+        run_record.of(state).relayed[path] = model_lock.checked_by_hub(
+            output.stdout, files, hub["repo_id"], hub["commit"]
+        )
+    except model_lock.ModelLockError as e:
+        logger.error(
+            f"[{host.name}] {path}: this worker's checkpoint is not sent to the others: {e}. The control machine "
+            "checks a seed's files against the hub's list (it must reach hf_endpoint); a worker whose files differ "
+            "from the hub's is not trusted: remove its checkpoint directory and deploy again"
+        )
+        return False
+    return True
 
 
 def _put_marker(state, host, path: str, dest: str, seed: str) -> bool:
@@ -438,6 +453,8 @@ def checkpoint_exported(
     originals: str,
     stage: str,
     serve: list,
+    hub_endpoint: str,
+    hub_token: Secret | None,
 ):
     """On each of the fleet's `servers` (workers holding the checkpoint verified): glm-flash-peer's
     manifest written from its verified marker, root's originals of patched files copied
@@ -460,7 +477,8 @@ def checkpoint_exported(
         q(manifest),
     )
     if host.name == seed:
-        yield FunctionCommand(_read_marker, (path, export), {})
+        hub = {"endpoint": hub_endpoint, "token": hub_token, "repo_id": repo_id, "commit": commit}
+        yield FunctionCommand(_read_marker, (path, export, hub), {})
     else:
         yield StringCommand(export, "> /dev/null")
     kept = originals.rstrip("/") + path

@@ -150,6 +150,36 @@ def test_a_file_the_seed_sends_wrong_is_refused_and_not_kept(fleet_up):
     assert sums(peer)[name] == manifest(peer)[name] == sums(seed)[name]
 
 
+def test_a_poisoned_seed_is_refused_naming_the_file_and_nothing_is_sealed(fleet_up):
+    """#36 H2: a seed (root on it) alters a shard and rewrites its own marker to match. The control
+    machine holds the seed's marker against the hub's file list at the locked commit before any
+    receiver gets it: the run names the file, the receiver gets nothing and seals nothing."""
+    seed, peer = [n["name"] for n in fleet_up[1:3]]
+    assert deploy().returncode == 0
+    shard = ssh(seed, f"cd {CHECKPOINT} && ls *.safetensors | head -n 1").strip()
+    ssh(
+        seed,
+        f"cd {CHECKPOINT} && python3 -c \"import hashlib, json, sys; p = sys.argv[1]; "
+        "b = bytearray(open(p, 'rb').read()); b[-1] ^= 0xff; open(p, 'wb').write(b); "
+        "m = json.load(open('.glm-flash-model.json')); m['files'][p]['sha256'] = hashlib.sha256(b).hexdigest(); "
+        f"json.dump(m, open('.glm-flash-model.json', 'w'))\" {shard}",
+    )
+    assert checkpoint(seed)["check"]["state"] == "complete"  # its own check trusts its own marker
+    ssh(peer, f"rm -rf {CHECKPOINT}")
+    run = deploy()
+    out = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert f"{shard}: the seed's sha256 is not the hub's" in out, out[-3000:]
+    # nothing received, nothing sealed (the directory is absent, or empty when the receive began)
+    assert ssh(peer, f"ls -A {CHECKPOINT} 2>/dev/null || true").strip() == ""
+    # The seed's poisoned copy removed, the next run takes the checkpoint from the hub's own files.
+    ssh(seed, f"rm -rf {CHECKPOINT}")
+    again = deploy()
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    assert checkpoint(peer)["check"]["state"] == "complete"
+    assert checkpoint(peer)["files"] == checkpoint(seed)["files"]
+
+
 def test_an_unreachable_worker_stops_no_other_and_catches_up_later(fleet_up):
     seed, peer = [n["name"] for n in fleet_up[1:3]]
     subprocess.run(

@@ -74,3 +74,8 @@ def _gpu_marker(request):
     if request.node.get_closest_marker("gpu"):
         if not gpu_answers(request.getfixturevalue("host"), request.getfixturevalue("profile")):
             pytest.skip("not applicable: no NVIDIA device on this host and require_gpu is false")
+    if request.node.get_closest_marker("serving"):
+        profile = request.getfixturevalue("profile")
+        # an engine that starts without a GPU (the sandbox's CPU engine) serves: checked, never skipped
+        if profile.gpu_count and not gpu_answers(request.getfixturevalue("host"), profile):
+            pytest.skip("not applicable: no NVIDIA device on this host and require_gpu is false (no engine serves)")

@@ -158,13 +158,13 @@ def test_service_environment(host, profile):
             assert "expandable_segments" not in env
 
 
-@pytest.mark.gpu
+@pytest.mark.serving
 def test_unit_active_and_listening(host, profile):
     assert host.service("glm-flash").is_running
     assert host.socket(f"tcp://{profile.listen_host}:{profile.port}").is_listening
 
 
-@pytest.mark.gpu
+@pytest.mark.serving
 def test_a_completion_answers(host, profile):
     out = host.run(
         f"glm-flash-ready --once --host {profile.listen_host} --port {profile.port} --model {profile.served_model_name}"

