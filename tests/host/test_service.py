@@ -164,6 +164,45 @@ def test_unit_active_and_listening(host, profile):
     assert host.socket(f"tcp://{profile.listen_host}:{profile.port}").is_listening
 
 
+def engine_listeners(host, unit: str = "glm-flash.service") -> list[tuple[str, str, int]]:
+    """(protocol, address, port) of every TCP and UDP socket a process of `unit` listens on: ss's
+    listeners whose process is in the unit's cgroup (the engine, its TP workers, their NCCL and
+    Gloo bootstrap)."""
+    cgroup = host.check_output(f"systemctl show -p ControlGroup --value {unit}").strip()
+    assert cgroup, f"{unit} has no cgroup: it is not running"
+    procs = host.run(f"find /sys/fs/cgroup{shlex.quote(cgroup)} -name cgroup.procs -exec cat {{}} +")
+    pids = set(procs.stdout.split())
+    found = []
+    for line in host.check_output("ss -Htulnp").splitlines():
+        fields = line.split()
+        if len(fields) < 5 or not pids & set(re.findall(r"pid=(\d+)", line)):
+            continue
+        address, _, port = fields[4].rpartition(":")
+        found.append((fields[0], address.strip("[]"), int(port)))
+    return found
+
+
+def loopback(address: str) -> bool:
+    ip, _, interface = address.partition("%")
+    return ip.startswith("127.") or ip == "::1" or interface == "lo"
+
+
+@pytest.mark.serving
+def test_the_engine_listens_only_where_the_profile_allows(host, profile):
+    """The API on listen_host:port; everything else the engine's processes listen on (NCCL's and
+    Gloo's bootstrap between TP ranks, vLLM's own) on loopback only: NCCL_SOCKET_IFNAME and
+    GLOO_SOCKET_IFNAME pin them there (roles/service.py tp_env), or NCCL's unauthenticated bootstrap
+    would listen on the LAN."""
+    found = engine_listeners(host)
+    wildcard = profile.listen_host in ("0.0.0.0", "::", "")
+    api = [s for s in found if s[2] == profile.port and (wildcard or s[1] == profile.listen_host)]
+    assert api, f"the engine's API socket {profile.listen_host}:{profile.port} is not among its listeners {found}"
+    wrong = [s for s in found if s not in api and not loopback(s[1])]
+    assert not wrong, (
+        f"glm-flash.service listens beyond loopback on {wrong}, not only {profile.listen_host}:{profile.port}"
+    )
+
+
 @pytest.mark.serving
 def test_a_completion_answers(host, profile):
     out = host.run(
