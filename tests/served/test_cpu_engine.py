@@ -144,9 +144,39 @@ def test_the_host_checks_hold_against_the_real_engine(served):
     )
     assert r.returncode == 0, r.stdout[-6000:]
     passed = {line.split()[1].split("[")[0] for line in r.stdout.splitlines() if line.startswith("PASSED ")}
-    for name in ("test_unit_active_and_listening", "test_a_completion_answers", "test_api_key_not_in_the_journal"):
+    for name in (
+        "test_unit_active_and_listening",
+        "test_a_completion_answers",
+        "test_api_key_not_in_the_journal",
+        "test_the_engine_listens_only_where_the_profile_allows",
+    ):
         assert f"tests/host/test_service.py::{name}" in passed, r.stdout[-4000:]
     assert "tests/host/test_glm_flash_status.py::test_every_item_is_ok_or_not_applicable" in passed
+
+
+def test_the_listener_check_names_a_socket_the_engine_opens_beyond_loopback(served):
+    """The host check on the engine's listening sockets can fail: a listener on every address, put
+    into glm-flash.service's own cgroup (systemd's AttachProcessesToUnit, as a process the engine
+    forked would be), is named by it; gone again, the check passes. vLLM's CPU build itself listens
+    on 127.0.0.1 only (its API and its Gloo sockets)."""
+    planted = (
+        "python3 -c 'import socket, time; s = socket.socket(); s.bind((\"0.0.0.0\", 0)); s.listen(); "
+        "print(s.getsockname()[1], flush=True); time.sleep(600)' > /run/glm-flash-listener.port & "
+        "pid=$!; echo $pid > /run/glm-flash-listener.pid; sleep 1; "
+        "busctl call org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager "
+        "AttachProcessesToUnit ssau glm-flash.service / 1 $pid"
+    )
+    sh(planted)
+    check = [sys.executable, "-m", "pytest", "tests/host/test_service.py", "-q", "-p", "no:cacheprovider"]
+    check += ["--no-deploy", "--inventory", INVENTORY, "-k", "listens_only_where"]
+    try:
+        port = sh("cat /run/glm-flash-listener.port").stdout.strip()
+        r = subprocess.run(check, cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert r.returncode != 0 and f"'0.0.0.0', {port})" in r.stdout, r.stdout[-3000:]
+    finally:
+        sh("kill $(cat /run/glm-flash-listener.pid); rm -f /run/glm-flash-listener.*", check=False)
+    r = subprocess.run(check, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-3000:]
 
 
 def test_greedy_and_sampled_requests_are_answered(served):
