@@ -161,7 +161,7 @@ def test_the_listener_check_names_a_socket_the_engine_opens_beyond_loopback(serv
     on 127.0.0.1 only (its API and its Gloo sockets)."""
     planted = (
         "python3 -c 'import socket, time; s = socket.socket(); s.bind((\"0.0.0.0\", 0)); s.listen(); "
-        "print(s.getsockname()[1], flush=True); time.sleep(600)' > /run/glm-flash-listener.port & "
+        "print(s.getsockname()[1], flush=True); time.sleep(600)' > /run/glm-flash-listener.port 2>/dev/null </dev/null & "
         "pid=$!; echo $pid > /run/glm-flash-listener.pid; sleep 1; "
         "busctl call org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager "
         "AttachProcessesToUnit ssau glm-flash.service / 1 $pid"
