@@ -156,15 +156,14 @@ def test_the_host_checks_hold_against_the_real_engine(served):
 
 def test_the_listener_check_names_a_socket_the_engine_opens_beyond_loopback(served):
     """The host check on the engine's listening sockets can fail: a listener on every address, put
-    into glm-flash.service's own cgroup (systemd's AttachProcessesToUnit, as a process the engine
-    forked would be), is named by it; gone again, the check passes. vLLM's CPU build itself listens
+    into glm-flash.service's own cgroup (its cgroup.procs, as a process the engine forked would be), is named by it; gone again, the check passes. vLLM's CPU build itself listens
     on 127.0.0.1 only (its API and its Gloo sockets)."""
     planted = (
         "python3 -c 'import socket, time; s = socket.socket(); s.bind((\"0.0.0.0\", 0)); s.listen(); "
         "print(s.getsockname()[1], flush=True); time.sleep(600)' > /run/glm-flash-listener.port 2>/dev/null </dev/null & "
         "pid=$!; echo $pid > /run/glm-flash-listener.pid; sleep 1; "
-        "busctl call org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager "
-        "AttachProcessesToUnit ssau glm-flash.service / 1 $pid"
+        # systemd's own AttachProcessesToUnit needs Delegate=yes: the kernel's cgroup.procs instead
+        'echo $pid > "/sys/fs/cgroup$(systemctl show -p ControlGroup --value glm-flash.service)/cgroup.procs"'
     )
     sh(planted)
     check = [sys.executable, "-m", "pytest", "tests/host/test_service.py", "-q", "-p", "no:cacheprovider"]
