@@ -1,6 +1,7 @@
 """A real box's bad moments, on the deployed sandbox (#21 items 7 and 8): a kill while a managed
 file goes up, a kill while apt installs, dpkg left half-way, and another process holding dpkg's
-lock for 30 s (what unattended-upgrades does after a reboot). Each ends with a run that finishes
+lock or apt's lists lock while a deploy waits for it, saying so (what unattended-upgrades and
+apt-daily do after a reboot). Each ends with a run that finishes
 and one that changes nothing. Cheap: a converged deploy, and `jq` (one small base package) removed
 and reinstalled.
 
@@ -12,10 +13,12 @@ lock (held with fcntl(2) like apt and dpkg take it: a `flock` would not block ap
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 import pytest
 
+from roles.operations import packages
 from tests.conftest import SANDBOX_INVENTORY, changed_operations, pyinfra, sandbox_sh
 from tests.sandbox.killpoints import deploy_killed_at
 
@@ -27,8 +30,9 @@ RECOVER = "dpkg: nothing left interrupted"
 OWNED_DIRS = "/etc/glm-flash /etc/systemd/system /etc/apt /etc/modprobe.d /opt/glm-flash/bin /usr/local/bin"
 
 
-def deploy(*data: str) -> tuple[list[str], str]:
-    args = ["--json"]
+def deploy(*data: str, output: bool = False) -> tuple[list[str], str]:
+    """The changed operations and pyinfra's stderr (with `output`, -vvv: the commands' output too)."""
+    args = ["--json", *(["-vvv"] if output else [])]
     for d in data:
         args += ["--data", d]
     run = pyinfra(*args, SANDBOX_INVENTORY, "deploy.py")
@@ -202,18 +206,22 @@ def test_a_deploy_waits_for_dpkgs_lock_then_for_apts_lists_lock(converged):
     r = sandbox_sh(f"DEBIAN_FRONTEND=noninteractive apt-get -y install {PACKAGE}", check=False)
     sandbox_sh(f"systemctl stop {HOLDER_UNIT}")
     assert r.returncode != 0 and "lock" in (r.stdout + r.stderr) and not installed()
-    # dpkg's lock held until the deploy's install has waited 4 s for it, apt's lists fresh (no update)
+    # dpkg's lock held until the deploy's install has waited 1 s for it, apt's lists fresh (no update):
+    # the deploy says it waits (apt's own line, DPkg::Lock::Timeout), then installs
     sandbox_sh(f"touch {STAMP}")
-    hold_lock(FRONTEND, f"apt-get .*{PACKAGE}", 4)
-    changed, _ = deploy()
+    hold_lock(FRONTEND, f"apt-get .*{PACKAGE}", 1)
+    changed, out = deploy(output=True)
     assert "Base packages" in changed and installed()
     assert held_until_waited_for() == "waited", "the install did not wait for dpkg's lock"
-    # apt's lists lock held until the deploy's update has been retried for 7 s (it tries every 5 s),
-    # the lists a day old: the update is retried until the lock is free, then the install runs
+    assert re.search(rf"Waiting for cache lock: Could not get lock {FRONTEND}\b", out), out[-6000:]
+    # apt's lists lock held until the deploy's update has waited 1 s (it is tried every 5 s), the
+    # lists a day old: the update says it waits (packages.WAITING with apt's lock line), is tried
+    # again once the lock is free, then the install runs
     remove_package()
     sandbox_sh(f"touch -d '2 days ago' {STAMP}")
-    hold_lock(LISTS, "until out=..apt-get .*update", 7)
-    changed, _ = deploy()
+    hold_lock(LISTS, "until out=..apt-get .*update", 1)
+    changed, out = deploy(output=True)
     assert "Base packages" in changed and installed()
     assert held_until_waited_for() == "waited", "the update did not wait for the lists lock"
+    assert f"{packages.WAITING} E: Could not get lock {LISTS}" in out, out[-6000:]
     assert deploy()[0] == []
