@@ -273,15 +273,19 @@ def test_a_failed_unit_is_told_once_and_the_secret_stays_roots(sandbox):
         notifier = f"glm-flash-notify@{FAILING}.service"
         deadline = time.time() + 120
         while time.time() < deadline:  # until the unit failed for good and the notifier ran to its end after that
-            state = sh(f"systemctl show {FAILING} -p Result -p ActiveState --value", check=False).stdout.split()
+            # One property: with several, --value prints them in systemd's order, not the order asked
+            # (Result first: this loop once never saw "failed" and ran out its 120 s every time).
+            state = sh(f"systemctl show {FAILING} -p ActiveState --value", check=False).stdout.strip()
             failed_at, told_at = (
                 int(sh(f"systemctl show {u} -p InactiveEnterTimestampMonotonic --value").stdout.strip() or 0)
                 for u in (FAILING, notifier)
             )
             told_state = sh(f"systemctl show {notifier} -p ActiveState --value").stdout.strip()
-            if state[:1] == ["failed"] and told_state in ("inactive", "failed") and told_at > failed_at:
+            if state == "failed" and told_state in ("inactive", "failed") and told_at > failed_at:
                 break
             time.sleep(0.5)
+        else:
+            pytest.fail(f"{FAILING} did not fail for good with its notifier run after that within 120 s")
         sh("journalctl --sync")
         notifier_lines = sh(
             f"journalctl -q -o cat --since {shlex.quote(since)} -u 'glm-flash-notify@{FAILING}.service' "
