@@ -36,15 +36,21 @@ LOCK_WAIT = f"-o DPkg::Lock::Timeout={LOCK_WAIT_S}"
 LOCKED = '*"Could not get lock"*|*"lock was locked by"*|*"locked by another process"*'
 
 
+# The line said at each retry (on stderr: pyinfra shows it with -vvv, and with the error if the wait runs out)
+WAITING = f"glm-flash: waiting for a lock another process holds (retried every 5 s, {LOCK_WAIT_S} s at most):"
+
+
 def retried_while_locked(command: str) -> str:
     """`command` (a shell command) run again every 5 s while it fails on a lock another process holds,
+    saying so (WAITING, with the lock line of apt's or dpkg's message),
     for LOCK_WAIT_S at most; any other failure, or the lock still held then, fails with its own words.
     For what has no lock timeout of its own: dpkg, apt-mark (it runs dpkg --set-selections), and
     apt-get update (its lists lock: apt's DPkg::Lock::Timeout covers dpkg's locks only)."""
     return (
         f"end=$(( $(date +%s) + {LOCK_WAIT_S} )); "
         f"until out=$({command} 2>&1); do "
-        f'case "$out" in {LOCKED}) if [ "$(date +%s)" -lt "$end" ]; then sleep 5; continue; fi;; esac; '
+        f'case "$out" in {LOCKED}) if [ "$(date +%s)" -lt "$end" ]; then '
+        f'echo "{WAITING} $(printf %s "$out" | grep -m1 lock)" >&2; sleep 5; continue; fi;; esac; '
         'echo "$out" >&2; exit 1; done; echo "$out"'
     )
 

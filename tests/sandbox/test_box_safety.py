@@ -1,6 +1,7 @@
 """A real box's bad moments, on the deployed sandbox (#21 items 7 and 8): a kill while a managed
 file goes up, a kill while apt installs, dpkg left half-way, and another process holding dpkg's
-lock for 30 s (what unattended-upgrades does after a reboot). Each ends with a run that finishes
+lock or apt's lists lock while a deploy waits for it, saying so (what unattended-upgrades and
+apt-daily do after a reboot). Each ends with a run that finishes
 and one that changes nothing. Cheap: a converged deploy, and `jq` (one small base package) removed
 and reinstalled.
 
@@ -12,10 +13,12 @@ lock (held with fcntl(2) like apt and dpkg take it: a `flock` would not block ap
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 import pytest
 
+from roles.operations import packages
 from tests.conftest import SANDBOX_INVENTORY, changed_operations, pyinfra, sandbox_sh
 from tests.sandbox.killpoints import deploy_killed_at
 
@@ -27,8 +30,9 @@ RECOVER = "dpkg: nothing left interrupted"
 OWNED_DIRS = "/etc/glm-flash /etc/systemd/system /etc/apt /etc/modprobe.d /opt/glm-flash/bin /usr/local/bin"
 
 
-def deploy(*data: str) -> tuple[list[str], str]:
-    args = ["--json"]
+def deploy(*data: str, output: bool = False) -> tuple[list[str], str]:
+    """The changed operations and pyinfra's stderr (with `output`, -vvv: the commands' output too)."""
+    args = ["--json", *(["-vvv"] if output else [])]
     for d in data:
         args += ["--data", d]
     run = pyinfra(*args, SANDBOX_INVENTORY, "deploy.py")
@@ -157,10 +161,10 @@ def test_a_kill_during_an_apt_install_then_a_run_recovers_dpkg_and_finishes(conv
 # deploy's time (a slow run that reached apt after a timed hold ended would pass that without waiting).
 HOLDER = """
 import fcntl, os, subprocess, sys, time
-path, waiter, patience = sys.argv[1], os.environ["WAITER"], float(os.environ["PATIENCE"])
+path, tag, waiter, patience = sys.argv[1], sys.argv[2], os.environ["WAITER"], float(os.environ["PATIENCE"])
 f = open(path, "w")
 fcntl.lockf(f, fcntl.LOCK_EX)
-open("/run/glm-flash-test-locked", "w").close()
+open(f"/run/glm-flash-test-{tag}-locked", "w").close()
 seen, end = None, time.monotonic() + 900
 while time.monotonic() < end:
     if waiter and subprocess.run(["pgrep", "-f", waiter], capture_output=True).returncode == 0:
@@ -169,51 +173,54 @@ while time.monotonic() < end:
             break
     time.sleep(0.2)
 waited = seen is not None and time.monotonic() - seen >= patience
-open("/run/glm-flash-test-waited", "w").write("waited" if waited else "nobody waited")
+open(f"/run/glm-flash-test-{tag}-waited", "w").write("waited" if waited else "nobody waited")
 """
 FRONTEND, LISTS = "/var/lib/dpkg/lock-frontend", "/var/lib/apt/lists/lock"
 STAMP = "/var/lib/apt/periodic/update-success-stamp"  # pyinfra's "lists older than a day" reads its mtime
-HOLDER_UNIT = "glm-flash-test-apt-lock"
+HOLDER_UNIT = "glm-flash-test-apt-lock"  # one unit per lock: HOLDER_UNIT-<tag>
 
 
-def hold_lock(path: str, waiter: str = "", patience: float = 0) -> None:
-    """Hold `path` until `waiter` has waited `patience` s for it (no waiter: until stopped by hand).
-    The pattern reaches the holder in its environment: in its argv, pgrep would find the holder itself."""
+def hold_lock(path: str, tag: str, waiter: str = "", patience: float = 0) -> None:
+    """Hold `path` until `waiter` has waited `patience` s for it (no waiter: until stopped by hand),
+    in the unit HOLDER_UNIT-<tag>. The pattern reaches the holder in its environment: in its argv,
+    pgrep would find the holder itself."""
+    unit = f"{HOLDER_UNIT}-{tag}"
     sandbox_sh(
-        f"systemctl stop {HOLDER_UNIT} 2>/dev/null; rm -f /run/glm-flash-test-locked /run/glm-flash-test-waited; "
+        f"systemctl stop {unit} 2>/dev/null; rm -f /run/glm-flash-test-{tag}-locked /run/glm-flash-test-{tag}-waited; "
         f"printf %s {shlex.quote(HOLDER)} > /run/glm-flash-test-holder.py"
     )
     sandbox_sh(
-        f"systemd-run --unit={HOLDER_UNIT} --collect -E WAITER={shlex.quote(waiter)} -E PATIENCE={patience} "
-        f"python3 /run/glm-flash-test-holder.py {path}"
+        f"systemd-run --unit={unit} --collect -E WAITER={shlex.quote(waiter)} -E PATIENCE={patience} "
+        f"python3 /run/glm-flash-test-holder.py {path} {tag}"
     )
-    sandbox_sh("for i in $(seq 50); do [ -e /run/glm-flash-test-locked ] && exit 0; sleep 0.1; done; exit 1")
+    sandbox_sh(f"for i in $(seq 50); do [ -e /run/glm-flash-test-{tag}-locked ] && exit 0; sleep 0.1; done; exit 1")
 
 
-def held_until_waited_for() -> str:
-    sandbox_sh(f"for i in $(seq 300); do systemctl is-active -q {HOLDER_UNIT} || exit 0; sleep 0.1; done; exit 1")
-    return sandbox_sh("cat /run/glm-flash-test-waited", check=False).stdout.strip()
+def held_until_waited_for(tag: str) -> str:
+    unit = f"{HOLDER_UNIT}-{tag}"
+    sandbox_sh(f"for i in $(seq 300); do systemctl is-active -q {unit} || exit 0; sleep 0.1; done; exit 1")
+    return sandbox_sh(f"cat /run/glm-flash-test-{tag}-waited", check=False).stdout.strip()
 
 
 def test_a_deploy_waits_for_dpkgs_lock_then_for_apts_lists_lock(converged):
     remove_package()
-    hold_lock(FRONTEND)
+    hold_lock(FRONTEND, "dpkg")
     # the holder really blocks apt: without the wait, apt-get fails at once
     r = sandbox_sh(f"DEBIAN_FRONTEND=noninteractive apt-get -y install {PACKAGE}", check=False)
-    sandbox_sh(f"systemctl stop {HOLDER_UNIT}")
+    sandbox_sh(f"systemctl stop {HOLDER_UNIT}-dpkg")
     assert r.returncode != 0 and "lock" in (r.stdout + r.stderr) and not installed()
-    # dpkg's lock held until the deploy's install has waited 4 s for it, apt's lists fresh (no update)
-    sandbox_sh(f"touch {STAMP}")
-    hold_lock(FRONTEND, f"apt-get .*{PACKAGE}", 4)
-    changed, _ = deploy()
-    assert "Base packages" in changed and installed()
-    assert held_until_waited_for() == "waited", "the install did not wait for dpkg's lock"
-    # apt's lists lock held until the deploy's update has been retried for 7 s (it tries every 5 s),
-    # the lists a day old: the update is retried until the lock is free, then the install runs
-    remove_package()
+    # One deploy, both locks held (apt-daily's and unattended-upgrades' at once), the lists a day old:
+    # apt's lists lock until the deploy's update has waited 1 s for it (it is tried every 5 s), dpkg's
+    # until the install has waited 1 s. The deploy says it waits for each, in that order (its own
+    # packages.WAITING line with apt's lock line, then apt's own DPkg::Lock::Timeout line), then installs.
     sandbox_sh(f"touch -d '2 days ago' {STAMP}")
-    hold_lock(LISTS, "until out=..apt-get .*update", 7)
-    changed, _ = deploy()
+    hold_lock(LISTS, "lists", "until out=..apt-get .*update", 1)
+    hold_lock(FRONTEND, "dpkg", f"apt-get .*install.* {PACKAGE}$", 1)
+    changed, out = deploy(output=True)
     assert "Base packages" in changed and installed()
-    assert held_until_waited_for() == "waited", "the update did not wait for the lists lock"
+    assert held_until_waited_for("lists") == "waited", "the update did not wait for the lists lock"
+    assert held_until_waited_for("dpkg") == "waited", "the install did not wait for dpkg's lock"
+    lists_wait = out.find(f"{packages.WAITING} E: Could not get lock {LISTS}")
+    dpkg_wait = re.search(rf"Waiting for cache lock: Could not get lock {FRONTEND}\b", out)
+    assert lists_wait != -1 and dpkg_wait and lists_wait < dpkg_wait.start(), out[-6000:]
     assert deploy()[0] == []

@@ -101,6 +101,10 @@ def test_apt_get_update_is_retried_while_the_lists_lock_is_held(tmp_path):
     script = packages.lists_updated._inner().__next__().replace("sleep 5", "sleep 0")
     r = run_sh(script, f"{tmp_path}:/usr/bin:/bin")
     assert r.returncode == 0 and "Reading package lists" in r.stdout and count.read_text().strip() == "2"
+    # while it waits it says so, once per try, with apt's lock line (what an operator sees with -vvv)
+    assert r.stderr.splitlines() == [
+        f"{packages.WAITING} E: Could not get lock /var/lib/apt/lists/lock. It is held by process 9 (apt-get)"
+    ]
     count.write_text("0")
     r = run_sh("MODE=flaky; export MODE; " + script, f"{tmp_path}:/usr/bin:/bin")
     assert r.returncode == 1 and "Failed to fetch" in r.stderr and count.read_text().strip() == "2"
