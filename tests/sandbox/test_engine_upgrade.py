@@ -67,7 +67,7 @@ def base_env(deployed) -> str:
 @pytest.fixture(scope="module")
 def no_upgrade_env_yet(base_env) -> None:
     """The upgrade below must build the new set for real: an environment of it left by an earlier
-    run (tests/sandbox/test_kill_points.py builds one when it runs first) is removed, with the
+    run (tests/sandbox/test_kill_points.py builds one when it runs first, for its switch kills) is removed, with the
     `previous` link to it, by the host's own prune (it keeps only current and previous)."""
     s = state()
     if any(k.startswith(UPGRADE_SET + "-") for k in s["envs"]):
