@@ -1,7 +1,8 @@
 """The engine on the Debian 13 sandbox, for real: the uploaded CPython 3.11, the pinned
 0.7.0.post1 environment built offline from the real PyPI wheels (torch CUDA build and all),
-then an upgrade to the real 0.7.0.post4 lock beside it, a failed upgrade that must leave
-`current` alone, and a rollback.
+then an upgrade to the real 0.7.0.post4 lock beside it (first killed while its environment is
+built: the kill test of #21 rides on this build, the only one CI always does from scratch), a
+failed upgrade that must leave `current` alone, and a rollback.
 
 No GPU here: what needs the driver (sgl_kernel's CUDA ops, starting the service) is shown
 failing for exactly that reason; everything else imports and runs.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import time
 
 import pytest
 
@@ -24,6 +26,7 @@ from tests.conftest import (
     service_last_start,
     targets_sandbox,
 )
+from tests.sandbox.killpoints import deploy_killed_at
 
 pytestmark = pytest.mark.sandbox
 ROOT = "/opt/glm-flash"  # install_root of inventory/sandbox.py
@@ -64,7 +67,7 @@ def base_env(deployed) -> str:
 @pytest.fixture(scope="module")
 def no_upgrade_env_yet(base_env) -> None:
     """The upgrade below must build the new set for real: an environment of it left by an earlier
-    run (tests/sandbox/test_kill_points.py builds one when it runs first) is removed, with the
+    run (tests/sandbox/test_kill_points.py builds one when it runs first, for its switch kills) is removed, with the
     `previous` link to it, by the host's own prune (it keeps only current and previous)."""
     s = state()
     if any(k.startswith(UPGRADE_SET + "-") for k in s["envs"]):
@@ -175,14 +178,59 @@ def test_failed_upgrade_leaves_current_alone(deployed, base_env, no_upgrade_env_
         sh(f"rm -f {ENGINE}/wheelhouse/{kt.name}")
 
 
+BUILD_JOB = "glm-flash-job-engine-build.service"
+SERVICE_START = "systemctl show -p NRestarts -p ExecMainStartTimestamp -p InvocationID -p ActiveState glm-flash.service"
+
+
+def pip_installing() -> None:
+    """Returns once pip installs into a new environment of the upgrade set on the host (polled)."""
+    for _ in range(600):
+        r = sh(
+            f"ls -d {ENGINE}/envs/{UPGRADE_SET}-*/bin/python && pgrep -f -- '-m pip install --no-inde[x]'", check=False
+        )
+        if r.returncode == 0:
+            return
+        time.sleep(1)
+    raise AssertionError("the upgrade's build never reached pip on the host")
+
+
+def killed_while_the_environment_is_built(base_env: str) -> None:
+    """#21 kill test, on the one post4 build a run makes: the upgrade's deploy SIGKILLed with its
+    connection (a dropped connection, a closed laptop) while pip installs the new set on the host.
+    The build runs as a transient unit (glm-flash-job-engine-build) that outlives the killed run:
+    it goes on, unmarked, and `current` and the service's last start stay as they were. Not
+    simulated: the build (pip installing the set's wheels offline) and the kill. The caller's next
+    deploy must attach to the build (no second build beside it), finish it and switch, and the
+    one after must change nothing."""
+    before = sh(SERVICE_START).stdout
+    started = deploy_killed_at(f"Engine environment {UPGRADE_SET}-", 3.0, f"engine_set={UPGRADE_SET}",
+                               until=pip_installing)  # fmt: skip
+    assert not any(op.startswith("Switch engine current") for op in started), started
+    assert sh(f"systemctl is-active {BUILD_JOB}", check=False).stdout.strip() == "active", (
+        "the kill did not land while the build ran (or the build died with the connection)"
+    )
+    s = state()
+    new = [k for k in s["envs"] if k.startswith(UPGRADE_SET + "-")]
+    assert len(new) == 1 and s["envs"][new[0]] != "complete" and s["current"] == base_env, s
+    assert sh(f"test -e {ENGINE}/envs/{new[0]}/.glm-flash-complete", check=False).returncode != 0
+    assert s["previous"] != new[0], s
+    assert sh(SERVICE_START).stdout == before, "the service was touched"
+
+
 def test_upgrade_builds_beside_switches_and_rollback_switches_back(deployed, base_env, no_upgrade_env_yet):
+    """The upgrade's deploy is killed while it builds (above); the next one attaches to that build,
+    finishes it and switches; then the upgrade is checked as built, and rolled back."""
+    killed_while_the_environment_is_built(base_env)
     run = deploy(f"engine_set={UPGRADE_SET}")
     assert run.returncode == 0, run.stderr[-6000:]
+    assert "is already running: attaching" in run.stdout + run.stderr, "the finishing run did not attach to the build"
     changed = changed_operations(run.stdout)
     assert any(op.startswith(f"Engine environment {UPGRADE_SET}-") for op in changed)
     s = state()
     new = s["current"]
     assert new.startswith(UPGRADE_SET + "-") and s["previous"] == base_env
+    # the switch reached the service: it was (re)started after `current` moved
+    assert service_last_start()[0] >= float(sh(f"stat -c %.Y {ENGINE}/current").stdout)
     assert s["envs"] == {base_env: "complete", new: "complete"}
     out = sh(f"cd /tmp && {PY} -W ignore -c 'import kt_kernel, sglang; print(kt_kernel.__version__)'").stdout.split()
     assert out == [UPGRADE_SET]
