@@ -269,11 +269,17 @@ class BackgroundRun:
                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
                 env=dict(os.environ, PYTHONUNBUFFERED="1"),
             )  # fmt: skip
+        # its own time, taken when it ends (the session joins it only at its own end)
+        self.waiter = threading.Thread(target=self._wait, name="background-tests", daemon=True)
+        self.waiter.start()
+
+    def _wait(self) -> None:
+        self.proc.wait()
+        self.seconds = time.monotonic() - self.began
 
     def join(self) -> int:
-        rc = self.proc.wait()
-        self.seconds = self.seconds or time.monotonic() - self.began
-        return rc
+        self.waiter.join()
+        return self.proc.returncode
 
     def stop(self) -> None:
         if self.proc.poll() is None:
