@@ -167,18 +167,15 @@ def hub_files(endpoint: str, model_id: str, commit: str, token: str | None) -> d
         raise ModelLockError(f"{url}: the answer is not the hub's model info")
     out = {}
     for s in info.get("siblings") or []:
-        lfs = s.get("lfs") if isinstance(s, dict) else None
-        entry = {
-            "size": s.get("size") if isinstance(s, dict) else None,
-            "blob_id": s.get("blobId") if isinstance(s, dict) else None,
-            "sha256": lfs.get("sha256") if isinstance(lfs, dict) else None,
-        }
-        name = s.get("rfilename") if isinstance(s, dict) else None
+        s = s if isinstance(s, dict) else {}
+        lfs = s.get("lfs")
+        name = s.get("rfilename")
+        entry = {"size": s.get("size"), "blob_id": s.get("blobId"), "sha256": (lfs or {}).get("sha256")}
         if (
             not isinstance(name, str)
             or not isinstance(entry["size"], int)
             or not BLOB.fullmatch(str(entry["blob_id"]))
-            or (lfs is not None and not SHA256.fullmatch(str(entry["sha256"])))
+            or (lfs is not None and not (isinstance(lfs, dict) and SHA256.fullmatch(str(entry["sha256"]))))
         ):
             raise ModelLockError(f"{url}: a file entry without a name, size, blob id or LFS sha256: {s!r:.200}")
         out[name] = entry

@@ -115,11 +115,14 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
     env_dir = common.env_dir(profile, env)
     common.built_offline(profile, env, pins, wheels, art)
     # pip runs the new environment's python: in the build's sandbox, writing that environment only
-    pin_job = {"job_tool": layout.tool(profile, "glm-flash-job"), "sandbox": sandboxing.root_job([env_dir])}
+    pin_job = {
+        "tool": common.engine_tool(profile),
+        "job_tool": layout.tool(profile, "glm-flash-job"),
+        "sandbox": sandboxing.root_job([env_dir]),
+    }
     cudnn = pin_of(pins, "nvidia-cudnn-cu12")
     pin_asserted(
         name=f"nvidia-cudnn-cu12=={cudnn.version} in {env}",
-        tool=common.engine_tool(profile),
         env=env,
         package=cudnn.name,
         version=cudnn.version,
@@ -129,7 +132,6 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
     if kt:
         pin_asserted(
             name=f"transformers-kt=={kt.version} owns transformers/ in {env}",
-            tool=common.engine_tool(profile),
             env=env,
             package=kt.name,
             version=kt.version,
