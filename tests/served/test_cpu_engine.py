@@ -149,6 +149,7 @@ def test_the_host_checks_hold_against_the_real_engine(served):
         "test_a_completion_answers",
         "test_api_key_not_in_the_journal",
         "test_the_engine_listens_only_where_the_profile_allows",
+        "test_without_gpu_the_service_refuses_fast_and_says_why",
     ):
         assert f"tests/host/test_service.py::{name}" in passed, r.stdout[-4000:]
     assert "tests/host/test_glm_flash_status.py::test_every_item_is_ok_or_not_applicable" in passed
