@@ -170,7 +170,11 @@ def hub_files(endpoint: str, model_id: str, commit: str, token: str | None) -> d
         s = s if isinstance(s, dict) else {}
         lfs = s.get("lfs")
         name = s.get("rfilename")
-        entry = {"size": s.get("size"), "blob_id": s.get("blobId"), "sha256": lfs.get("sha256") if isinstance(lfs, dict) else None}
+        entry = {
+            "size": s.get("size"),
+            "blob_id": s.get("blobId"),
+            "sha256": lfs.get("sha256") if isinstance(lfs, dict) else None,
+        }
         if (
             not isinstance(name, str)
             or not isinstance(entry["size"], int)
