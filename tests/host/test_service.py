@@ -245,7 +245,9 @@ def test_without_gpu_the_service_refuses_fast_and_says_why(host, has_gpu, profil
     if profile.gpu_count == 0:
         # a profile that needs no GPU (the sandbox's CPU engine) is not refused: it runs without one
         assert host.service("glm-flash").is_running
-        log = host.check_output("journalctl -u glm-flash.service --no-pager -n 200 -o cat")
+        this_start = host.check_output("systemctl show -p InvocationID --value glm-flash.service").strip()
+        log = host.check_output(f"journalctl _SYSTEMD_INVOCATION_ID={this_start} --no-pager -o cat")
+        assert log.strip(), "no journal lines of the running start"
         assert "no NVIDIA driver on this host" not in log, log[-2000:]
         return
     host.run("systemctl reset-failed glm-flash.service")
