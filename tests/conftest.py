@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import shlex
 import subprocess
 import sys
 import threading
@@ -131,6 +132,29 @@ def sandbox_sh(command: str, check: bool = True, timeout: int = 1800) -> subproc
     if check:
         assert r.returncode == 0, f"{command}: {r.stdout}{r.stderr}"
     return r
+
+
+def journal_end(sh=sandbox_sh) -> str:
+    """The cursor of the host journal's last entry now ("" when empty): run_log reads what comes after."""
+    out = sh("journalctl -q -n1 -o json --output-fields=MESSAGE").stdout.strip()
+    return json.loads(out)["__CURSOR"] if out else ""
+
+
+def run_log(unit: str, invocation: str, after: str, sh=sandbox_sh) -> str:
+    """One run's journal lines, written after the cursor `after`: the run's output and systemd's words
+    about it. Its output is read by the unit's name, keeping lines of this invocation or of none:
+    journald tags no _SYSTEMD_INVOCATION_ID on the lines of a command that ended before it read
+    them (a launcher that refuses at once, on a busy host), so a read by the id alone can miss them."""
+    sh("journalctl --sync")
+    fields = "MESSAGE,_SYSTEMD_INVOCATION_ID,INVOCATION_ID"
+    since = f"--after-cursor={shlex.quote(after)}" if after else ""
+    out = sh(f"journalctl -q --no-pager -o json --output-fields={fields} -u {unit} {since}").stdout
+    lines = []
+    for entry in map(json.loads, out.splitlines()):
+        if entry.get("_SYSTEMD_INVOCATION_ID", entry.get("INVOCATION_ID", invocation)) == invocation:
+            text = entry.get("MESSAGE")
+            lines.append(bytes(text).decode("utf-8", "replace") if isinstance(text, list) else str(text or ""))
+    return "\n".join(lines)
 
 
 def service_last_start(unit: str = "glm-flash.service") -> tuple[float, str]:

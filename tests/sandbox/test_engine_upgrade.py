@@ -21,7 +21,9 @@ from control.engine_lock import fetch, load_lock, pin_of
 from tests.conftest import (
     SANDBOX_INVENTORY,
     changed_operations,
+    journal_end,
     pyinfra,
+    run_log,
     sandbox_sh,
     service_last_start,
     targets_sandbox,
@@ -244,6 +246,7 @@ def test_upgrade_builds_beside_switches_and_rollback_switches_back(deployed, bas
     # says so and exits 3 (switched, restart refused). A rollback that skipped the restart would
     # exit 0 and leave the service's last start as it was.
     _, invocation = service_last_start()
+    cursor = journal_end()
     r = sh("glm-flash-rollback", check=False)
     s = state()
     assert s["current"] == base_env and s["previous"] == new
@@ -251,8 +254,7 @@ def test_upgrade_builds_beside_switches_and_rollback_switches_back(deployed, bas
     assert "glm-flash-engine: switched, but `systemctl restart glm-flash.service` failed: " in r.stdout, r.stdout
     _, tried = service_last_start()
     assert tried and tried != invocation, "the rollback did not start the service again"
-    sh("journalctl --sync")
-    log = sh(f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={tried} + INVOCATION_ID={tried}").stdout
+    log = run_log("glm-flash.service", tried, cursor)
     assert "no NVIDIA driver on this host" in log, log  # refused by its GPU preflight, nothing else
     assert sh(f"cd /tmp && {PY} -c 'import kt_kernel; print(kt_kernel.__version__)'").stdout.strip() == "0.7.0.post1"
     # the profile still says 0.7.0.post1: the deploy agrees with the rolled-back engine; it only

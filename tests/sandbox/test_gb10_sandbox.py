@@ -37,7 +37,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, changed_operations
+from tests.conftest import REPO, changed_operations, journal_end, run_log
 
 sys.path.insert(0, str(REPO / "tests" / "gb10"))
 
@@ -314,13 +314,14 @@ def test_upgrade_to_another_fork_commit_and_roll_back(gb10):
     # and exits 3 (switched, restart refused). A rollback that skipped the restart would exit 0 and
     # leave the service's last start as it was.
     before = sh("systemctl show -p InvocationID --value glm-flash.service").stdout.strip()
+    cursor = journal_end(sh)
     r = sh("glm-flash-rollback", check=False)
     assert r.returncode == 3, r.stdout + r.stderr
     assert "glm-flash-engine: switched, but `systemctl restart glm-flash.service` failed: " in r.stdout, r.stdout
     tried = sh("systemctl show -p InvocationID --value glm-flash.service").stdout.strip()
     assert tried and tried != before, "the rollback did not start the service again"
-    sh("systemctl stop glm-flash.service; journalctl --sync")  # no restarts left behind (Restart=on-failure)
-    log = sh(f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={tried} + INVOCATION_ID={tried}").stdout
+    sh("systemctl stop glm-flash.service")  # no restarts left behind (Restart=on-failure)
+    log = run_log("glm-flash.service", tried, cursor, sh)
     assert "0 NVIDIA GPU(s) visible, the profile needs 1; the engine cannot start." in log, log
     assert current() == good
     assert sh(f"readlink -f {ENGINE}/previous").stdout.strip() == upgraded

@@ -43,7 +43,7 @@ def job(name: str, script: str) -> str:
 
 @pytest.fixture
 def clean():
-    names = ("test-survive", "test-other", "test-op")
+    names = ("test-survive", "test-other", "test-op", "test-fast")
     units = " ".join(f"glm-flash-job-{n}.service" for n in names)
     sh(f"systemctl stop {units}; systemctl reset-failed {units}; rm -rf {RUNS}; mkdir {RUNS}; true")
     yield
@@ -107,10 +107,29 @@ def test_success_progress_and_a_different_command_under_the_same_name(sandbox, c
     assert again.returncode == 0 and again.stdout == "again\n", again.stderr
 
 
+def test_a_command_that_ended_before_journald_read_its_output_still_shows_it(sandbox, clean):
+    """journald reads a unit's output stream when it gets to it; on a busy host a short command has
+    ended by then, and its lines carry no _SYSTEMD_INVOCATION_ID (journald finds none for a gone
+    process). A cold CI run lost a failing job's lines that way. Here journald is frozen
+    (SIGSTOP, resumed after 3 s) while the job runs and fails, so that happens every time."""
+    journald = sh("systemctl show -p MainPID --value systemd-journald.service").stdout.strip()
+    assert journald.isdigit() and journald != "0"
+    r = sh(
+        f"(sleep 3; kill -CONT {journald}) & kill -STOP {journald}; "
+        + job("test-fast", "echo fast-line-one; echo fast-line-two; exit 3"),
+        check=False,
+    )
+    assert r.returncode == 3, r.stderr
+    assert r.stdout.splitlines() == ["fast-line-one", "fast-line-two"], (r.stdout, r.stderr)
+    # What made it hard: the lines are in the journal under the unit, without the invocation's id.
+    fields = sh("journalctl -o json -u glm-flash-job-test-fast.service MESSAGE=fast-line-one").stdout
+    assert "_SYSTEMD_INVOCATION_ID" not in fields, "journald read the stream in time: the case was not made"
+
+
 def test_the_operation_streams_the_job_and_fails_only_on_its_exit_status(sandbox, clean):
     r = pyinfra(SANDBOX_INVENTORY, "tests/sandbox/job_deploy.py", timeout=300)
-    assert r.returncode != 0
-    assert "[sandbox] op-line-one" in r.stderr and "[sandbox] op-line-two" in r.stderr
+    assert r.returncode != 0, r.stderr
+    assert "[sandbox] op-line-one" in r.stderr and "[sandbox] op-line-two" in r.stderr, r.stderr
     assert "op-line" not in r.stdout  # streamed to stderr: stdout stays pyinfra's (JSON with --json)
     assert (
         "job test-op did not succeed: glm-flash-job: glm-flash-job-test-op.service failed with exit status 3. "

@@ -20,7 +20,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, sandbox_sh
+from tests.conftest import REPO, SANDBOX_INVENTORY, changed_operations, journal_end, run_log, sandbox_sh
 from tests.sandbox.test_unit_hardening import put
 
 pytestmark = pytest.mark.sandbox
@@ -92,12 +92,10 @@ def engine_standin(content: str, port: int, load_s: int = 0, sampled_fails: bool
 
 def start_with_engine(content: str, port: int, sampled_fails: bool = False) -> tuple[int, str]:
     engine_standin(content, port, sampled_fails=sampled_fails)
+    cursor = journal_end()
     start = sandbox_sh(f"timeout 90 systemctl start {UNIT}", check=False)
     inv = sandbox_sh(f"systemctl show -p InvocationID --value {UNIT}").stdout.strip()
-    log = sandbox_sh(
-        f"journalctl --sync; journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID={inv} + INVOCATION_ID={inv}"
-    )
-    return start.returncode, log.stdout
+    return start.returncode, run_log(UNIT, inv, cursor)
 
 
 @pytest.fixture(scope="module")
