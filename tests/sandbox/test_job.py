@@ -17,6 +17,8 @@ from tests.conftest import REPO, SANDBOX_INVENTORY, pyinfra, sandbox_sh
 pytestmark = pytest.mark.sandbox
 sh = sandbox_sh
 RUNS = "/tmp/glm-flash-job-test"
+RECORD = "/var/lib/glm-flash-notify/last-failure.json"  # glm-flash-notify's word on the last failure
+NOTIFIER = "glm-flash-notify@glm-flash-job-test-fast.service.service"
 
 
 def own_connection(command: str) -> subprocess.Popen:
@@ -114,6 +116,7 @@ def test_a_command_that_ended_before_journald_read_its_output_still_shows_it(san
     (SIGSTOP, resumed after 3 s) while the job runs and fails, so that happens every time."""
     journald = sh("systemctl show -p MainPID --value systemd-journald.service").stdout.strip()
     assert journald.isdigit() and journald != "0"
+    sh(f"rm -f {RECORD}")
     r = sh(
         f"(sleep 3; kill -CONT {journald}) & kill -STOP {journald}; "
         + job("test-fast", "echo fast-line-one; echo fast-line-two; exit 3"),
@@ -124,6 +127,11 @@ def test_a_command_that_ended_before_journald_read_its_output_still_shows_it(san
     # What made it hard: the lines are in the journal under the unit, without the invocation's id.
     fields = sh("journalctl -o json -u glm-flash-job-test-fast.service MESSAGE=fast-line-one").stdout
     assert "_SYSTEMD_INVOCATION_ID" not in fields, "journald read the stream in time: the case was not made"
+    # Its failure word too (glm-flash-notify@, which systemd started the moment it failed, while
+    # journald was still frozen): the record holds the lines that say why.
+    wait_for(f"grep -q glm-flash-job-test-fast {RECORD} && ! systemctl is-active -q '{NOTIFIER}'")
+    lines = json.loads(sh(f"cat {RECORD}").stdout)["lines"]
+    assert [line.split("]: ", 1)[-1] for line in lines if "sh[" in line] == ["fast-line-one", "fast-line-two"], lines
 
 
 def test_the_operation_streams_the_job_and_fails_only_on_its_exit_status(sandbox, clean):

@@ -14,7 +14,6 @@ import http.server
 import json
 import os
 import re
-import shlex
 import shutil
 import stat
 import subprocess
@@ -180,7 +179,8 @@ def notify(
     active: str,
     url: str = "",
     command: bool = True,
-    journal: str = 'for i in 1 2 3; do echo "line $i of $2"; done\n',
+    journal: str = "",
+    invocation: str = "",
 ):
     # The command runs as nobody: its script and its sink sit where nobody can reach them (pytest's tmp is root's 0700).
     shared = Path(tempfile.mkdtemp(prefix="glm-flash-notify-test-", dir="/tmp"))
@@ -192,7 +192,7 @@ def notify(
         "systemctl",
         f"echo ActiveState={active}; echo SubState={sub_state}; echo Result=exit-code; echo NRestarts=2\n",
     )
-    stand_in(bin_, "journalctl", journal)
+    stand_in(bin_, "journalctl", journal or journal_json(*(f"line {i} of {unit}" for i in (1, 2, 3))))
     sink = shared / "sink"
     sink.mkdir(exist_ok=True)
     sink.chmod(0o777)  # the command runs as nobody
@@ -209,6 +209,7 @@ def notify(
         GLM_FLASH_NOTIFY_CONF=str(conf),
         GLM_FLASH_NOTIFY_STATE=str(tmp_path / "state"),
         CREDENTIALS_DIRECTORY=str(creds),
+        MONITOR_INVOCATION_ID=invocation,
     )
     bin_.chmod(0o755)
     try:
@@ -223,6 +224,27 @@ def notify(
 
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the command runs as nobody: the test needs root")
+T0 = 1764888000  # 2025-12-04T22:40:00Z: the stand-in journal's first entry
+
+
+def journal_json(*messages: str, ids: tuple[str, ...] = ()) -> str:
+    """A stand-in journalctl printing entries as `journalctl -o json` does (each of a unit's output
+    lines from glm-flash-launch[42]); ids[i], when given and not empty, is entry i's invocation."""
+    out = []
+    for i, message in enumerate(messages):
+        entry = {"__CURSOR": f"s=1;i={i}", "__REALTIME_TIMESTAMP": str((T0 + i) * 10**6), "_HOSTNAME": "gpu1"}
+        entry |= {"SYSLOG_IDENTIFIER": "glm-flash-launch", "_PID": "42", "MESSAGE": message}
+        if i < len(ids) and ids[i]:
+            entry["_SYSTEMD_INVOCATION_ID"] = ids[i]
+        out.append(json.dumps(entry))
+    return "cat <<'EOF'\n" + "\n".join(out) + "\nEOF\n"
+
+
+def said(lines: list[str]) -> list[str]:
+    """The messages of short-iso lines, each checked for its `TIME HOST IDENT[PID]: ` head."""
+    for line in lines:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} gpu1 glm-flash-launch\[42\]: .*", line), line
+    return [line.split("]: ", 1)[1] for line in lines]
 
 
 @needs_root
@@ -231,8 +253,30 @@ def test_a_unit_systemd_restarts_is_recorded_without_word(tmp_path, webhook):
     r, record, told = notify(tmp_path, "glm-flash.service", "auto-restart", "activating", url)
     assert r.returncode == 0 and "no word yet" in r.stdout
     assert record["unit"] == "glm-flash.service" and record["restarting"] is True
-    assert record["lines"] == [f"line {i} of glm-flash.service" for i in (1, 2, 3)]
+    assert said(record["lines"]) == [f"line {i} of glm-flash.service" for i in (1, 2, 3)]
     assert told == "" and posts == []
+
+
+@needs_root
+def test_the_failed_runs_lines_are_its_own_and_those_journald_could_not_tag(tmp_path):
+    """A start refused at once writes lines journald tags with no invocation (the command had ended
+    before journald read them): they are the failed run's too, from its first tagged line on.
+    Another run's lines are not, nor an untagged line before the run began."""
+    mine, other = "0" * 31 + "a", "0" * 31 + "b"
+    journal = journal_json(
+        "untagged, an earlier run's",
+        "before, another run",
+        "mine",
+        "untagged: why it stopped",
+        "after, another run",
+        ids=("", other, mine, "", other),
+    )
+    _, record, _ = notify(
+        tmp_path, "glm-flash.service", "failed", "failed", command=False, journal=journal, invocation=mine
+    )
+    assert said(record["lines"]) == ["mine", "untagged: why it stopped"]
+    _, record, _ = notify(tmp_path, "glm-flash.service", "failed", "failed", command=False, journal=journal)
+    assert said(record["lines"]) == ["mine", "untagged: why it stopped", "after, another run"]  # the last 3 (lines: 3)
 
 
 @needs_root
@@ -241,10 +285,10 @@ def test_a_unit_that_gave_up_is_told_once_to_command_and_webhook(tmp_path, webho
     r, record, told = notify(tmp_path, "glm-flash.service", "failed", "failed", url)
     assert r.returncode == 0, r.stdout + r.stderr
     assert told.startswith("args: glm-flash.service\nglm-flash.service failed on ")
-    assert "line 3 of glm-flash.service" in told
+    assert "glm-flash-launch[42]: line 3 of glm-flash.service" in told
     assert len(posts) == 1 and posts[0][0] == "/hooks/s3cr3t-token"
     body = posts[0][1]
-    assert body["unit"] == "glm-flash.service" and body["lines"][-1] == "line 3 of glm-flash.service"
+    assert body["unit"] == "glm-flash.service" and said(body["lines"])[-1] == "line 3 of glm-flash.service"
     assert "glm-flash.service failed" in body["text"]
     assert "s3cr3t" not in r.stdout + r.stderr  # the URL (its secret) is never printed
 
@@ -260,10 +304,11 @@ def test_engine_written_markup_reaches_the_channel_inert_and_the_record_is_not_w
         "```",
         "@here outside the fence?",
     ]
-    script = "".join(f"printf '%s\\n' {shlex.quote(line)}\n" for line in hostile)
-    r, record, _ = notify(tmp_path, "glm-flash.service", "failed", "failed", url, command=False, journal=script)
+    r, record, _ = notify(
+        tmp_path, "glm-flash.service", "failed", "failed", url, command=False, journal=journal_json(*hostile)
+    )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert record["lines"] == hostile  # the record keeps what the journal said
+    assert said(record["lines"]) == hostile  # the record keeps what the journal said
     assert (record["_mode"], record["_group"]) == (0o640, "adm")
     text = posts[0][1]["text"]
     head, fence, rest = text.partition("\n```\n")
