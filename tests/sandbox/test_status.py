@@ -97,8 +97,10 @@ def test_a_changed_byte_in_a_patched_engine_file_is_a_problem_with_its_fix(sandb
 
 def test_a_disabled_service_is_a_problem_and_the_deploy_converges_back(sandbox):
     """Simulated: an operator stops and disables glm-flash.service (on the sandbox it is never
-    running, no GPU; what status sees is that it is no longer enabled)."""
-    sh("systemctl disable --now glm-flash.service")
+    running, no GPU; what status sees is that it is no longer enabled). It starts from the unit as
+    a deploy leaves it here, not failed: a rollback before (test_engine_upgrade) leaves it failed,
+    and systemd keeps a failed unit loaded, with its start record, after disable --now."""
+    sh("systemctl reset-failed glm-flash.service; systemctl disable --now glm-flash.service")
     r = sh("glm-flash status", check=False)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "Fix: systemctl enable --now glm-flash.service" in problem_line(r.stdout, "service")
