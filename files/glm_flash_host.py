@@ -11,8 +11,10 @@ through the environment, never more.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
+import subprocess
 import tempfile
 
 CONF_DIR = "/etc/glm-flash"  # root-owned; the service user may read, never write
@@ -82,3 +84,30 @@ def write_durably(path: str, data: bytes | str, mode: int = 0o644, owner: tuple[
             pass
         raise
     fsync_dir(d)
+
+
+def journal_entries(argv: list[str], timeout: float = 60) -> list[dict]:
+    """The entries `journalctl ARGV -o json` prints, each a dict (lines that are not one are skipped)."""
+    r = subprocess.run(
+        ["journalctl", "--no-pager", "-q", "-o", "json", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
+    out = []
+    for line in r.stdout.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            out.append(entry)
+    return out
+
+
+def journal_text(value) -> str:
+    """A journal field as text: journalctl's JSON gives one that is not UTF-8 as a list of bytes."""
+    if isinstance(value, list):
+        return bytes(b & 0xFF for b in value if isinstance(b, int)).decode("utf-8", "replace")
+    return value if isinstance(value, str) else ""
