@@ -199,6 +199,10 @@ def top_dir(path) -> str:
 
 
 def pytest_collection_modifyitems(session, config, items):
+    if os.environ.get("GLM_FLASH_BACKGROUND_RUN"):  # the background pytest: BACKGROUND's order
+        rank = {str(REPO / m): i for i, m in enumerate(BACKGROUND)}
+        items.sort(key=lambda item: rank.get(str(item.path), len(BACKGROUND)))
+        return
     rank = {d: i for i, d in enumerate(ORDER)}
     items.sort(key=lambda item: rank.get(top_dir(item.path), len(ORDER)))  # stable: order within a directory kept
 
@@ -273,12 +277,24 @@ def needs_sandbox(session) -> bool:
     return any("sandbox_deploys" in item.fixturenames or top_dir(item.path) == "fleet" for item in session.items)
 
 
-# Test modules whose work is emulated aarch64 code on one core for minutes (qemu-user: the
-# Debian 13 arm64 root's mmdebstrap, `python3 -m venv`, pip). In a run that has other tests too,
-# they run in a pytest of their own beside the session, started with it, so those minutes overlap
-# the tests before them; the session joins it at its end: its result and durations are in the
-# summary ("background"), and its failure fails the session. Run alone, they run as any test does.
-BACKGROUND = ["tests/gb10/test_downloader_arm64.py"]
+# Test modules that run on machines of their own, not on the session's sandbox: the arm64 root
+# (emulated aarch64 code on one core for minutes: mmdebstrap, `python3 -m venv`, pip), tests/cuda's
+# glibc 2.41 root, the GB10 sandbox, the sandbox tool's own checkouts, the apt-hold root. In a run
+# that has other tests too, they run in a pytest of their own beside the session, started with it,
+# so their minutes overlap the session's (the tests before the sandbox is built, then the ones on
+# it, which keep about one of the two cores busy); the session joins it at its end: its result and
+# durations are in the summary ("background"), and its failure fails the session. A test of these
+# modules that needs the session's sandbox (the `sandbox` fixture) stays in the session: the
+# background pytest builds no sandbox. Run alone, they run as any test does. The arm64 module
+# comes first: it is the longest.
+BACKGROUND = [
+    "tests/gb10/test_downloader_arm64.py",
+    "tests/cuda/test_header_compile.py",
+    "tests/sandbox/test_gb10_sandbox.py",
+    "tests/sandbox/test_sandbox_tool.py",
+    "tests/sandbox/test_apt_hold_rootfs.py",
+]
+SESSION_FIXTURES = {"sandbox", "sandbox_deploys"}
 
 
 class BackgroundRun:
@@ -289,9 +305,9 @@ class BackgroundRun:
         self.seconds = 0.0
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--durations=5", *nodeids],
+                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--durations=10", *nodeids],
                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                env=dict(os.environ, PYTHONUNBUFFERED="1", GLM_FLASH_BACKGROUND_RUN="1"),
             )  # fmt: skip
         # its own time, taken when it ends (the session joins it only at its own end)
         self.waiter = threading.Thread(target=self._wait, name="background-tests", daemon=True)
@@ -316,8 +332,8 @@ class BackgroundRun:
 
 def background(session) -> None:
     """Move the selected items of BACKGROUND's modules into a BackgroundRun when others remain."""
-    rel = {str(REPO / m) for m in BACKGROUND}
-    moved = [item for item in session.items if str(item.path) in rel]
+    rank = {str(REPO / m): i for i, m in enumerate(BACKGROUND)}
+    moved = [item for item in session.items if str(item.path) in rank and not SESSION_FIXTURES & set(item.fixturenames)]
     if not moved or len(moved) == len(session.items):
         return
     session.config._glm_flash_background = BackgroundRun([item.nodeid for item in moved])
@@ -385,7 +401,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(f"{'(background tests)':>10}  {run.seconds / 60:6.1f} min")
         out = run.log.read_text(errors="replace").splitlines()
         failed = run.proc.returncode != 0
-        terminalreporter.section(f"background: {' '.join(run.nodeids)}: {'FAILED' if failed else 'passed'}")
+        modules = " ".join(dict.fromkeys(nodeid.split("::")[0] for nodeid in run.nodeids))
+        terminalreporter.section(f"background: {modules}: {'FAILED' if failed else 'passed'}")
         # a failure: its report; a pass: its durations and its result line
         result = [line for line in out if line[:1].isdigit() or (line.startswith("=") and " in " in line)]
         for line in out[-200:] if failed else result:
