@@ -200,8 +200,7 @@ def top_dir(path) -> str:
 
 def pytest_collection_modifyitems(session, config, items):
     if os.environ.get("GLM_FLASH_BACKGROUND_RUN"):  # the background pytest: BACKGROUND's order
-        rank = {str(REPO / m): i for i, m in enumerate(BACKGROUND)}
-        items.sort(key=lambda item: rank.get(str(item.path), len(BACKGROUND)))
+        items.sort(key=lambda item: len(BACKGROUND) if background_rank(item) is None else background_rank(item))
         return
     rank = {d: i for i, d in enumerate(ORDER)}
     items.sort(key=lambda item: rank.get(top_dir(item.path), len(ORDER)))  # stable: order within a directory kept
@@ -277,24 +276,36 @@ def needs_sandbox(session) -> bool:
     return any("sandbox_deploys" in item.fixturenames or top_dir(item.path) == "fleet" for item in session.items)
 
 
-# Test modules that run on machines of their own, not on the session's sandbox: the arm64 root
+# Tests that need no sandbox of the session's, or run on machines of their own: the arm64 root
 # (emulated aarch64 code on one core for minutes: mmdebstrap, `python3 -m venv`, pip), tests/cuda's
-# glibc 2.41 root, the GB10 sandbox, the sandbox tool's own checkouts, the apt-hold root. In a run
-# that has other tests too, they run in a pytest of their own beside the session, started with it,
-# so their minutes overlap the session's (the tests before the sandbox is built, then the ones on
-# it, which keep about one of the two cores busy); the session joins it at its end: its result and
-# durations are in the summary ("background"), and its failure fails the session. A test of these
-# modules that needs the session's sandbox (the `sandbox` fixture) stays in the session: the
-# background pytest builds no sandbox. Run alone, they run as any test does. The arm64 module
-# comes first: it is the longest.
+# glibc 2.41 root, tests/gb10 and tests/engine (real wheels installed into venvs), the GB10 sandbox,
+# the sandbox tool's own checkouts, the apt-hold root. In a run that has other tests too, they run
+# in a pytest of their own beside the session, started with it, so their minutes overlap the
+# session's: the sandbox build then the tests on it, which keep about one of the two cores busy
+# (the unit, bench and eval tests stay in front: they fail fast). The session joins it at its end:
+# its result and durations are in the summary ("background"), and its failure fails the session.
+# A test of these that needs the session's sandbox (the `sandbox` fixture) stays in the session:
+# the background pytest builds no sandbox. Run alone, they run as any test does. In this order (a
+# module, or every module under a directory): the arm64 module first, it is the longest.
 BACKGROUND = [
     "tests/gb10/test_downloader_arm64.py",
-    "tests/cuda/test_header_compile.py",
+    "tests/cuda/",
+    "tests/gb10/",
+    "tests/engine/",
     "tests/sandbox/test_gb10_sandbox.py",
     "tests/sandbox/test_sandbox_tool.py",
     "tests/sandbox/test_apt_hold_rootfs.py",
 ]
 SESSION_FIXTURES = {"sandbox", "sandbox_deploys"}
+
+
+def background_rank(item) -> int | None:
+    """The place of `item`'s module in BACKGROUND (the first entry naming it), None when none does."""
+    rel = Path(item.path).resolve().relative_to(REPO).as_posix()
+    for i, entry in enumerate(BACKGROUND):
+        if rel == entry or (entry.endswith("/") and rel.startswith(entry)):
+            return i
+    return None
 
 
 class BackgroundRun:
@@ -331,9 +342,13 @@ class BackgroundRun:
 
 
 def background(session) -> None:
-    """Move the selected items of BACKGROUND's modules into a BackgroundRun when others remain."""
-    rank = {str(REPO / m): i for i, m in enumerate(BACKGROUND)}
-    moved = [item for item in session.items if str(item.path) in rank and not SESSION_FIXTURES & set(item.fixturenames)]
+    """Move the items of BACKGROUND's modules that need no session sandbox into a BackgroundRun,
+    when others remain."""
+    moved = [
+        item
+        for item in session.items
+        if background_rank(item) is not None and not SESSION_FIXTURES & set(item.fixturenames)
+    ]
     if not moved or len(moved) == len(session.items):
         return
     session.config._glm_flash_background = BackgroundRun([item.nodeid for item in moved])
