@@ -13,6 +13,7 @@ import json
 import os
 import runpy
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -210,9 +211,11 @@ class SandboxBuild:
     """`sandbox.py fresh` and the session's two deploys, in a thread started once the run's tests are
     known; sandbox_deploys() joins it. `fresh`'s output goes to .sandbox-build.log (not to whichever
     test is running meanwhile), and a failure shows its tail. A session that ends before it is
-    joined (-x, an interrupt) stops it: no deploy runs on after pytest."""
+    joined (-x, an interrupt) stops it: no deploy runs on after pytest. `then`: called when it
+    has ended (what waits for the build's minutes to pass: the served tests' own sandbox)."""
 
-    def __init__(self):
+    def __init__(self, then=None):
+        self.then = then
         self.log = REPO / ".sandbox-build.log"
         self.first = self.second = None
         self.error = ""
@@ -252,6 +255,8 @@ class SandboxBuild:
             self.error = f"the sandbox build raised {type(e).__name__}: {e}"
         finally:
             self.seconds = time.monotonic() - began
+            if self.then is not None and not self.stopped:
+                self.then()
 
     def result(self) -> Deploys:
         self.thread.join()
@@ -309,6 +314,8 @@ def background_rank(item) -> int | None:
 
 
 class BackgroundRun:
+    label = "background tests"
+
     def __init__(self, nodeids: list[str]):
         self.nodeids = nodeids
         self.log = REPO / ".background-tests.log"
@@ -328,6 +335,10 @@ class BackgroundRun:
         self.proc.wait()
         self.seconds = time.monotonic() - self.began
 
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
     def join(self) -> int:
         self.waiter.join()
         return self.proc.returncode
@@ -339,6 +350,105 @@ class BackgroundRun:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+# tests/served: in a run that has other tests too, on a sandbox of its own beside the session. A
+# copy of this checkout (.sandbox/served-checkout: its own machine, ports and hub, as a second clone
+# would have) boots a bare machine and runs them there with --no-deploy: their first deploy is the
+# CPU inventory's onto that bare machine, `make demo`'s own path. Started once the session's sandbox
+# is built (the first minutes are the build's), joined at the session's end like the background
+# pytest, its machine destroyed after it. Run alone (`pytest tests/served`), they run in the session
+# on its sandbox, after the L40S deploys.
+SERVED = "served"
+_TOP_LEVEL_SKIP = {".git", ".venv", ".venv-bench", ".sandbox", ".pytest_cache", ".ruff_cache", "bench", "eval"}
+
+
+class CheckoutRun:
+    label = "served tests, on a sandbox of their own"
+
+    def __init__(self, nodeids: list[str]):
+        self.nodeids = nodeids
+        self.root = REPO / ".sandbox" / "served-checkout"
+        self.log = REPO / ".served-tests.log"
+        self.returncode: int | None = None
+        self.seconds = 0.0
+        self.proc: subprocess.Popen | None = None
+        self.stopped = False
+        self.thread = threading.Thread(target=self._run, name="served-tests", daemon=True)
+        # its own ports (a second clone picks its own): none of this checkout's pinned ones
+        self.env = {k: v for k, v in os.environ.items() if not k.endswith("_PORT") or not k.startswith("GLM_FLASH_")}
+        self.env["PYTHONUNBUFFERED"] = "1"
+
+    def _step(self, args: list[str], log) -> int:
+        self.proc = subprocess.Popen(
+            args, cwd=self.root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=self.env
+        )
+        return self.proc.wait()
+
+    def _copy(self, log) -> None:
+        if (self.root / "sandbox" / "sandbox.py").exists():  # a run before this one left its machine
+            self._step([sys.executable, "sandbox/sandbox.py", "destroy"], log)
+        shutil.rmtree(self.root, ignore_errors=True)
+        shutil.copytree(
+            REPO,
+            self.root,
+            symlinks=True,
+            ignore=lambda d, names: [
+                n
+                for n in names
+                if (Path(d) == REPO and (n in _TOP_LEVEL_SKIP or n.endswith(".log"))) or n == "__pycache__"
+            ],
+        )
+
+    def _run(self) -> None:
+        began = time.monotonic()
+        rc = 1
+        try:
+            with open(self.log, "w") as log:
+                self._copy(log)
+                if not self.stopped:
+                    rc = self._step([sys.executable, "sandbox/sandbox.py", "fresh"], log)
+                if rc == 0 and not self.stopped:
+                    pytest_args = ["-p", "no:cacheprovider", "--no-deploy", "--durations=10", *self.nodeids]
+                    rc = self._step([sys.executable, "-m", "pytest", *pytest_args], log)
+                self._step([sys.executable, "sandbox/sandbox.py", "destroy"], log)  # its disk back
+            shutil.rmtree(self.root, ignore_errors=True)
+        except Exception as e:  # told in the summary, and the session fails
+            with open(self.log, "a") as log:
+                log.write(f"the served run raised {type(e).__name__}: {e}\n")
+            rc = 1
+        finally:
+            self.seconds = time.monotonic() - began
+            self.returncode = rc
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def join(self) -> int:
+        if self.thread.ident is None:  # never started (the session ended first)
+            return 1
+        self.thread.join()
+        return self.returncode if self.returncode is not None else 1
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # pytest ends its tests; the destroy step still runs
+        if self.thread.ident is not None:
+            self.thread.join(timeout=300)
+
+
+def served(session) -> None:
+    """Move tests/served into a CheckoutRun when other tests remain and the session deploys its own
+    sandbox (with --no-deploy they run against the sandbox as it is)."""
+    config = session.config
+    if not targets_sandbox(config) or config.getoption("--no-deploy"):
+        return
+    moved = [item for item in session.items if top_dir(item.path) == SERVED]
+    if not moved or len(moved) == len(session.items):
+        return
+    config._glm_flash_served = CheckoutRun([item.nodeid for item in moved])
+    session.items[:] = [item for item in session.items if item not in moved]
 
 
 def background(session) -> None:
@@ -359,19 +469,27 @@ def pytest_collection_finish(session):
     if session.config.getoption("collectonly"):
         return
     background(session)
+    served(session)
+    run = getattr(session.config, "_glm_flash_served", None)
     if needs_sandbox(session):
-        session.config._glm_flash_build = build = SandboxBuild()
+        session.config._glm_flash_build = build = SandboxBuild(then=run.start if run else None)
         build.thread.start()
+    elif run is not None:
+        run.start()
+
+
+def side_runs(config) -> list:
+    """The runs beside the session: the background pytest, the served tests' own sandbox."""
+    runs = (getattr(config, "_glm_flash_background", None), getattr(config, "_glm_flash_served", None))
+    return [run for run in runs if run is not None]
 
 
 def pytest_sessionfinish(session, exitstatus):
-    run = getattr(session.config, "_glm_flash_background", None)
-    if run is None:
-        return
-    if session.shouldstop or session.shouldfail or exitstatus == pytest.ExitCode.INTERRUPTED:
-        run.stop()  # -x or an interrupt: nothing runs on after pytest
-    if run.join() != 0 and session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    for run in side_runs(session.config):
+        if session.shouldstop or session.shouldfail or exitstatus == pytest.ExitCode.INTERRUPTED:
+            run.stop()  # -x or an interrupt: nothing runs on after pytest
+        if run.join() != 0 and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")
@@ -411,13 +529,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     build = getattr(config, "_glm_flash_build", None)
     if build is not None and build.seconds:
         terminalreporter.write_line(f"{'(sandbox build, in the background)':>10}  {build.seconds / 60:6.1f} min")
-    run = getattr(config, "_glm_flash_background", None)
-    if run is not None and run.proc.returncode is not None:
-        terminalreporter.write_line(f"{'(background tests)':>10}  {run.seconds / 60:6.1f} min")
+    for run in side_runs(config):
+        if run.returncode is None:
+            continue
+        terminalreporter.write_line(f"{'(' + run.label + ')':>10}  {run.seconds / 60:6.1f} min")
         out = run.log.read_text(errors="replace").splitlines()
-        failed = run.proc.returncode != 0
+        failed = run.returncode != 0
         modules = " ".join(dict.fromkeys(nodeid.split("::")[0] for nodeid in run.nodeids))
-        terminalreporter.section(f"background: {modules}: {'FAILED' if failed else 'passed'}")
+        terminalreporter.section(f"{run.label}: {modules}: {'FAILED' if failed else 'passed'}")
         # a failure: its report; a pass: its durations and its result line
         result = [line for line in out if line[:1].isdigit() or (line.startswith("=") and " in " in line)]
         for line in out[-200:] if failed else result:

@@ -1,7 +1,9 @@
 """A real engine under the deployed unit: vLLM's CPU build serving the tiny model
 (sandbox/tiny_model.py), deployed by the deploy's own engine role (platform cpu,
-inventory/sandbox_cpu.py) onto the session's sandbox after every other sandbox test
-(tests/conftest.py ORDER: it leaves the machine serving, with the CPU environment `current`).
+inventory/sandbox_cpu.py). In `make test` onto a bare sandbox of its own, beside the session
+(tests/conftest.py CheckoutRun: `make demo`'s path); run alone, onto the session's sandbox after
+the L40S deploys (built beside the L40S environment, then switched). Either way it leaves the
+machine serving, with the CPU environment `current`.
 
 Real here: the engine, its hash-locked environment built by glm-flash-engine from the wheelhouse
 the control machine sent, the unit rendered from templates/glm-flash.service.j2 with all of its
