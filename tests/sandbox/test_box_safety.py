@@ -21,6 +21,7 @@ import pytest
 from roles.operations import packages
 from tests.conftest import SANDBOX_INVENTORY, changed_operations, pyinfra, sandbox_sh
 from tests.sandbox.killpoints import deploy_killed_at
+from tests.sandbox.test_unit_hardening import put
 
 pytestmark = pytest.mark.sandbox
 LAUNCH = "/etc/glm-flash/launch.json"
@@ -105,33 +106,33 @@ def test_dpkg_left_half_way_is_finished_and_said(converged):
     assert deploy()[0] == []
 
 
-# apt runs dpkg with `--status-fd N` among its arguments (after pyinfra's --force-conf* options); the
-# deploy's own dpkg calls (--audit, --configure -a) do not, so the killer below never takes one of those.
-KILLER = "glm-flash-test-dpkg-killer"
+# The power cut or OOM kill that a dropped SSH session alone does not cause (apt and dpkg outlive
+# the hang-up: seen in this test's first form, which only killed pyinfra), at a point where dpkg has
+# changed the package database: dpkg's own post-invoke hook (dpkg.cfg(5), run through `sh -c` with
+# dpkg as its parent) SIGKILLs the dpkg of apt that has just unpacked the package (DPKG_HOOK_ACTION
+# unpack; apt runs dpkg with `--status-fd N`), before its configure run: the package is left
+# unpacked and not configured. Armed once (the hook removes its arming file), so the deploy's own
+# dpkg calls after it (--audit, --configure -a) run untouched. Before, a poller killed the first
+# dpkg of apt's it saw, every 5 ms: on a loaded machine it caught dpkg before dpkg had written
+# anything, which left nothing half-way and proved nothing.
+HOOK = "/etc/dpkg/dpkg.cfg.d/glm-flash-test-kill"
+ARMED = "/run/glm-flash-test-dpkg-armed"
 KILLED = "/run/glm-flash-test-dpkg-killed"  # what it killed (a file: journald may not attribute a line)
-KILL_APTS_DPKG = (
-    "for i in $(seq 120000); do for p in $(pgrep -x dpkg); do "
-    "c=$(tr '\\0' ' ' </proc/$p/cmdline 2>/dev/null); "
-    f'case "$c" in *--status-fd*) kill -9 $p; echo "$c" >{KILLED}; exit 0;; esac; '
-    "done; sleep 0.005; done; exit 1"
+KILL_AFTER_UNPACK = (
+    f'post-invoke=if [ "$DPKG_HOOK_ACTION" = unpack ] && rm {ARMED} 2>/dev/null; then '
+    f"tr '\\0' ' ' </proc/$PPID/cmdline >{KILLED}; kill -9 $PPID; fi\n"
 )
 
 
 def arm_dpkg_killer():
-    """A unit on the sandbox that SIGKILLs the first dpkg apt starts (polled every 5 ms, for 10 minutes
-    at most), armed before the deploy starts: the power cut or OOM kill that a dropped SSH session alone
-    does not cause (apt and dpkg outlive the hang-up: seen in this test's first form, which only killed
-    pyinfra). Armed from here, not once the operation is seen starting: on an idle machine apt's dpkg of
-    one small package can end before an SSH round trip would arm a poller."""
-    sandbox_sh(
-        f"systemctl stop {KILLER} 2>/dev/null; systemctl reset-failed {KILLER} 2>/dev/null; rm -f {KILLED}; true"
-    )
-    sandbox_sh(f"systemd-run --unit={KILLER} --collect sh -c {shlex.quote(KILL_APTS_DPKG)}")
+    sandbox_sh(f"rm -f {KILLED}; touch {ARMED}")
+    put(HOOK, KILL_AFTER_UNPACK)
 
 
 def dpkg_killed():
-    """Returns once the killer has ended (it killed apt's dpkg, or gave up)."""
-    sandbox_sh(f"for i in $(seq 6000); do systemctl is-active --quiet {KILLER} || exit 0; sleep 0.1; done; exit 1")
+    """Returns once the hook has killed apt's dpkg (or after 10 minutes), and takes the hook away."""
+    sandbox_sh(f"for i in $(seq 6000); do test -s {KILLED} && exit 0; sleep 0.1; done; exit 1", check=False)
+    sandbox_sh(f"rm -f {HOOK} {ARMED}")
 
 
 def test_a_kill_during_an_apt_install_then_a_run_recovers_dpkg_and_finishes(converged):
@@ -146,7 +147,7 @@ def test_a_kill_during_an_apt_install_then_a_run_recovers_dpkg_and_finishes(conv
     audit = sandbox_sh("dpkg --audit; ls /var/lib/dpkg/updates", check=False).stdout.strip()
     killed = sandbox_sh(f"cat {KILLED}", check=False).stdout
     print(f"after the kill: installed={installed()} dpkg: {audit!r} killed: {killed!r}")
-    assert "--status-fd" in killed, "the killer took no dpkg of apt's (it gave up after 10 minutes)"
+    assert "--status-fd" in killed and "--unpack" in killed, f"the hook killed no unpacking dpkg of apt's: {killed!r}"
     assert audit, "dpkg was left half-way (else the kill missed dpkg and this proves nothing)"
     changed, stderr = deploy()
     assert any(op.startswith(RECOVER) for op in changed) and "dpkg was left interrupted" in stderr
