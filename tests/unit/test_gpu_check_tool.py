@@ -13,7 +13,9 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +140,59 @@ def test_the_unit_runs_the_probe_before_the_engine_starts():
         "ExecStartPre=/opt/glm-flash/bin/glm-flash-preflight gpus 2",
         "ExecStartPre=/opt/glm-flash/engine/current/bin/python /opt/glm-flash/bin/glm-flash-gpu-check probe --ranks 2",
     ]
+
+
+# /proc/devices on a box with the NVIDIA driver loaded (its character majors; uvm's and caps' are
+# given out dynamically, so their numbers differ from box to box).
+PROC_DEVICES = """Character devices:
+  1 mem
+ 10 misc
+195 nvidia-frontend
+195 nvidia-modeset
+234 nvidia-uvm
+237 nvidia-caps
+
+Block devices:
+  8 sd
+"""
+
+
+@pytest.fixture
+def nvidia_nodes(tmp_path):
+    """Device nodes with the driver's numbers (made here; nothing opens them) and its /proc/devices."""
+    made = {}
+    for name, major, minor in (("nvidia0", 195, 0), ("nvidiactl", 195, 255), ("nvidia-uvm", 234, 0), ("odd", 10, 229)):
+        node = tmp_path / name
+        os.mknod(node, 0o600 | stat.S_IFCHR, os.makedev(major, minor))
+        made[name] = str(node)
+    devices = tmp_path / "devices"
+    devices.write_text(PROC_DEVICES)
+    return made, str(devices)
+
+
+def test_the_units_device_policy_is_read_against_each_nodes_numbers(nvidia_nodes):
+    """What `run` adds to the devices part: systemd in a container (the sandbox) does not enforce
+    DevicePolicy=, a real box does; so the unit's lines are read against the nodes as systemd
+    resolves them."""
+    nodes, devices = nvidia_nodes
+    mod = tool_module()
+    props = [line for line in render_unit(build("gpu1", {})).splitlines() if line.startswith("Device")]
+    gpu = [nodes["nvidia0"], nodes["nvidiactl"], nodes["nvidia-uvm"]]
+    assert mod.refused_by_policy(props, gpu, devices) == []  # the rendered unit allows the driver's nodes
+    [why] = mod.refused_by_policy(props, [*gpu, nodes["odd"]], devices)
+    assert why == (
+        f"DevicePolicy=closed and its DeviceAllow= lines do not allow {nodes['odd']} (char 10:229, group misc): "
+        "the engine gets EPERM opening them"
+    )
+    # a drop-in clearing the list and tightening the policy, as systemd reads it: nothing left
+    [why] = mod.refused_by_policy([*props, "DeviceAllow=", "DevicePolicy=strict"], gpu, devices)
+    assert why.startswith("DevicePolicy=strict and its DeviceAllow= lines do not allow ")
+    assert f"{nodes['nvidia0']} (char 195:0, group nvidia-frontend/nvidia-modeset)" in why
+    assert f"{nodes['nvidia-uvm']} (char 234:0, group nvidia-uvm)" in why
+    # read-only is not enough; a path allows its own node; auto with no list allows all
+    assert "nvidia-uvm" in mod.refused_by_policy(["DevicePolicy=closed", "DeviceAllow=char-nvidia* r"], gpu, devices)[0]
+    assert mod.refused_by_policy(["DevicePolicy=closed", "DeviceAllow=char-nvidia* rw"], gpu, devices) == []
+    assert (
+        mod.refused_by_policy(["DevicePolicy=strict", f"DeviceAllow={nodes['odd']} rw"], [nodes["odd"]], devices) == []
+    )
+    assert mod.refused_by_policy(["DevicePolicy=auto"], [*gpu, nodes["odd"]], devices) == []
