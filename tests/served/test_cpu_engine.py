@@ -11,9 +11,14 @@ hardening, its ExecStartPre checks and ExecStartPost readiness, the credentials,
 notifier, Debian's Prometheus, the bench and the eval. Simulated: the model (random weights: the
 answers are gibberish, the bench's numbers and the eval's pass@1 mean nothing, the plumbing does)
 and the hub it is downloaded from (sandbox/fake_hub.py).
-Not shown here: SystemCallLog= (seccomp's log action reports to the host kernel's audit log, which
-the nspawn machine cannot read); instead the engine serves under the filter with no EPERM in its
-journal, and the unit's own ExecStartPre probe (glm-flash-gpu-check) passes its syscalls part.
+The filter audited: the engine restarted with its SystemCallFilter= lines turned into SystemCallLog=
+lines (the filter reset, every call it would refuse allowed and logged by seccomp), serving greedy
+and sampled requests; the kernel's audit lines (type=1326, read by the test on the host that runs
+the machine: one kernel) name none. A transient unit with the same lines calling setuid(2) (in
+@privileged) shows the log reaches the host and that only the refused call is logged: python's
+own start, all @system-service, logs nothing. Not seen here: a call systemd-nspawn's own filter
+refuses (its errno outranks the log action); the unit's filter would refuse such a call on a
+real box too, and the engine serving here did without it.
 """
 
 from __future__ import annotations
@@ -213,6 +218,87 @@ def test_the_unit_and_its_hardening_are_the_deployed_ones(served):
     assert "glm-flash: ready after" in log.stdout, log.stdout[-3000:]
     for refused in ("Operation not permitted", "Bad system call", "Permission denied", "Read-only file system"):
         assert refused not in log.stdout, log.stdout[-3000:]
+
+
+SECCOMP_LOG = "code=0x7ffc0000"  # seccomp's log action, in the kernel's audit line (type=1326)
+
+
+def mark(tag: str) -> str:
+    """A line of our own in the host kernel's log: what is logged after it is the test's."""
+    tag = f"glm-flash-test-mark {tag} {time.time_ns()}"
+    with open("/dev/kmsg", "w") as f:
+        f.write(tag + "\n")
+    return tag
+
+
+# systemd's own steps between the log filter and the exec (capset(2) as it drops the unit's
+# capabilities): under SystemCallFilter= it installs the filter after them, so they are not the
+# engine's calls (the engine starts under the real filter: the tests above)
+EXECUTOR = 'exe="/usr/lib/systemd/systemd-executor"'
+
+
+CONTROL_USER = "uid=65534"  # nobody: the control's call, never the engine's (User=glm-flash)
+
+
+def logged_calls(after: str, log: str) -> list[str]:
+    """The host kernel's seccomp log lines after the mark `after`, of units' own processes, once
+    a control call (setuid(2) in a transient unit under the `log` lines, as nobody) has come
+    through: the kernel's audit thread prints in order and after the call returns."""
+    props = " ".join(f"-p '{x}'" for x in log.splitlines())
+    sh(
+        f"systemd-run --quiet --wait --collect -p User=nobody {props} "
+        "/usr/bin/python3 -c 'import ctypes; ctypes.CDLL(None).setuid(0)'",
+        check=False,
+    )
+    setuid = {"x86_64": "syscall=105", "aarch64": "syscall=146"}[os.uname().machine]
+    deadline = time.monotonic() + 30
+    while True:
+        lines = subprocess.run(["dmesg"], capture_output=True, text=True, check=True).stdout.splitlines()
+        at = [i for i, line in enumerate(lines) if after in line]
+        assert at, f"the mark {after!r} is not in the kernel's log"
+        logged = [x for x in lines[at[-1] + 1 :] if "type=1326" in x and SECCOMP_LOG in x and EXECUTOR not in x]
+        control = [x for x in logged if CONTROL_USER in x]
+        if control:
+            assert all(setuid in x for x in control), control  # only the refused call: not python's start
+            return [x for x in logged if CONTROL_USER not in x]
+        assert time.monotonic() < deadline, f"setuid(2) under SystemCallLog= never reached the kernel's log: {logged}"
+        time.sleep(0.5)
+
+
+def filter_as_log(unit: str) -> str:
+    """The unit's SystemCallFilter= lines as SystemCallLog= lines, each with its sense inverted: the
+    calls the filter lets through are not logged, the ones it refuses are (both lists merge in the
+    same way, systemd.exec(5))."""
+    lines = [x for x in unit.splitlines() if x.startswith("SystemCallFilter=")]
+    assert lines, unit
+    inverted = [x.split("=", 1)[1] for x in lines]
+    return "".join(
+        "SystemCallLog=" + (v[1:] if v.startswith("~") else "~" + v) + "\n" for v in inverted
+    )  # fmt: skip
+
+
+def test_the_engine_makes_no_call_its_filter_refuses(served):
+    log = filter_as_log(sh(f"systemctl cat {UNIT}").stdout)
+    # the control alone: the log reaches this host's kernel log, only the refused call is logged
+    assert logged_calls(mark("control"), log) == []
+    # the engine with its filter turned into that log, serving greedy and sampled requests
+    dropin = "/run/systemd/system/glm-flash.service.d/test-syscall-log.conf"
+    before = unit_state()
+    put(dropin, "[Service]\nSystemCallFilter=\n" + log)
+    try:
+        sh("systemctl daemon-reload")
+        since = mark("engine")
+        sh(f"systemctl reset-failed {UNIT}; systemctl restart --no-block {UNIT}")  # our restarts: not the unit's limit
+        wait_active(before["InvocationID"])
+        assert chat(0) and chat(0.8, top_p=0.9, top_k=20)
+        refused = logged_calls(since, log)
+    finally:
+        before = unit_state()
+        sh(
+            f"rm -f {dropin}; systemctl daemon-reload; systemctl reset-failed {UNIT}; systemctl restart --no-block {UNIT}"
+        )
+        wait_active(before["InvocationID"])
+    assert refused == [], "\n".join(refused[:20])
 
 
 def test_the_key_is_never_in_argv_or_the_journal(served):
