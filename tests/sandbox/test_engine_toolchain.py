@@ -96,8 +96,8 @@ def all_reduce(t):  # the communicator is made at the first collective, as torch
 }
 
 
-def check() -> tuple[int, dict[str, dict]]:
-    r = sh("glm-flash-gpu-check run --json", check=False, timeout=300)
+def check(args: str = "") -> tuple[int, dict[str, dict]]:
+    r = sh(f"glm-flash-gpu-check run --json {args}", check=False, timeout=300)
     assert r.stdout.strip(), r.stderr
     return r.returncode, {p["part"]: p for p in json.loads(r.stdout.strip().splitlines()[-1])["parts"]}
 
@@ -154,33 +154,38 @@ def test_a_syscall_the_filter_refuses_is_named(dropin):
     assert parts["toolchain"]["state"] == "pass"  # the rest of the check still runs
 
 
-def test_a_device_node_the_units_policy_refuses_is_named(dropin):
-    # /dev/fuse's numbers (group misc), open to all: only the unit's DevicePolicy= stands in the way
-    sh(f"mknod -m 666 {STANDIN_NODE} c 10 229")
-    dropin("")
-    rc, parts = check()
-    assert rc == 1, parts
-    dev = parts["devices"]
-    assert dev["state"] == "fail", dev
-    assert dev["detail"] == (
-        f"DevicePolicy=closed and its DeviceAllow= lines do not allow {STANDIN_NODE} (char 10:229, group misc): "
-        "the engine gets EPERM opening them"
-    ), dev  # the node opened in this machine (its systemd enforces no device policy): the policy is named
-
-
-def test_a_device_node_the_service_user_may_not_open_is_named(dropin):
-    # /dev/fuse's numbers: the machine lets root open it; root's, 0600: the service user may not
+@pytest.mark.parametrize(
+    "mode,allow,detail",
+    [
+        # open to all: only the unit's DevicePolicy= stands in the way (this machine's systemd
+        # enforces none, so the node opens here: the policy is named)
+        (
+            "666",
+            "",
+            f"DevicePolicy=closed and its DeviceAllow= lines do not allow {STANDIN_NODE} (char 10:229, group misc): "
+            "the engine gets EPERM opening them",
+        ),
+        # the policy allows it (a drop-in names it), its owner and mode refuse the service user
+        (
+            "600",
+            f"DeviceAllow={STANDIN_NODE} rw\n",
+            f"not allowed to open {STANDIN_NODE} (Permission denied: its owner and mode do not let user glm-flash open it)",
+        ),
+    ],
+    ids=["refused-by-the-units-policy", "refused-by-its-mode"],
+)
+def test_a_device_node_the_engine_may_not_open_is_named(dropin, mode, allow, detail):
+    # /dev/fuse's numbers (group misc): the machine lets root open it
     sh(
-        f"mknod -m 600 {STANDIN_NODE} c 10 229 && python3 -c \"import os; os.close(os.open('{STANDIN_NODE}', os.O_RDWR))\""
+        f"mknod -m {mode} {STANDIN_NODE} c 10 229 && "
+        f"python3 -c \"import os; os.close(os.open('{STANDIN_NODE}', os.O_RDWR))\""
     )
-    dropin(f"DeviceAllow={STANDIN_NODE} rw\n")  # the policy allows it: its owner and mode refuse it
+    dropin(allow)
     rc, parts = check()
     assert rc == 1, parts
     dev = parts["devices"]
     assert dev["state"] == "fail", dev
-    assert dev["detail"] == (
-        f"not allowed to open {STANDIN_NODE} (Permission denied: its owner and mode do not let user glm-flash open it)"
-    ), dev
+    assert dev["detail"] == detail, dev
 
 
 def test_nccl_failing_between_the_ranks_is_named(dropin):
@@ -195,10 +200,8 @@ def test_nccl_failing_between_the_ranks_is_named(dropin):
         f"BindReadOnlyPaths={GPU_STANDIN}/pci:/sys/bus/pci/devices\n"
         "DeviceAllow=/dev/nvidia0 rw\nDeviceAllow=/dev/nvidia1 rw\nDeviceAllow=/dev/nvidiactl rw\n"
     )
-    r = sh("glm-flash-gpu-check run --ranks 2 --json", check=False, timeout=300)
-    assert r.stdout.strip(), r.stderr
-    parts = {p["part"]: p for p in json.loads(r.stdout.strip().splitlines()[-1])["parts"]}
-    assert r.returncode == 1, parts
+    rc, parts = check("--ranks 2")
+    assert rc == 1, parts
     assert parts["devices"]["state"] == "pass", parts["devices"]  # the stand-in GPU is seen, its nodes open
     assert parts["cuda"] == {"part": "cuda", "state": "pass", "detail": "GPU 0 sm_89 fp8; GPU 1 sm_89 fp8"}, parts
     nccl = parts["nccl"]
