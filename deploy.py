@@ -36,14 +36,14 @@ with refusal.host_refusals():  # a refusal decided from this host's facts fails 
     base.apply(p)  # apt sources, base packages
     tools.apply(p)  # our host commands
     watch.apply(p)  # word when a unit fails; host, GPU metrics (before the long jobs, whose failures it reports)
-    model.apply(p)  # the checkpoint's download starts in the background; waited for before the engine patches it
+    model.apply(p)  # the checkpoint's download starts in the background; waited for before the engine's switch
     driver.apply(p, layout.bin_dir(p))  # NVIDIA repo (key, branch checked), pinned branch, DKMS; reboots when needed
     toolkit.apply(p, layout.bin_dir(p))  # CUDA cuda_version under /usr/local/cuda-X.Y (repository or runfile)
     cuda_header.apply(p)  # glibc 2.41 fix of CUDA 12.x headers, re-checked every deploy
     users.apply(p)  # the unprivileged service user
     headless.apply(p)  # no desktop holding GPU memory
     memory_guard.apply(p)  # unified memory (GB10): earlyoom stops the engine before the box runs out
-    # the platform's engine: built beside, patched, checked, switched; the checkpoint waited for before its patch
+    # the platform's engine: built beside, patched, checked, switched; the checkpoint waited for before the check
     engine = dispatch.for_profile(p).apply(p, checkpoint_ready=lambda: model.ready(p))
     service.apply(p, engine)  # runs exactly the launch spec the engine's parser accepted
     status.apply(p)  # the profile values `glm-flash status` compares the host with

@@ -42,13 +42,10 @@ def _load(path: Path) -> dict:
 _JINJA = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
 
 
-def render(raw: dict, values: dict, root: str, version: str | None = None) -> dict:
-    """The set as the host tool reads it: templated edits rendered, root (and version) set."""
+def render(raw: dict, values: dict, root: str) -> dict:
+    """The set as the host tool reads it: templated edits rendered, root set."""
     pset = copy.deepcopy(raw)
-    pset.pop("model_patches", None)
     pset["root"] = root
-    if version is not None:
-        pset["version"] = version
     for spec in pset["files"]:
         for edit in spec.get("edits", []):
             if edit.pop("template", False):
@@ -62,9 +59,9 @@ def render(raw: dict, values: dict, root: str, version: str | None = None) -> di
     return pset
 
 
-def patch_sets(profile: Profile, env_dir: str, version: str) -> list[dict]:
-    """Every rendered set of a run: the engine's for sglang-kt `version` (what the lock
-    installs), then its model sets."""
+def patch_set(profile: Profile, env_dir: str, version: str) -> dict:
+    """The rendered set of a run: the engine's for sglang-kt `version` (what the lock installs).
+    The checkpoint is never edited: what the engine needs of it is an edit to the engine."""
     path = PATCHES / "sglang-kt" / f"{version}.yaml"
     if not path.exists():
         raise PatchSetError(
@@ -76,16 +73,7 @@ def patch_sets(profile: Profile, env_dir: str, version: str) -> list[dict]:
     raw = _load(path)
     if str(raw.get("version")) != version:
         raise PatchSetError(f"{path.relative_to(REPO)} says version {raw.get('version')!r}, expected {version!r}")
-    values = profile.as_dict()
-    sets = [render(raw, values, layout.site_packages(profile, env_dir))]
-    for name in raw.get("model_patches") or []:
-        mpath = PATCHES / "model" / f"{name}.yaml"
-        if not mpath.exists():
-            raise PatchSetError(
-                f"{path.relative_to(REPO)} names model patch {name!r}, but patches/model/{name}.yaml does not exist"
-            )
-        sets.append(render(_load(mpath), values, profile.model_path, version=profile.model_revision))
-    return sets
+    return render(raw, profile.as_dict(), layout.site_packages(profile, env_dir))
 
 
 def set_json(pset: dict) -> str:

@@ -8,9 +8,8 @@ fetched into its cache and checked, chosen for the host's own python3: downloade
 as its own system user in a transient systemd unit (roles/operations/checkpoint.py), fetches only
 what is missing or differs, verifies every file (sha256 for LFS files, the git blob id for the others) and then
 writes a marker; the tree is then sealed: root's, read-only to the service. A later run only
-checks the marker (no network). The engine patches edit config.json after the download; the
-check accepts the edited file through root's patch manifest, so that edit does not make the
-next run fetch it again (the downloader keeps it too).
+checks the marker (no network). Nothing edits the checkpoint after its download: what the
+engine needs of its config.json is an edit to the engine (roles/engines/kt/patches.py).
 model_download false: config.json, the safetensors index and every shard it names must be
 in model_path, or the host's deploy stops with a message saying so.
 The service runs offline (HF_HUB_OFFLINE=1 in the service environment file).
@@ -21,7 +20,7 @@ else from the control machine's hf_token_env variable. It is put on the host onl
 download runs: root-only (roles/operations/secrets.py), handed to the download unit as a
 systemd credential and deleted by the unit once the downloader runs (and again when it stops);
 never in a command line or a log.
-Must run after roles/users.py and before the engine patches (they edit config.json).
+Must run after roles/users.py.
 """
 
 from __future__ import annotations
@@ -245,7 +244,7 @@ def apply(profile: Profile, unit: str = "glm-flash-model-download") -> None:
 
 
 def ready(profile: Profile) -> None:
-    """Where the checkpoint is needed (before the engine patch edits config.json): the download
+    """Where the checkpoint is needed (the engine's flag check reads its config.json): the download
     started by apply() waited for, with its progress; or the staged checkpoint checked."""
     if not profile.model_download:
         tool = layout.tool(profile, FETCH)
@@ -332,9 +331,7 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
     # In a fleet one worker (the seed) downloads; the others that lack it receive it from the seed
     # (the fleet's sharing, registered for this run by roles/fleet/checkpoint.py).
     seed, lacking = sharing().plan(
-        lambda h: (
-            memo.fact(h, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit, manifests="")["exit"] == 0
-        )
+        lambda h: memo.fact(h, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit)["exit"] == 0
     )
     download = dict(
         repo_id=repo_id,

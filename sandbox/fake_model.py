@@ -4,7 +4,7 @@ The real checkpoint's config.json cannot be downloaded here (the hub is unreacha
 This one is built from the keys docs/sources.md §4 names (index_share_for_mtp_iteration at the
 top level and in text_config, which wins) and the fields sglang-kt's configs/glm5_next.py
 reads, with that file's defaults as values, written as transformers writes configs
-(json.dumps indent=2, sort_keys=True). The engine patch only touches the two flags.
+(json.dumps indent=2, sort_keys=True). Nothing edits it: post1 is patched to accept the flags.
 """
 
 import json

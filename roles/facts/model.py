@@ -14,10 +14,8 @@ class ModelCheck(ParsedFact):
     """`glm-flash-model-fetch check` with the host's python3:
     {"exit", "state", "reason", "commit", "sealed"} (exit None: the tool is not there yet)."""
 
-    def command(self, tool: str, dest: str, repo: str = "", revision: str = "", manifests: str = ""):
+    def command(self, tool: str, dest: str, repo: str = "", revision: str = ""):
         extra = ["--repo", QuoteString(repo), "--revision", QuoteString(revision)] if repo else []
-        if manifests:
-            extra += ["--manifests", QuoteString(manifests)]
         return StringCommand(
             "if [ -e",
             QuoteString(tool),

@@ -160,7 +160,6 @@ def serving(
     bind: str,
     allow: list[str],
     token_file: str,
-    extra: str = "",
     idle: int = IDLE_S,
 ) -> list[str]:
     """Start glm-flash-peer's server as a transient unit: its own dynamic user, no privileges, the
@@ -176,7 +175,7 @@ def serving(
         f"systemd-run -q --collect --service-type=exec --unit {unit} "
         + " ".join(f"-p {q(p)}" for p in props)
         + f" -- /usr/bin/python3 {q(tool)} serve {q(root)} {q(mfile)} --bind {q(bind)} --port {PEER_PORT}"
-        f" --token-credential {CREDENTIAL} --idle {int(idle)}{allowed}{extra}"
+        f" --token-credential {CREDENTIAL} --idle {int(idle)}{allowed}"
     ]
 
 

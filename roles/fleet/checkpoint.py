@@ -74,9 +74,6 @@ def copied(
     host_tool("glm-flash-peer", layout.bin_dir(profile))
     fleet_dir = layout.fleet_dir(profile)
     serve_unit, mfile, tfile = f"{UNIT}-{unit}", f"{fleet_dir}/{unit}.txt", token_path(profile, unit)
-    # Root's kept originals of files the patches edited (config.json), copied world-readable for the
-    # server's dynamic user (root's patch state is not readable to it); removed when it stops.
-    stage = f"{fleet_dir}/{unit}.originals"
     if host in sources or host in receivers:
         token_placed(profile, unit)
     allow = sorted({ip for r in receivers for ip in ips(r)})
@@ -86,11 +83,7 @@ def copied(
         name=f"Serve the checkpoint from {names} on port {PEER_PORT} (to {', '.join(lacking)})",
         servers=[s.name for s in sources],
         manifest=mfile,
-        originals=f"{layout.PATCH_STATE}/originals",
-        stage=stage,
-        serve=serving(
-            serve_unit, peer, path, mfile, address(host), allow, tfile, f" --originals {stage}", idle_seconds(profile)
-        )
+        serve=serving(serve_unit, peer, path, mfile, address(host), allow, tfile, idle_seconds(profile))
         if host in sources
         else [],
         # the seed's marker is held against the hub's own file list before it reaches a receiver
@@ -112,5 +105,5 @@ def copied(
     )
     server.shell(
         name=f"Stop serving the checkpoint on {names}",
-        commands=[*stopping(serve_unit, tfile), f"rm -rf {stage}"] if host in sources else [],
+        commands=stopping(serve_unit, tfile) if host in sources else [],
     )

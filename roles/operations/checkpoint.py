@@ -206,14 +206,12 @@ def started_marker(unit: str) -> str:
 
 
 def start_commands(
-    repo_id, commit, path, tool, hub_python, fetch_user, secrets_dir, manifests, requested, token, endpoint, unit, every
+    repo_id, commit, path, tool, hub_python, fetch_user, secrets_dir, requested, token, endpoint, unit, every
 ) -> list[StringCommand]:
     """The download unit started in the background (the token, if any, uploaded just before by
     the caller): the tree handed to the downloader's user, a note in /run, systemd-run."""
     q = QuoteString
     args = ["download", "--dest", path, "--repo", repo_id, "--revision", commit, "--every", str(int(every))]
-    if manifests:
-        args += ["--manifests", manifests]
     if requested:
         args += ["--requested", requested]
     token_path = f"{secrets_dir}/hf-token-{unit}" if token is not None else None
@@ -233,7 +231,6 @@ def checkpoint_download_started(
     hub_python: str,
     fetch_user: str,
     secrets_dir: str,
-    manifests: str = "",
     requested: str = "",
     token: Secret | None = None,
     endpoint: str = "https://huggingface.co",
@@ -247,7 +244,7 @@ def checkpoint_download_started(
     + every: seconds between the download's progress lines (its journal, followed by the wait)
     """
     _checked(repo_id, commit, path, unit)
-    state = memo.fact(host, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit, manifests=manifests)
+    state = memo.fact(host, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit)
     if state["exit"] == 0:
         host.noop(f"{repo_id}@{commit} is in {path}, verified")
         return
@@ -264,7 +261,6 @@ def checkpoint_download_started(
         hub_python,
         fetch_user,
         secrets_dir,
-        manifests,
         requested,
         token,
         endpoint,
@@ -282,7 +278,6 @@ def checkpoint_present(
     hub_python: str,
     fetch_user: str,
     secrets_dir: str,
-    manifests: str = "",
     requested: str = "",
     token: Secret | None = None,
     endpoint: str = "https://huggingface.co",
@@ -297,12 +292,10 @@ def checkpoint_present(
     checkpoint. When the unit is gone and its note in /run too (the host rebooted since it
     started, as after a driver install), the download is started again first: the files that
     finished are kept. The arguments are checkpoint_download_started's.
-    manifests: glm-flash-patch's manifest directory when not the tool's default (a file root
-    patched after the download, such as config.json, counts as verified through it).
     """
     _checked(repo_id, commit, path, unit)
     token_path = f"{secrets_dir}/hf-token-{unit}"
-    state = memo.fact(host, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit, manifests=manifests)
+    state = memo.fact(host, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit)
     token_left = memo.fact(host, File, path=token_path)
     running = _running(unit)
     if state["exit"] == 0 and state["sealed"] and not token_left and not running:
@@ -313,7 +306,6 @@ def checkpoint_present(
         if token is not None:  # for a restart after a reboot; removed below either way
             yield from secret_commands(token, token_path, secrets_dir, "root", "root", "600")
         check = ["check", "--dest", path, "--repo", repo_id, "--revision", commit]
-        check += ["--manifests", manifests] if manifests else []
         restart = start_commands(
             repo_id,
             commit,
@@ -322,7 +314,6 @@ def checkpoint_present(
             hub_python,
             fetch_user,
             secrets_dir,
-            manifests,
             requested,
             token,
             endpoint,
@@ -347,8 +338,6 @@ def checkpoint_present(
             "; fi",
         )
         argv = ["wait", "--unit", unit, "--dest", path, "--repo", repo_id, "--revision", commit]
-        if manifests:
-            argv += ["--manifests", manifests]
         yield followed(unit, StringCommand("python3", q(tool), *[q(a) for a in argv]))
     yield StringCommand("rm -f", q(token_path), q(started_marker(unit)))
     yield StringCommand("python3", q(tool), "seal --dest", q(path), "--owner", q(fetch_user))
@@ -450,16 +439,12 @@ def checkpoint_exported(
     repo_id: str,
     commit: str,
     manifest: str,
-    originals: str,
-    stage: str,
     serve: list,
     hub_endpoint: str,
     hub_token: Secret | None,
 ):
     """On each of the fleet's `servers` (workers holding the checkpoint verified): glm-flash-peer's
-    manifest written from its verified marker, root's originals of patched files copied
-    world-readable into `stage` (the server runs as a dynamic user), `serve` (the commands that
-    start the server). The seed's marker is read for the receivers. Nothing on other hosts."""
+    manifest written from its verified marker, `serve` (the commands that start the server). The seed's marker is read for the receivers. Nothing on other hosts."""
     if host.name not in servers:
         return
     q = QuoteString
@@ -481,21 +466,6 @@ def checkpoint_exported(
         yield FunctionCommand(_read_marker, (path, export, hub), {})
     else:
         yield StringCommand(export, "> /dev/null")
-    kept = originals.rstrip("/") + path
-    yield StringCommand(
-        "rm -rf",
-        q(stage),
-        "&& if [ -d",
-        q(kept),
-        "]; then mkdir -p -m 755",
-        q(stage + posixpath.dirname(path)),
-        "&& cp -R --no-preserve=all",
-        q(kept),
-        q(stage + posixpath.dirname(path) + "/"),
-        "&& chmod -R a+rX,go-w",
-        q(stage),
-        "; fi",
-    )
     yield from serve
 
 

@@ -1,5 +1,5 @@
-"""Patch sets applied (roles/engines/kt/patches.py, roles/engines/vllm/engine.py): one `glm-flash-patch apply`
-over every set of the run, only when the host's check says something is pending."""
+"""Patch sets applied (roles/engines/kt/patches.py): one `glm-flash-patch apply` over every set given,
+only when the host's check says something is pending."""
 
 from __future__ import annotations
 

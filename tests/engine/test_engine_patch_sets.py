@@ -1,13 +1,14 @@
 """The engine patch sets against the real sglang-kt wheels from PyPI (0.7.0.post1, post4, 0.7.2).
 
 Wheels are fetched once into ${GLM_FLASH_CACHE:-~/.cache/glm-flash}/wheels (sha256 checked
-against PyPI) and only the three files the sets touch are taken out of each. The sets are
-rendered by control/patch_sets.py from a profile, exactly as a deploy uploads them, and
-applied by the real files/glm-flash-patch. The model's config.json is a fake built from
-the keys docs/sources.md §4 names (the real one cannot be downloaded here): sandbox/fake_model.py.
+against PyPI) and only the files the sets touch are taken out of each. The sets are rendered by
+control/patch_sets.py from a profile, exactly as a deploy uploads them, and applied by the real
+files/glm-flash-patch. The checkpoint is never edited: post1's refusal of the checkpoint's
+index_share_for_mtp_iteration is an edit to its model file, which then is post4's as Python.
 """
 
 from __future__ import annotations
+import __future__
 
 import ast
 import hashlib
@@ -17,6 +18,7 @@ import py_compile
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -35,6 +37,8 @@ VERSIONS = ["0.7.0.post1", "0.7.0.post4", "0.7.2"]
 KPOOL = "sglang/srt/layers/attention/nsa/nsa_indexer_kpool.py"
 SERVER_ARGS = "sglang/srt/server_args.py"
 HTTP_SERVER = "sglang/srt/entrypoints/http_server.py"
+MODEL_PY = "sglang/srt/models/glm5_next_dsa.py"
+CONFIG_PY = "sglang/srt/configs/glm5_next.py"
 
 
 def sha(p: Path) -> str:
@@ -55,26 +59,23 @@ def host(tmp_path, wheel):
         "test", {"model_path": str(tmp_path / "model"), "install_root": str(tmp_path / "opt"), "engine_set": version}
     )
     site = Path(layout.site_packages(prof, str(env_dir)))
-    pypi.extract(whl, [KPOOL, SERVER_ARGS, HTTP_SERVER, f"sglang_kt-{version}.dist-info/METADATA"], site)
-    fake_model.write_model(tmp_path / "model")
+    pypi.extract(whl, [KPOOL, SERVER_ARGS, HTTP_SERVER, MODEL_PY, f"sglang_kt-{version}.dist-info/METADATA"], site)
     env = dict(os.environ, GLM_FLASH_STATE_DIR=str(tmp_path / "state"))
     return type(
         "Host",
         (),
-        dict(version=version, prof=prof, env_dir=env_dir, site=site, model=tmp_path / "model", env=env, tmp=tmp_path),
+        dict(version=version, prof=prof, env_dir=env_dir, site=site, env=env, tmp=tmp_path),
     )
 
 
 def upload(h, prof=None, name="sets"):
-    """The rendered sets as JSON files, as roles/engines/kt/patches.py uploads them."""
+    """The rendered set as a JSON file, as roles/engines/kt/patches.py uploads it."""
     d = h.tmp / name
     d.mkdir(exist_ok=True)
-    out = []
-    for pset in patch_sets.patch_sets(prof or h.prof, str(h.env_dir), h.version):
-        p = d / f"{pset['name']}.json"
-        p.write_text(patch_sets.set_json(pset))
-        out.append(p)
-    return out
+    pset = patch_sets.patch_set(prof or h.prof, str(h.env_dir), h.version)
+    p = d / f"{pset['name']}.json"
+    p.write_text(patch_sets.set_json(pset))
+    return [p]
 
 
 def tool(h, action, sets, *extra):
@@ -86,7 +87,7 @@ def tool(h, action, sets, *extra):
 def targets(h):
     files = [h.site / KPOOL, h.site / SERVER_ARGS, h.site / HTTP_SERVER]
     if h.version == "0.7.0.post1":
-        files.append(h.model / "config.json")
+        files.append(h.site / MODEL_PY)
     return files
 
 
@@ -127,20 +128,72 @@ def graph_sizes(source: str):
     raise AssertionError("no cuda_graph_bs assignment")
 
 
-def test_sets_per_version_and_model_patch_only_where_needed(host):
-    names = [s["name"] for s in patch_sets.patch_sets(host.prof, str(host.env_dir), host.version)]
-    assert names[0] == f"sglang-kt-{host.version}"
-    assert ("glm-5.3-flash-index-share" in names) == (host.version == "0.7.0.post1")
-    # the reason for the model patch, in the real engine code: post1 raises, later versions force it false
-    model_py = (
-        pypi.extract(pypi.wheel("sglang-kt", host.version), ["sglang/srt/models/glm5_next_dsa.py"], host.tmp / "m")
-        / "sglang/srt/models/glm5_next_dsa.py"
+def post4_model_py(tmp: Path) -> str:
+    return (pypi.extract(pypi.wheel("sglang-kt", "0.7.0.post4"), [MODEL_PY], tmp / "post4") / MODEL_PY).read_text()
+
+
+def test_the_model_file_is_edited_only_where_the_engine_refuses_the_checkpoint(host):
+    """post1 refuses the checkpoint's index sharing for MTP (its validator raises); post4 and 0.7.2
+    accept it and turn it off for the base class. Only post1's set edits the model file, and the
+    checkpoint is in no set."""
+    pset = patch_sets.patch_set(host.prof, str(host.env_dir), host.version)
+    assert pset["name"] == f"sglang-kt-{host.version}"
+    assert pset["root"] == layout.site_packages(host.prof, str(host.env_dir))
+    assert (MODEL_PY in [f["path"] for f in pset["files"]]) == (host.version == "0.7.0.post1")
+    src = (host.site / MODEL_PY).read_text()
+    refuses = 'raise ValueError("GLM-5-Next KPool does not support index sharing for MTP")' in src
+    assert refuses == (host.version == "0.7.0.post1")
+    assert ("base_config.index_share_for_mtp_iteration = False" in src) == (host.version != "0.7.0.post1")
+
+
+def checkpoint_text_config(version: str, tmp: Path) -> SimpleNamespace:
+    """The text config the engine builds from the checkpoint's config.json (sandbox/fake_model.py:
+    the keys the public record names, index sharing for MTP true): Glm5NextTextConfig's own
+    defaults from the wheel (configs/glm5_next.py), the checkpoint's values over them."""
+    src = (pypi.extract(pypi.wheel("sglang-kt", version), [CONFIG_PY], tmp / "config") / CONFIG_PY).read_text()
+    cls = next(n for n in ast.parse(src).body if isinstance(n, ast.ClassDef) and n.name == "Glm5NextTextConfig")
+    init = next(f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+    args = init.args.args[len(init.args.args) - len(init.args.defaults) :]
+    defaults = {}
+    for arg, default in zip(args, init.args.defaults, strict=True):
+        try:
+            defaults[arg.arg] = ast.literal_eval(default)
+        except ValueError:
+            pass
+    return SimpleNamespace(**{**defaults, **fake_model.TEXT_CONFIG})
+
+
+def validate(source: str, config: SimpleNamespace) -> None:
+    """The model file's own _validate_glm5_next_dsa_config, run on `config` (its isinstance check of
+    the config class aside: the rest is the file's code as written)."""
+    fn = next(
+        n
+        for n in ast.parse(source).body
+        if isinstance(n, ast.FunctionDef) and n.name == "_validate_glm5_next_dsa_config"
     )
-    src = model_py.read_text()
+    code = compile(ast.Module(body=[fn], type_ignores=[]), MODEL_PY, "exec", flags=__future__.annotations.compiler_flag)
+    scope = {"is_glm5_next_dsa_config": lambda c: True}
+    exec(code, scope)
+    scope["_validate_glm5_next_dsa_config"](config)
+
+
+def test_the_engine_as_deployed_accepts_the_checkpoint_as_the_hub_sends_it(host):
+    """The checkpoint's config.json says index_share_for_mtp_iteration: true. post1 as released
+    refuses it when it builds the attention; with its set applied it accepts it, as post4 and
+    0.7.2 do as released. The checkpoint is not touched."""
+    config = checkpoint_text_config(host.version, host.tmp)
+    assert config.index_share_for_mtp_iteration is True
+    released = (host.site / MODEL_PY).read_text()
     if host.version == "0.7.0.post1":
-        assert "if config.index_share_for_mtp_iteration is not False:" in src
+        with pytest.raises(ValueError, match="does not support index sharing for MTP"):
+            validate(released, config)
     else:
-        assert "base_config.index_share_for_mtp_iteration = False" in src
+        validate(released, config)
+    assert tool(host, "apply", upload(host)).returncode == 0
+    validate((host.site / MODEL_PY).read_text(), config)
+    # the validator still refuses what it is there for
+    with pytest.raises(ValueError, match="index_topk_freq"):
+        validate((host.site / MODEL_PY).read_text(), SimpleNamespace(**{**vars(config), "index_topk_freq": 2}))
 
 
 def test_apply_then_noop_and_the_result_is_right(host):
@@ -180,17 +233,13 @@ def test_apply_then_noop_and_the_result_is_right(host):
     assert graph_sizes(originals[host.site / SERVER_ARGS]) == ([1, 2, 4], 4)
     assert graph_sizes((host.site / SERVER_ARGS).read_text()) == ([1, 2, 4, 8, 16, 24], 24)
 
-    # config.json: both flags false, nothing else changed, formatting kept
-    cfg = host.model / "config.json"
+    # post1's model file: as Python (comments aside), post4's own, which accepts the checkpoint's
+    # index sharing for MTP and turns it off for the base class; unpatched, it was not
     if host.version == "0.7.0.post1":
-        assert cfg.read_text() == originals[cfg].replace(
-            '"index_share_for_mtp_iteration": true', '"index_share_for_mtp_iteration": false'
-        )
-        data = json.loads(cfg.read_text())
-        assert data["index_share_for_mtp_iteration"] is False
-        assert data["text_config"]["index_share_for_mtp_iteration"] is False
-    else:
-        assert json.loads(cfg.read_text())["text_config"]["index_share_for_mtp_iteration"] is True
+        post4 = ast.dump(ast.parse(post4_model_py(host.tmp)))
+        assert ast.dump(ast.parse(originals[host.site / MODEL_PY])) != post4
+        assert ast.dump(ast.parse((host.site / MODEL_PY).read_text())) == post4
+        py_compile.compile(str(host.site / MODEL_PY), cfile=str(host.tmp / "pyc"), doraise=True)
 
     # manifests: package, version, hashes of what is on disk
     m = json.loads((host.tmp / f"state/manifests/sglang-kt-{host.version}.json").read_text())
@@ -245,4 +294,4 @@ def test_drifted_upstream_file_refuses_the_whole_run(host, victim):
 
 def test_a_version_without_a_patch_set_stops_clearly(host):
     with pytest.raises(patch_sets.PatchSetError, match=r"no engine patch set for sglang-kt 0\.7\.0\.post3"):
-        patch_sets.patch_sets(host.prof, str(host.env_dir), version="0.7.0.post3")
+        patch_sets.patch_set(host.prof, str(host.env_dir), version="0.7.0.post3")

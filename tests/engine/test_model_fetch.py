@@ -7,9 +7,8 @@
   (sandbox/fake_hub.py, via HF_ENDPOINT) serving a tiny fake repo. The token comes as
   systemd hands a credential over (a file in $CREDENTIALS_DIRECTORY). While it runs, every
   process's command line and environment on this machine is read: the token must be in none.
-- Convergence with the engine patch: the real glm-flash-patch edits the downloaded
-  config.json and records its manifest; the check still passes and a second download asks
-  the hub for nothing and leaves the edit in place.
+- The checkpoint is never edited: a config.json an older release edited after the download is a
+  change, and the next download fetches the hub's file again.
 The real GLM-5.3-Flash repo cannot be reached from here.
 """
 
@@ -25,7 +24,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -34,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 import pypi  # noqa: E402
 
-from control import patch_sets, profile  # noqa: E402
+from control import profile  # noqa: E402
 from roles import model  # noqa: E402
 from roles.operations import checkpoint  # noqa: E402
 from sandbox import fake_model  # noqa: E402
@@ -84,7 +82,7 @@ def repo_files():
     }
 
 
-def fetch(hub_python, hub, dest, tmp_path, creds=None, wait_and_look=False, manifests=None, extra=()):
+def fetch(hub_python, hub, dest, tmp_path, creds=None, wait_and_look=False, extra=()):
     env = {
         "PATH": os.environ["PATH"],
         "HF_ENDPOINT": hub.endpoint,
@@ -95,7 +93,7 @@ def fetch(hub_python, hub, dest, tmp_path, creds=None, wait_and_look=False, mani
     if creds:
         env["CREDENTIALS_DIRECTORY"] = str(creds)
     cmd = [str(hub_python), str(FETCH), "download", "--dest", str(dest), "--repo", REPO_ID, "--revision", hub.commit]
-    cmd += ["--requested", "main", "--manifests", str(manifests or tmp_path / "no-manifests"), *extra]
+    cmd += ["--requested", "main", *extra]
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = []
     if wait_and_look:
@@ -112,10 +110,13 @@ def fetch(hub_python, hub, dest, tmp_path, creds=None, wait_and_look=False, mani
     return p.returncode, out, err, seen
 
 
-def check(dest, revision, manifests):
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def check(dest, revision):
     r = subprocess.run(
-        [sys.executable, str(FETCH), "check", "--dest", str(dest), "--repo", REPO_ID, "--revision", revision]
-        + ["--manifests", str(manifests)],
+        [sys.executable, str(FETCH), "check", "--dest", str(dest), "--repo", REPO_ID, "--revision", revision],
         capture_output=True,
         text=True,
     )
@@ -203,64 +204,42 @@ def test_download_with_token_verified_resumable_and_token_never_in_argv(tmp_path
         assert (dest / shard).read_bytes() == files[shard]
         assert len(hub.downloads()) == first + 1
 
-    code, state = check(dest, "main", tmp_path / "no-manifests")  # the name it was locked from
+    code, state = check(dest, "main")  # the name it was locked from
     assert code == 0 and state["state"] == "complete" and state["commit"] == hub.commit
-    code, state = check(dest, "0123456789abcdef0123456789abcdef01234567", tmp_path / "no-manifests")
+    code, state = check(dest, "0123456789abcdef0123456789abcdef01234567")
     assert code == 1 and "not downloaded from" in state["reason"]
 
 
-def test_config_edited_by_the_engine_patch_stays_and_the_hub_is_not_asked_again(tmp_path, hub_python):
-    """#10.1: the 0.7.0.post1 set edits config.json after the download. The check must accept
-    root's recorded edit (and nothing else), and a later download must keep it."""
+def test_a_config_an_older_release_edited_is_fetched_again_from_the_hub(tmp_path, hub_python):
+    """Releases before the engine edit changed config.json after the download (index sharing for
+    MTP set false, root's patch manifest recording it). Nothing is edited any more, and no manifest
+    is read: on a host upgraded from one of them the check calls that file changed, and the next
+    download fetches the hub's config.json again, that file only."""
     files = repo_files()
-    dest, state_dir = tmp_path / "model", tmp_path / "root-state"
-    manifests = state_dir / "manifests"
+    dest = tmp_path / "model"
     with FakeHub(REPO_ID, files) as hub:
-        code, out, err, _ = fetch(hub_python, hub, dest, tmp_path, manifests=manifests)
+        code, out, err, _ = fetch(hub_python, hub, dest, tmp_path)
         assert code == 0, out + err
-        # the real patch tool with the real model patch set, as roles/engines/kt/patches.py runs it
-        pset = patch_sets.render(
-            yaml.safe_load((REPO / "patches/model/glm-5.3-flash-index-share.yaml").read_text()),
-            {},
-            str(dest),
-            version=hub.commit,
-        )
-        set_file = tmp_path / "set.json"
-        set_file.write_text(json.dumps(pset))
-        r = subprocess.run(
-            [sys.executable, str(REPO / "files/glm-flash-patch"), "apply", str(set_file)],
-            env=dict(os.environ, GLM_FLASH_STATE_DIR=str(state_dir)),
-            capture_output=True,
-            text=True,
-        )
-        assert r.returncode == 0, r.stdout + r.stderr
-        patched = (dest / "config.json").read_text()
-        assert json.loads(patched)["text_config"]["index_share_for_mtp_iteration"] is False
-
-        # without root's manifest the edited file is a change; with it, the checkpoint is complete
-        assert check(dest, hub.commit, tmp_path / "no-manifests")[0] == 1
-        code, state = check(dest, hub.commit, manifests)
-        assert code == 0, state
-
-        # a manifest directory someone else could write is not trusted
-        os.chmod(manifests, 0o777)
-        assert check(dest, hub.commit, manifests)[0] == 1
-        os.chmod(manifests, 0o755)
-
-        # a re-run of the download: nothing fetched, the edit kept
         before = len(hub.downloads())
-        code, out, err, _ = fetch(hub_python, hub, dest, tmp_path, manifests=manifests)
-        assert code == 0, out + err
-        assert len(hub.downloads()) == before
-        assert (dest / "config.json").read_text() == patched
-
-        # any other change to config.json is caught, and the download restores the hub's file
-        (dest / "config.json").write_text(patched.replace("false", "true", 1))
-        assert check(dest, hub.commit, manifests)[0] == 1
-        code, out, err, _ = fetch(hub_python, hub, dest, tmp_path, manifests=manifests)
+        hubs = (dest / "config.json").read_text()
+        assert '"index_share_for_mtp_iteration": true' in hubs
+        # what the older release's model patch set left: both values false, root's manifest recording it
+        edited = hubs.replace('"index_share_for_mtp_iteration": true', '"index_share_for_mtp_iteration": false')
+        (dest / "config.json").write_text(edited)
+        state = tmp_path / "root-state" / "manifests"
+        state.mkdir(parents=True)
+        (state / "glm-5.3-flash-index-share.json").write_text(
+            json.dumps(
+                {"files": {str(dest / "config.json"): {"original_sha256": sha(hubs), "patched_sha256": sha(edited)}}}
+            )
+        )
+        code, state = check(dest, hub.commit)
+        assert code == 1 and "changed" in state["reason"], state
+        code, out, err, _ = fetch(hub_python, hub, dest, tmp_path)
         assert code == 0, out + err
         assert (dest / "config.json").read_bytes() == files["config.json"]
-        assert len(hub.downloads()) == before + 1
+        assert len(hub.downloads()) == before + 1 and "fetching 1" in out + err
+        assert check(dest, hub.commit)[0] == 0
 
 
 def test_seal_makes_the_tree_roots_and_read_only_to_others(tmp_path):

@@ -161,7 +161,7 @@ def test_the_downloader_installs_and_runs_on_aarch64_from_the_wheels_chosen_for_
         r = arm64_root.run(
             root,
             f"{python} /usr/local/bin/glm-flash-model-fetch download --dest /srv/model --repo {REPO_ID} "
-            f"--revision {hub.commit} --manifests /srv/no-manifests",
+            f"--revision {hub.commit}",
             env={"HF_ENDPOINT": hub.endpoint, "HF_HOME": "/srv/hf-home", "HF_HUB_DISABLE_TELEMETRY": "1"},
         )
         assert r.returncode == 0, r.stdout + r.stderr

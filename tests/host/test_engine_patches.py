@@ -1,10 +1,10 @@
-"""Engine and model patches, tuned Triton configs and the model on a deployed node.
+"""Engine patches, tuned Triton configs and the model on a deployed node.
 
 Checks what roles/engines/kt/patches.py, roles/engines/kt/triton_configs.py and roles/model.py leave:
 the current engine environment's patch sets are fully applied (the host's own
 glm-flash-patch check says so), the manifests name the installed version and their hashes
-match the files on disk, the model's config.json carries the edit where the engine version
-needs it, and each tuned Triton config sits where the engine reads it. Works on the
+match the files on disk, the installed engine accepts the checkpoint's config.json as the hub
+sent it, and each tuned Triton config sits where the engine reads it. Works on the
 sandbox and on real hosts; parts that depend on what the profile enables are reported
 not applicable otherwise.
 """
@@ -85,7 +85,7 @@ def test_manifests_hold_version_and_hashes_of_the_files_on_disk(host, profile, e
         m = json.loads(manifest.content_string)
         assert (m["package"], m["version"]) == (pset["package"], pset["version"])
         for spec in pset["files"]:
-            if not any("anchor" in e or "json_path" in e for e in spec["edits"]):
+            if not any("anchor" in e for e in spec["edits"]):
                 continue
             path = f"{pset['root']}/{spec['path']}"
             entry = m["files"].get(path)
@@ -111,25 +111,26 @@ def test_engine_edits_are_the_intended_ones(host, profile, env_dir):
     assert r.rc == 0, r.stderr
 
 
-# The sglang-kt releases that refuse the checkpoint's index_share_for_mtp_iteration: true (post3 and
-# later force it false themselves: docs/sources.md §4), written here, not read from the patch sets
-# under test: a set that forgot the edit fails here instead of turning the check into a skip.
-NEEDS_INDEX_SHARE_OFF = {"0.7.0.post1", "0.7.0.post2"}
+# sglang-kt's GLM attention as the checkpoint needs it: its config.json says
+# index_share_for_mtp_iteration: true (docs/sources.md §4). post1 and post2 as released refuse that
+# with the line below; post3 and later accept it and turn it off for the DeepSeek base class with the
+# other. Written here, not read from the patch sets under test: an engine left as released fails.
+MODEL_PY = "sglang/srt/models/glm5_next_dsa.py"
+REFUSES = 'raise ValueError("GLM-5-Next KPool does not support index sharing for MTP")'
+TURNS_OFF = "base_config.index_share_for_mtp_iteration = False"
 
 
-def test_model_config_edited_where_the_engine_needs_it(host, profile, env_dir):
+def test_the_engine_accepts_the_checkpoints_config_as_the_hub_sent_it(host, profile, env_dir):
+    src = host.file(f"{layout.site_packages(profile, env_dir)}/{MODEL_PY}")
+    assert src.exists, f"{MODEL_PY} is not in the engine environment"
+    text = src.content_string
+    assert REFUSES not in text, f"the engine refuses the checkpoint's index sharing for MTP ({MODEL_PY})"
+    assert TURNS_OFF in text, f"{MODEL_PY} does not turn index sharing for MTP off for the base class"
     cfg = host.file(f"{profile.model_path}/config.json")
-    if not cfg.exists:
-        pytest.fail(f"{profile.model_path}/config.json is missing")
-    data = json.loads(cfg.content_string)
-    version = locked(profile, "sglang-kt")
-    nested = data.get("text_config", {}).get("index_share_for_mtp_iteration")
-    if version in NEEDS_INDEX_SHARE_OFF:
-        assert nested is False, f"sglang-kt {version} refuses index sharing: text_config still says {nested!r}"
-        # the top level, where the checkpoint has it, too (the model reads the nested one)
-        assert data.get("index_share_for_mtp_iteration", False) is False
-    else:
-        assert nested is not False, f"sglang-kt {version} needs no edit, yet config.json was edited"
+    assert cfg.exists, f"{profile.model_path}/config.json is missing"
+    if profile.model_download:  # the marker holds the hub's sha256 of it: never edited after the download
+        marker = json.loads(host.file(f"{profile.model_path}/.glm-flash-model.json").content_string)
+        assert sha256(host, cfg.path) == marker["files"]["config.json"]["sha256"], "config.json is not the hub's"
 
 
 def test_model_present_and_no_token_left(host, profile):

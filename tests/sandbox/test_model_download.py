@@ -6,8 +6,8 @@ it answers to .sandbox/hub.log; inventory/sandbox.py points the deploy at it (hf
 The download itself is the real one: the hash-locked huggingface-hub in its venv on the host,
 in a transient systemd unit as the downloader's own user.
 
-1. #10.1: after the engine patch edited config.json, a deploy changes nothing and asks the
-   hub for nothing; config.json stays patched; the tree is root's, read-only to the service.
+1. #10.1: a converged deploy changes nothing and asks the hub for nothing; config.json is the
+   hub's, never edited (the engine is patched instead); the tree is root's, read-only to the service.
 2. #9.3/#9.4: a canary API key and a canary hub token through a deploy that downloads (its
    marker removed first) with --diff and -vvv: neither is in pyinfra's output, in any
    process's command line or environment on the host while it runs, in the journal, or in a
@@ -18,6 +18,7 @@ in a transient systemd unit as the downloader's own user.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -80,9 +81,13 @@ def test_converged_deploy_changes_nothing_and_asks_the_hub_nothing(sandbox, prof
     assert run.returncode == 0, run.stderr[-4000:]
     assert changed_operations(run.stdout) == []
     assert len(hub_requests()) == seen, hub_requests()[seen:]
-    cfg = json.loads(sandbox_sh(f"cat {shlex.quote(profile.model_path)}/config.json").stdout)
-    assert cfg["index_share_for_mtp_iteration"] is False
-    assert cfg["text_config"]["index_share_for_mtp_iteration"] is False
+    q = shlex.quote(profile.model_path)
+    text = sandbox_sh(f"cat {q}/config.json").stdout
+    cfg = json.loads(text)
+    assert cfg["index_share_for_mtp_iteration"] is True  # as the hub sent it
+    assert cfg["text_config"]["index_share_for_mtp_iteration"] is True
+    marker = json.loads(sandbox_sh(f"cat {q}/.glm-flash-model.json").stdout)
+    assert hashlib.sha256(text.encode()).hexdigest() == marker["files"]["config.json"]["sha256"]
 
 
 def test_checkpoint_is_roots_and_read_only_to_the_service(sandbox, profile):

@@ -196,12 +196,12 @@ def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
     tool = f"{p.install_root}/bin/glm-flash-model-fetch"
     ok = {"exit": 0, "state": "ok", "reason": "", "sealed": True}
     missing = {"exit": 1, "state": "missing", "reason": "not downloaded", "sealed": False}
-    fake.facts[F(check, tool=tool, dest=p.model_path, repo=p.model_id, revision=MODEL_COMMIT, manifests="")] = (
+    fake.facts[F(check, tool=tool, dest=p.model_path, repo=p.model_id, revision=MODEL_COMMIT)] = (
         ok if main_ok else missing
     )
-    fake.facts[
-        F(check, tool=tool, dest=p.drafter_path, repo=p.drafter_model, revision=DRAFTER_COMMIT, manifests="")
-    ] = ok if drafter_ok else missing
+    fake.facts[F(check, tool=tool, dest=p.drafter_path, repo=p.drafter_model, revision=DRAFTER_COMMIT)] = (
+        ok if drafter_ok else missing
+    )
     requirements = (REPO / "files" / "hf-hub-requirements.txt").read_bytes()
     fake.facts[DownloaderMarker] = hashlib.sha256(requirements).hexdigest() if drafter_ok else ""
     fetch = AccountInfo("/nonexistent", "/usr/sbin/nologin", f"{p.service_user}-fetch", frozenset())

@@ -141,8 +141,7 @@ def receive(tmp_path, served: dict[str, bytes], relayed: str) -> tuple[subproces
         dest = tmp_path / "dest"
         r = subprocess.run(
             [sys.executable, str(FETCH), "receive", "--dest", str(dest), "--repo", REPO_ID, "--revision", COMMIT]
-            + ["--marker", str(tmp_path / "marker.json"), "--source", url, "--peer-tool", str(PEER)]
-            + ["--manifests", str(tmp_path / "no-manifests")],
+            + ["--marker", str(tmp_path / "marker.json"), "--source", url, "--peer-tool", str(PEER)],
             capture_output=True,
             text=True,
             timeout=120,

@@ -45,7 +45,7 @@ def run(*args: str) -> tuple[subprocess.CompletedProcess, float]:
 
 
 def check(dest: Path) -> tuple[dict, float]:
-    r, took = run("check", "--dest", str(dest), "--repo", "o/m", "--revision", "c" * 40, "--manifests", "/nonexistent")
+    r, took = run("check", "--dest", str(dest), "--repo", "o/m", "--revision", "c" * 40)
     assert r.stdout, r.stderr
     return json.loads(r.stdout), took
 
@@ -167,10 +167,3 @@ def test_a_sparse_huge_marker_is_refused_unread(tree):
         f.truncate(1 << 40)  # 1 TiB of holes: read whole, it exhausts root's memory
     state, took = check(tree)
     assert state["state"] == "incomplete" and took < TIMEOUT, state
-
-
-def test_the_service_users_old_manifests_are_never_read():
-    """Only root's state directory: the service user's home (where the manifests were before) can
-    point anywhere."""
-    assert tool().MANIFESTS == [f"{layout.PATCH_STATE}/manifests"]
-    assert layout.OLD_PATCH_STATE not in FETCH.read_text()

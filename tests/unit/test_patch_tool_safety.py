@@ -21,12 +21,13 @@ import pytest
 from test_cuda_header_role import run_hook
 
 from tests.unit.test_cuda_header_role import fact_output
-from tests.unit.test_patch_tool import CONFIG, json_set, text_set
+from tests.unit.test_patch_tool import other_set, text_set
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = REPO / "files" / "glm-flash-patch"
 NOBODY = 65534
 ORIGINAL = "a = 0\nx = 1\ny = 3\n"
+OTHER = "import os\nflag = True\n"  # the file other_set edits (tests/unit/test_patch_tool.py)
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="hands files to another user (lchown): needs root")
 
@@ -49,7 +50,7 @@ def tree(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
     (root / "a.py").write_text(ORIGINAL)
-    (root / "config.json").write_text(CONFIG)
+    (root / "b.py").write_text(OTHER)
     return root
 
 
@@ -120,13 +121,13 @@ def test_directory_another_user_can_write_is_read_but_never_written(tmp_path, tr
         tree.chmod(0o775)
     else:
         tree.chmod(0o777)
-    s = json_set(tmp_path, tree)
+    s = other_set(tmp_path, tree)
     r = run(tmp_path / "state", "check", s)
     assert r.returncode == 1, r.stderr  # reading is fine: a report, no write
     r = run(tmp_path / "state", "apply", s)
     assert r.returncode == 2 and f"{tree} can be changed by" in r.stderr and "Nothing was written" in r.stderr
     assert "Fix: make it root's" in r.stderr
-    assert (tree / "config.json").read_text() == CONFIG
+    assert (tree / "b.py").read_text() == OTHER
     assert not (tmp_path / "state" / "manifests").exists()
 
 
@@ -170,12 +171,12 @@ def test_planted_kept_original_and_manifest_links_are_not_followed(tmp_path, tre
 
 
 def test_owner_and_mode_kept_through_descriptors(tmp_path, tree):
-    os.chown(tree / "config.json", NOBODY, NOBODY)
-    (tree / "config.json").chmod(0o640)
-    assert run(tmp_path / "state", "apply", json_set(tmp_path, tree)).returncode == 0
-    st = (tree / "config.json").stat()
+    os.chown(tree / "b.py", NOBODY, NOBODY)
+    (tree / "b.py").chmod(0o640)
+    assert run(tmp_path / "state", "apply", other_set(tmp_path, tree)).returncode == 0
+    st = (tree / "b.py").stat()
     assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (NOBODY, NOBODY, 0o640)
-    assert json.loads((tree / "config.json").read_text())["index_share_for_mtp_iteration"] is False
+    assert (tree / "b.py").read_text() == OTHER.replace("flag = True", "flag = False")
     assert [p.name for p in tree.iterdir() if p.name.startswith(".")] == [], "no temp file left"
     state = tmp_path / "state"
     assert (state.stat().st_mode & 0o022) == 0 and (state / "manifests").stat().st_uid == 0
@@ -192,8 +193,8 @@ WRITES = 8  # two sets: 2 kept originals, 2 intent manifests, 2 files, 2 done ma
 @pytest.mark.parametrize("kill_after", range(1, WRITES + 1))
 def test_killed_between_writes_then_rerun_finishes_then_nothing(tmp_path, tree, kill_after):
     state = tmp_path / "state"
-    sets = [text_set(tmp_path, tree), json_set(tmp_path, tree)]
-    files = {"demo": tree / "a.py", "model": tree / "config.json"}
+    sets = [text_set(tmp_path, tree), other_set(tmp_path, tree)]
+    files = {"demo": tree / "a.py", "other": tree / "b.py"}
     originals = {n: sha(p) for n, p in files.items()}
 
     r = run(state, "apply", *sets, GLM_FLASH_PATCH_KILL_AFTER=str(kill_after))
@@ -239,9 +240,9 @@ def test_state_from_the_old_place_is_rederived_never_read(tmp_path, tree, canary
     tampered with: a manifest and an 'original' of the attacker's choosing). The new state is built
     from the patched files alone; the old directory is never opened."""
     old, new_state = tmp_path / "old", tmp_path / "new"
-    sets = [text_set(tmp_path, tree), json_set(tmp_path, tree)]
+    sets = [text_set(tmp_path, tree), other_set(tmp_path, tree)]
     assert run(old, "apply", *sets).returncode == 0
-    patched = {p: (sha(p), p.stat().st_mtime_ns) for p in (tree / "a.py", tree / "config.json")}
+    patched = {p: (sha(p), p.stat().st_mtime_ns) for p in (tree / "a.py", tree / "b.py")}
     evil = old / "originals" / str(tree / "a.py").lstrip("/")
     evil.write_text("import os; os.system('id')\nx = 1\n")
     m = manifest(old, "demo")
@@ -257,7 +258,7 @@ def test_state_from_the_old_place_is_rederived_never_read(tmp_path, tree, canary
     assert {p: (sha(p), p.stat().st_mtime_ns) for p in patched} == patched, "adopting writes no target"
     kept = new_state / "originals" / str(tree / "a.py").lstrip("/")
     assert kept.read_text() == ORIGINAL
-    assert (new_state / "originals" / str(tree / "config.json").lstrip("/")).read_text() == CONFIG
+    assert (new_state / "originals" / str(tree / "b.py").lstrip("/")).read_text() == OTHER
     assert manifest(new_state, "demo")["files"][str(tree / "a.py")]["original_sha256"] == sha(kept)
     r = run(new_state, "apply", *sets)
     assert r.returncode == 0 and r.stdout.split()[::2] == ["applied", "applied"], r.stdout

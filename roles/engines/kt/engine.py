@@ -96,7 +96,8 @@ def _wheels(profile: Profile, pins: list) -> list:
 
 
 def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResult:
-    """checkpoint_ready(): waits for the checkpoint (roles/model.py ready), before the patches edit its config.json."""
+    """checkpoint_ready(): waits for the checkpoint (roles/model.py ready), before the new environment is checked
+    and switched to (the service then starts on it)."""
     art = interpreter.apply(profile)  # the interpreter the environment is built with
     try:
         env, _, pins = plan(profile, art.sha256 if art else "")
@@ -138,7 +139,6 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
             owns="transformers",
             **pin_job,
         )
-    checkpoint_ready()  # the checkpoint (downloading since early in the run): the patches edit its config.json
     try:
         patches.apply(profile, env_dir, pin_of(pins, "sglang-kt").version)
         triton = pin_of(pins, "triton")
@@ -149,6 +149,7 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
         refuse("engine_set", str(e), "write a patch set for that version, or pick an engine_set that has one")
     except triton_configs.TritonConfigError as e:
         refuse("triton_configs_dir", str(e), "fix or remove the file, or set triton_configs_dir: '' to install none")
+    checkpoint_ready()  # the checkpoint (downloading since early in the run), before anything starts on it
     # The new environment's own parser accepts the flags before it becomes `current`;
     # the service then runs exactly this spec through current/.
     spec = launch.launch_spec(profile, memo.fact(host, NumaNodes))
