@@ -244,8 +244,9 @@ def apply(profile: Profile, unit: str = "glm-flash-model-download") -> None:
 
 
 def ready(profile: Profile) -> None:
-    """Where the checkpoint is needed (the engine's flag check reads its config.json): the download
-    started by apply() waited for, with its progress; or the staged checkpoint checked."""
+    """Where the checkpoint is needed (before the new engine environment is checked and switched
+    to): the download started by apply() waited for, with its progress; or the staged checkpoint
+    checked."""
     if not profile.model_download:
         tool = layout.tool(profile, FETCH)
         checkpoint_staged(name=f"Staged checkpoint in {profile.model_path}", tool=tool, path=profile.model_path)
