@@ -488,7 +488,9 @@ def checkout_run(session, name: str) -> CheckoutRun | None:
     nodeids = [item.nodeid for item in moved]
     if name == SERVED:
         tool = [sys.executable, "sandbox/sandbox.py"]
-        return CheckoutRun(name, "served tests, on a sandbox of their own", nodeids, [*tool, "fresh"], [*tool, "destroy"])
+        return CheckoutRun(
+            name, "served tests, on a sandbox of their own", nodeids, [*tool, "fresh"], [*tool, "destroy"]
+        )
     tool = [sys.executable, "sandbox/fleet.py"]
     up = [*tool, "up", "-n", "3", "--from-sandbox"]  # tests/fleet/conftest.py N
     return CheckoutRun(name, "fleet tests, on a copy of the deployed sandbox", nodeids, up, [*tool, "down"])
