@@ -212,13 +212,10 @@ class SandboxBuild:
     known; sandbox_deploys() joins it. `fresh`'s output goes to .sandbox-build.log (not to whichever
     test is running meanwhile), and a failure shows its tail. A session that ends before it is
     joined (-x, an interrupt) stops it: no deploy runs on after pytest. `then`: called when it
-    has ended (what waits for the build's minutes to pass: the served tests' own sandbox).
-    `snapshot`: called with the deployed root while the machine is powered off, after the two
-    deploys (the fleet's copy of it); the machine is booted again before the build ends."""
+    has ended (what waits for the build's minutes to pass: the served tests' own sandbox)."""
 
-    def __init__(self, then=None, snapshot=None):
+    def __init__(self, then=None):
         self.then = then
-        self.snapshot = snapshot
         self.log = REPO / ".sandbox-build.log"
         self.first = self.second = None
         self.error = ""
@@ -254,29 +251,12 @@ class SandboxBuild:
             self.second = self._step(deploy, None)
             if self.second.returncode != 0:
                 self.error = f"second deploy failed:\n{self.second.stderr[-6000:]}"
-                return
-            if self.snapshot is not None:
-                with open(self.log, "a") as log:
-                    self._snapshot(log)
         except Exception as e:  # reported by sandbox_deploys(), in the test that needs it
             self.error = f"the sandbox build raised {type(e).__name__}: {e}"
         finally:
             self.seconds = time.monotonic() - began
             if self.then is not None and not self.stopped:
                 self.then()
-
-    def _snapshot(self, log) -> None:
-        """The deployed root, powered off (a root copied while it runs is a crash's image), to
-        `snapshot`; then the machine booted again for the session's tests."""
-        tool = [sys.executable, str(REPO / "sandbox/sandbox.py")]
-        if self._step([*tool, "down"], log).returncode != 0:
-            self.error = f"sandbox.py down before the snapshot failed:\n{self.log.read_text()[-3000:]}"
-            return
-        try:
-            self.snapshot(REPO / ".sandbox" / "rootfs")
-        finally:
-            if self._step([*tool, "up"], log).returncode != 0:
-                self.error = f"sandbox.py up after the snapshot failed:\n{self.log.read_text()[-3000:]}"
 
     def result(self) -> Deploys:
         self.thread.join()
@@ -372,37 +352,33 @@ class BackgroundRun:
                 self.proc.kill()
 
 
-# Two kinds of tests run beside the session, each in a copy of this checkout
-# (.sandbox/<name>-checkout: its own machines, ports and hub, as a second clone would have), in a run
-# that has other tests too and deploys its own sandbox; each is joined at the session's end like the
-# background pytest, and its machines removed after it. Run alone (`pytest tests/served`, `pytest
-# tests/fleet`), they run in the session on its sandbox, after the L40S deploys.
-# - tests/served: the copy boots a bare machine once the session's sandbox is built (the first
-#   minutes are the build's) and runs them there with --no-deploy: their first deploy is the CPU
-#   inventory's onto that bare machine, `make demo`'s own path.
-# - tests/fleet: the fleet's machines are overlays of the deployed single sandbox. The session's
-#   build copies its deployed root (powered off for it, booted again after) into the copy, whose
-#   fleet boots on that copy, so the fleet's tests run while the session's own tests change the
-#   single sandbox: neither sees the other's machines, hub or ports.
+# tests/served: in a run that has other tests too, on a sandbox of its own beside the session. A
+# copy of this checkout (.sandbox/served-checkout: its own machine, ports and hub, as a second clone
+# would have) boots a bare machine and runs them there with --no-deploy: their first deploy is the
+# CPU inventory's onto that bare machine, `make demo`'s own path. Started when the session's first
+# host or sandbox test starts (or, in a session with none, once its sandbox is built): until then
+# the machine's two cores are taken by the build, the background pytest and the fleet, while the
+# session's sandbox tests, one after another, leave a core free for the minutes they take. Joined at
+# the session's end like the background pytest, its machine destroyed after it. Run alone
+# (`pytest tests/served`), they run in the session on its sandbox, after the L40S deploys.
 SERVED = "served"
-FLEET = "fleet"
+SERVED_STARTS_WITH = {"host", "sandbox"}
 _TOP_LEVEL_SKIP = {".git", ".venv", ".venv-bench", ".sandbox", ".pytest_cache", ".ruff_cache", "bench", "eval"}
 
 
 class CheckoutRun:
-    """`nodeids` run by pytest with --no-deploy in .sandbox/<name>-checkout, between the commands
-    `up` (its machines) and `down` (their removal)."""
+    label = "served tests, on a sandbox of their own"
 
-    def __init__(self, name: str, label: str, nodeids: list[str], up: list[str], down: list[str]):
-        self.label, self.nodeids, self.up, self.down = label, nodeids, up, down
-        self.root = REPO / ".sandbox" / f"{name}-checkout"
-        self.log = REPO / f".{name}-tests.log"
+    def __init__(self, nodeids: list[str]):
+        self.nodeids = nodeids
+        self.root = REPO / ".sandbox" / "served-checkout"
+        self.log = REPO / ".served-tests.log"
         self.returncode: int | None = None
         self.seconds = 0.0
         self.proc: subprocess.Popen | None = None
         self.stopped = False
-        self.seeded = False
-        self.thread = threading.Thread(target=self._run, name=f"{name}-tests", daemon=True)
+        self.starting = threading.Lock()
+        self.thread = threading.Thread(target=self._run, name="served-tests", daemon=True)
         # its own ports (a second clone picks its own): none of this checkout's pinned ones
         self.env = {k: v for k, v in os.environ.items() if not k.endswith("_PORT") or not k.startswith("GLM_FLASH_")}
         self.env["PYTHONUNBUFFERED"] = "1"
@@ -414,8 +390,8 @@ class CheckoutRun:
         return self.proc.wait()
 
     def _copy(self, log) -> None:
-        if (self.root / "sandbox" / "sandbox.py").exists():  # a run before this one left its machines
-            self._step(self.down, log)
+        if (self.root / "sandbox" / "sandbox.py").exists():  # a run before this one left its machine
+            self._step([sys.executable, "sandbox/sandbox.py", "destroy"], log)
         shutil.rmtree(self.root, ignore_errors=True)
         shutil.copytree(
             REPO,
@@ -428,38 +404,32 @@ class CheckoutRun:
             ],
         )
 
-    def seed(self, rootfs: Path) -> None:
-        """The copy made now, with `rootfs` (a powered-off deployed root) as its single sandbox's root."""
-        with open(self.log, "w") as log:
-            self._copy(log)
-        (self.root / ".sandbox").mkdir()
-        subprocess.run(["cp", "-a", str(rootfs), str(self.root / ".sandbox" / "rootfs")], check=True)
-        self.seeded = True
-
     def _run(self) -> None:
         began = time.monotonic()
         rc = 1
         try:
-            with open(self.log, "a" if self.seeded else "w") as log:
-                if not self.seeded:
-                    self._copy(log)
+            with open(self.log, "w") as log:
+                self._copy(log)
                 if not self.stopped:
-                    rc = self._step(self.up, log)
+                    rc = self._step([sys.executable, "sandbox/sandbox.py", "fresh"], log)
                 if rc == 0 and not self.stopped:
                     pytest_args = ["-p", "no:cacheprovider", "--no-deploy", "--durations=10", *self.nodeids]
                     rc = self._step([sys.executable, "-m", "pytest", *pytest_args], log)
-                self._step(self.down, log)  # its disk back
+                self._step([sys.executable, "sandbox/sandbox.py", "destroy"], log)  # its disk back
             shutil.rmtree(self.root, ignore_errors=True)
         except Exception as e:  # told in the summary, and the session fails
             with open(self.log, "a") as log:
-                log.write(f"the {self.label} run raised {type(e).__name__}: {e}\n")
+                log.write(f"the served run raised {type(e).__name__}: {e}\n")
             rc = 1
         finally:
             self.seconds = time.monotonic() - began
             self.returncode = rc
 
     def start(self) -> None:
-        self.thread.start()
+        """Once (the build's end and the session's first host test may both ask)."""
+        with self.starting:
+            if self.thread.ident is None and not self.stopped:
+                self.thread.start()
 
     def join(self) -> int:
         if self.thread.ident is None:  # never started (the session ended first)
@@ -470,30 +440,22 @@ class CheckoutRun:
     def stop(self) -> None:
         self.stopped = True
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()  # pytest ends its tests; the down step still runs
+            self.proc.terminate()  # pytest ends its tests; the destroy step still runs
         if self.thread.ident is not None:
             self.thread.join(timeout=300)
 
 
-def checkout_run(session, name: str) -> CheckoutRun | None:
-    """Move tests/<name> into a CheckoutRun when other tests remain and the session deploys its own
+def served(session) -> None:
+    """Move tests/served into a CheckoutRun when other tests remain and the session deploys its own
     sandbox (with --no-deploy they run against the sandbox as it is)."""
     config = session.config
     if not targets_sandbox(config) or config.getoption("--no-deploy"):
-        return None
-    moved = [item for item in session.items if top_dir(item.path) == name]
+        return
+    moved = [item for item in session.items if top_dir(item.path) == SERVED]
     if not moved or len(moved) == len(session.items):
-        return None
+        return
+    config._glm_flash_served = CheckoutRun([item.nodeid for item in moved])
     session.items[:] = [item for item in session.items if item not in moved]
-    nodeids = [item.nodeid for item in moved]
-    if name == SERVED:
-        tool = [sys.executable, "sandbox/sandbox.py"]
-        return CheckoutRun(
-            name, "served tests, on a sandbox of their own", nodeids, [*tool, "fresh"], [*tool, "destroy"]
-        )
-    tool = [sys.executable, "sandbox/fleet.py"]
-    up = [*tool, "up", "-n", "3", "--from-sandbox"]  # tests/fleet/conftest.py N
-    return CheckoutRun(name, "fleet tests, on a copy of the deployed sandbox", nodeids, up, [*tool, "down"])
 
 
 def background(session) -> None:
@@ -513,28 +475,29 @@ def background(session) -> None:
 def pytest_collection_finish(session):
     if session.config.getoption("collectonly"):
         return
-    config = session.config
     background(session)
-    config._glm_flash_served = served = checkout_run(session, SERVED)
-    config._glm_flash_fleet = fleet = checkout_run(session, FLEET)
-    if needs_sandbox(session) or fleet is not None:
-
-        def then() -> None:
-            for run in (served, fleet):
-                if run is not None and (run is not fleet or fleet.seeded):
-                    run.start()
-
-        snapshot = fleet.seed if fleet is not None else None
-        config._glm_flash_build = build = SandboxBuild(then=then, snapshot=snapshot)
+    served(session)
+    run = getattr(session.config, "_glm_flash_served", None)
+    later = any(top_dir(item.path) in SERVED_STARTS_WITH for item in session.items)
+    if needs_sandbox(session):
+        then = run.start if run is not None and not later else None
+        session.config._glm_flash_build = build = SandboxBuild(then=then)
         build.thread.start()
-    elif served is not None:
-        served.start()
+    elif run is not None:
+        run.start()
+
+
+def pytest_runtest_setup(item):
+    """The served run starts with the session's first host or sandbox test (see CheckoutRun)."""
+    run = getattr(item.config, "_glm_flash_served", None)
+    if run is not None and top_dir(item.path) in SERVED_STARTS_WITH:
+        run.start()
 
 
 def side_runs(config) -> list:
-    """The runs beside the session: the background pytest, the served tests' and the fleet's."""
-    names = ("_glm_flash_background", "_glm_flash_served", "_glm_flash_fleet")
-    return [run for run in (getattr(config, name, None) for name in names) if run is not None]
+    """The runs beside the session: the background pytest, the served tests' own sandbox."""
+    runs = (getattr(config, "_glm_flash_background", None), getattr(config, "_glm_flash_served", None))
+    return [run for run in runs if run is not None]
 
 
 def pytest_sessionfinish(session, exitstatus):

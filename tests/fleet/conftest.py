@@ -100,12 +100,9 @@ def pytest_runtest_teardown(item, nextitem):
 def fleet_up(request) -> list[dict]:
     """The fleet's nodes (node1 the gateway, node2.. the workers) as sandbox/fleet.py wrote them.
 
-    In `make test` these tests run beside the session, in a copy of the checkout whose single sandbox
-    is a copy of the session's deployed root (tests/conftest.py CheckoutRun): the copy's fleet is
-    booted on it (FROM_SANDBOX) before they start, and they find it up. Run alone (`pytest tests/fleet`,
-    the single sandbox deployed by this session, no fleet up) the fleet boots on the deployed sandbox
-    here, so the full fleet deploy runs too; the single sandbox is powered off meanwhile (it is the
-    fleet's read-only lower layer) and booted again after tests/fleet."""
+    In `make test` (the single sandbox deployed by this session, no fleet up) the fleet boots on the
+    deployed sandbox (FROM_SANDBOX), so the full fleet deploy runs too; the single sandbox is powered
+    off meanwhile (it is the fleet's read-only lower layer) and booted again after tests/fleet."""
     if os.geteuid() != 0:
         pytest.skip("the fleet sandbox needs root (systemd-nspawn, overlay mounts)")
     nodes = REPO / ".sandbox" / "fleet" / "nodes.json"

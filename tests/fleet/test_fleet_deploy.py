@@ -1,7 +1,7 @@
 """The full fleet deploy (deploy_fleet.py: artifact step, then deploy.py) on every worker.
 
-Needs the fleet booted on the deployed single sandbox (in `make test` on a copy of it, beside the
-session's own tests: tests/conftest.py CheckoutRun; by hand: `make deploy`, `sandbox.py down`,
+Needs the fleet booted on the deployed single sandbox (in `make test` tests/fleet/conftest.py
+does it after the single sandbox's deploy; by hand: `make deploy`, `sandbox.py down`,
 `make fleet-up FROM_SANDBOX=1`): an engine environment is about 11 GB, so each worker is an
 overlay of the one deployed root. This checks that the deploy converges on every worker, that a
 second run changes nothing, and that a worker made unreachable mid-run leaves the others
