@@ -355,14 +355,11 @@ class BackgroundRun:
 # tests/served: in a run that has other tests too, on a sandbox of its own beside the session. A
 # copy of this checkout (.sandbox/served-checkout: its own machine, ports and hub, as a second clone
 # would have) boots a bare machine and runs them there with --no-deploy: their first deploy is the
-# CPU inventory's onto that bare machine, `make demo`'s own path. Started when the session's first
-# host or sandbox test starts (or, in a session with none, once its sandbox is built): until then
-# the machine's two cores are taken by the build, the background pytest and the fleet, while the
-# session's sandbox tests, one after another, leave a core free for the minutes they take. Joined at
-# the session's end like the background pytest, its machine destroyed after it. Run alone
-# (`pytest tests/served`), they run in the session on its sandbox, after the L40S deploys.
+# CPU inventory's onto that bare machine, `make demo`'s own path. Started once the session's sandbox
+# is built (the first minutes are the build's), joined at the session's end like the background
+# pytest, its machine destroyed after it. Run alone (`pytest tests/served`), they run in the session
+# on its sandbox, after the L40S deploys.
 SERVED = "served"
-SERVED_STARTS_WITH = {"host", "sandbox"}
 _TOP_LEVEL_SKIP = {".git", ".venv", ".venv-bench", ".sandbox", ".pytest_cache", ".ruff_cache", "bench", "eval"}
 
 
@@ -377,7 +374,6 @@ class CheckoutRun:
         self.seconds = 0.0
         self.proc: subprocess.Popen | None = None
         self.stopped = False
-        self.starting = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="served-tests", daemon=True)
         # its own ports (a second clone picks its own): none of this checkout's pinned ones
         self.env = {k: v for k, v in os.environ.items() if not k.endswith("_PORT") or not k.startswith("GLM_FLASH_")}
@@ -426,10 +422,7 @@ class CheckoutRun:
             self.returncode = rc
 
     def start(self) -> None:
-        """Once (the build's end and the session's first host test may both ask)."""
-        with self.starting:
-            if self.thread.ident is None and not self.stopped:
-                self.thread.start()
+        self.thread.start()
 
     def join(self) -> int:
         if self.thread.ident is None:  # never started (the session ended first)
@@ -478,19 +471,10 @@ def pytest_collection_finish(session):
     background(session)
     served(session)
     run = getattr(session.config, "_glm_flash_served", None)
-    later = any(top_dir(item.path) in SERVED_STARTS_WITH for item in session.items)
     if needs_sandbox(session):
-        then = run.start if run is not None and not later else None
-        session.config._glm_flash_build = build = SandboxBuild(then=then)
+        session.config._glm_flash_build = build = SandboxBuild(then=run.start if run else None)
         build.thread.start()
     elif run is not None:
-        run.start()
-
-
-def pytest_runtest_setup(item):
-    """The served run starts with the session's first host or sandbox test (see CheckoutRun)."""
-    run = getattr(item.config, "_glm_flash_served", None)
-    if run is not None and top_dir(item.path) in SERVED_STARTS_WITH:
         run.start()
 
 
