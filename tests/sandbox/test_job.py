@@ -45,7 +45,7 @@ def job(name: str, script: str) -> str:
 
 @pytest.fixture
 def clean():
-    names = ("test-survive", "test-other", "test-op", "test-fast")
+    names = ("test-survive", "test-other", "test-op", "test-fast", "test-held")
     units = " ".join(f"glm-flash-job-{n}.service" for n in names)
     sh(f"systemctl stop {units}; systemctl reset-failed {units}; rm -rf {RUNS}; mkdir {RUNS}; true")
     yield
@@ -144,3 +144,38 @@ def test_the_operation_streams_the_job_and_fails_only_on_its_exit_status(sandbox
         "Log: journalctl -u glm-flash-job-test-op.service"
     ) in r.stderr
     assert sh(f"cat {RUNS}/op").stdout == "ran\n"
+
+
+def test_a_run_right_after_a_failure_waits_for_its_notifier_to_release_the_name(sandbox, clean):
+    """A failed job starts its failure notifier (OnFailure=glm-flash-notify@), which holds the failed
+    unit loaded while it runs: until it ends, systemd refuses a new unit of that name ("already
+    loaded or has a fragment file"). On a loaded CI run an engine build's retry met exactly that.
+    Here the notifier is held (a drop-in that waits for a file) so the case happens every time:
+    the next run waits, says why, and starts once the notifier has ended."""
+    held = "glm-flash-notify@glm-flash-job-test-held.service.service"
+    release = f"{RUNS}/release"
+    dropin = f"/run/systemd/system/{held}.d"
+    sh(
+        f"mkdir -p {dropin} && printf '%s\\n' '[Service]' "
+        f"\"ExecStartPre=/bin/sh -c 'while [ ! -e {release} ]; do sleep 0.2; done'\" > {dropin}/hold.conf "
+        "&& systemctl daemon-reload"
+    )
+    try:
+        r = sh(job("test-held", "exit 3"), check=False)
+        assert r.returncode == 3, r.stderr
+        wait_for(f"[ \"$(systemctl show -p ActiveState --value '{held}')\" = activating ]")  # held
+        again = own_connection(job("test-held", f"echo ran-again >> {RUNS}/again"))
+        waited = []
+        for line in again.stderr:
+            waited.append(line)
+            if "waiting for systemd to release the previous glm-flash-job-test-held.service" in line:
+                break
+        else:
+            again.wait(timeout=60)
+            pytest.fail(f"the second run did not wait for the notifier: {''.join(waited)}")
+        sh(f"touch {release}")
+        out, err = again.communicate(timeout=120)
+        assert again.returncode == 0, "".join(waited) + err
+        assert sh(f"cat {RUNS}/again").stdout == "ran-again\n"
+    finally:
+        sh(f"touch {release}; rm -rf {dropin}; systemctl daemon-reload; true")
