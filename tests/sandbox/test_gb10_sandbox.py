@@ -319,7 +319,11 @@ def test_upgrade_to_another_fork_commit_and_roll_back(gb10):
     assert r.returncode == 3, r.stdout + r.stderr
     assert "glm-flash-engine: switched, but `systemctl restart glm-flash.service` failed: " in r.stdout, r.stdout
     tried = sh("systemctl show -p InvocationID --value glm-flash.service").stdout.strip()
-    assert tried and tried != before, "the rollback did not start the service again"
+    assert tried and tried != before, (
+        "the rollback did not start the service again: "
+        + r.stdout
+        + sh("systemctl status --no-pager -n 20 glm-flash.service", check=False).stdout
+    )
     sh("systemctl stop glm-flash.service")  # no restarts left behind (Restart=on-failure)
     log = run_log("glm-flash.service", tried, cursor, sh)
     assert "0 NVIDIA GPU(s) visible, the profile needs 1; the engine cannot start." in log, log
