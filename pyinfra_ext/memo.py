@@ -150,7 +150,7 @@ def _program_ok(host, key: str, value) -> bool:
     root = host.data.get("install_root") or KNOBS["install_root"].default
     if not isinstance(value, str) or not isinstance(root, str):
         return False
-    name = r"glm-flash-[a-z0-9-]+" if key == "tool" else r"python[0-9.]*"
+    name = r"glm-flash(?:-[a-z0-9-]+)?" if key == "tool" else r"python[0-9.]*"  # glm-flash: the summary's status
     return re.fullmatch(rf"{re.escape(root)}(?:{_SEGMENTS})?/bin/{name}", value) is not None
 
 

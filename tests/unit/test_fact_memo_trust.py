@@ -69,6 +69,8 @@ def test_a_cache_naming_command_runs_nothing_and_says_so(tmp_path, monkeypatch, 
         {"tool": "/opt/glm-flash/../../tmp/bin/glm-flash-x"},
         {"tool": "/var/lib/glm-flash/bin/glm-flash-engine"},  # the service user's home, not install_root
         {"tool": ["/opt/glm-flash/bin/glm-flash-engine"]},
+        {"tool": "/opt/glm-flash/bin/glm-flashx"},
+        {"tool": "/opt/glm-flash/bin/glm-flash-"},
     ],
 )
 def test_a_program_outside_the_install_root_is_not_run(tmp_path, monkeypatch, caplog, args):
@@ -76,6 +78,16 @@ def test_a_program_outside_the_install_root_is_not_run(tmp_path, monkeypatch, ca
     with caplog.at_level(logging.WARNING, logger="pyinfra"):
         assert learned(host()) == [GOOD["fact"]]
     assert "roles.facts.engine.EngineEnvs" in caplog.text
+
+
+def test_the_summarys_status_is_read_with_the_rest(tmp_path, monkeypatch, caplog):
+    """HostStatus runs glm-flash itself (`status --json --quick`): a converged run read it alone,
+    one more round trip, and warned on every run that the cache named a program outside its tools."""
+    status = {"fact": "roles.facts.status.HostStatus", "args": {"tool": "/opt/glm-flash/bin/glm-flash"}}
+    plant(tmp_path, monkeypatch, [status, GOOD])
+    with caplog.at_level(logging.WARNING, logger="pyinfra"):
+        assert learned(host()) == sorted([GOOD["fact"], status["fact"]])
+    assert "ignored" not in caplog.text
 
 
 def test_a_pyinfra_fact_only_with_the_arguments_it_quotes(tmp_path, monkeypatch, caplog):
