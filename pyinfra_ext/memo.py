@@ -10,7 +10,9 @@ need, in one command whose parts run side by side on the host, each by pyinfra's
 command, its parser), so a value read together is the value pyinfra would have read alone.
 Known: declared at plan time (`want`), or read by the last real run against that host from this
 control machine (kept in the cache as `facts/<host>.json`: classes and arguments, no values). A
-fact no longer needed costs one part of one command; a new one is read alone, once.
+fact no longer needed costs one part of one command; a new one is read alone, once. After a
+change the values held are stale; a stale read brings the wanted facts that come after it in the
+last run's order, a window that grows while the run changes nothing (`_batch`).
 
 The cache file names commands that run as root on the host, `--dry` included, so it is read only
 when it and its directory belong to this user and nobody else may write them, and only for fact
@@ -77,6 +79,10 @@ class _Run:
         self.values: dict[tuple, tuple[int, Any]] = {}
         self.read: dict[str, dict[tuple, tuple[type[FactBase], dict]]] = {}  # what this run asked, per host
         self.learned: set[str] = set()
+        # After a change: how many wanted facts the next stale read brings (per host), and what the
+        # last such read brought ([change count, keys, how many of them were used]).
+        self.window: dict[str, int] = {}
+        self.last: dict[str, list] = {}
 
 
 def _run(state) -> _Run:
@@ -114,19 +120,57 @@ def fact(host, cls: type[FactBase], **kwargs):
     run.read.setdefault(host.name, {})[key] = (cls, kwargs)
     held = run.values.get(key)
     if held is not None and held[0] == now:
+        last = run.last.get(host.name)
+        if last and last[0] == now and key in last[1]:
+            last[1].discard(key)
+            last[2] += 1
         return held[1]
-    if now == 0:
-        _learn(run, host)
-        stale = {k: v for k, v in run.wanted.get(host.name, {}).items() if k not in run.values}
-        if key in stale and len(stale) > 1:
-            for k, value in _read_together(host, stale).items():
-                run.values[k] = (now, value)
-            held = run.values.get(key)
-            if held is not None:
-                return held[1]
+    _learn(run, host)
+    batch = _batch(run, host, key, now)
+    if len(batch) > 1:
+        for k, value in _read_together(host, batch).items():
+            run.values[k] = (now, value)
+        held = run.values.get(key)
+        if held is not None:
+            return held[1]
     value = host.get_fact(cls, **kwargs)
     run.values[key] = (now, value)
     return value
+
+
+FIRST_WINDOW, MAX_WINDOW = 8, 1024
+
+
+def _batch(run: _Run, host, key: tuple, now: int) -> dict[tuple, tuple[type[FactBase], dict]]:
+    """The wanted facts to read with `key` (itself among them) when it is not held for `now`.
+
+    Before the run's first change on the host: every wanted fact not read yet. After a change,
+    every value held is stale; the wanted facts are in the order the last run read them (the
+    cache file's), so those after `key` in that order are what the next operations read. A
+    window of them is read: it doubles while the previous window was mostly read before the next
+    change, and halves when it was not (a run that changes the host at every operation reads a
+    few facts at a time, the converged rest of a run reads them in a few commands)."""
+    wanted = run.wanted.get(host.name, {})
+    if key not in wanted:
+        return {}
+    if now == 0:
+        return {k: v for k, v in wanted.items() if k not in run.values}
+    size = run.window.get(host.name, FIRST_WINDOW)
+    last = run.last.get(host.name)
+    if last is not None:
+        used, brought = last[2], last[2] + len(last[1])
+        size = min(MAX_WINDOW, size * 2) if used * 2 >= brought else max(2, size // 2)
+    run.window[host.name] = size
+    keys = list(wanted)
+    picked = {}
+    for k in keys[keys.index(key) :]:
+        held = run.values.get(k)
+        if held is None or held[0] != now:
+            picked[k] = wanted[k]
+            if len(picked) == size:
+                break
+    run.last[host.name] = [now, set(picked) - {key}, 0]
+    return picked
 
 
 def _cache_file(name: str):
@@ -190,6 +234,7 @@ def _learn(run: _Run, host) -> None:
     except ValueError:
         return
     refused = set()
+    learned: dict[tuple, tuple[type[FactBase], dict]] = {}
     for entry in entries if isinstance(entries, list) else []:
         try:
             name, args = entry["fact"], entry["args"]
@@ -203,7 +248,10 @@ def _learn(run: _Run, host) -> None:
         except (KeyError, ValueError, TypeError, AttributeError, ImportError):
             continue
         if isinstance(cls, type) and issubclass(cls, FactBase) and f"{cls.__module__}.{cls.__qualname__}" == name:
-            _want(run, host, cls, args)
+            learned[_key(host, cls, args)] = (cls, args)
+    # In the order the last run read them (what _batch's window follows), then the plan's others.
+    planned = run.wanted.get(host.name, {})
+    run.wanted[host.name] = {**learned, **{k: v for k, v in planned.items() if k not in learned}}
     if refused:
         logger.warning(
             "glm-flash: facts cache %s: ignored %s (not a fact this deploy reads, or a program outside "

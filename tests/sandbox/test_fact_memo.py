@@ -1,6 +1,6 @@
 """pyinfra_ext/memo.py on the real sandbox: facts read together in one command are the values
-pyinfra reads one by one, a value is read again once an operation has changed the host, and a
-second run brings what the first read without declaring it.
+pyinfra reads one by one, before a change and after it (in windows), a value is read again once
+an operation has changed the host, and a second run brings what the first read without declaring it.
 
 A small deploy file of its own runs through the real pyinfra CLI against the sandbox; its checks
 run at execution time (python.call) and write what they saw to a JSON file here.
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from pyinfra_ext import memo
 from tests.conftest import REPO, SANDBOX_INVENTORY, sandbox_sh
 
 pytestmark = pytest.mark.sandbox
@@ -49,19 +50,28 @@ if os.environ["MEMO_WANT"] == "1":
     memo.want(host, File, path=T + "/made")
 seen = {}
 
-def same():
-    memo.fact(host, File, path=T + "/made")
-    seen["batched"] = sorted(repr(k[1:]) for k in memo._run(host.state).values)
+def pairs(into):
     for cls, kw in FACTS:
         together, alone = memo.fact(host, cls, **kw), host.get_fact(cls, **kw)
         if isinstance(together, dict):
             together, alone = ({k: v for k, v in d.items() if k != "atime"} for d in (together, alone))
-        seen.setdefault("pairs", []).append([cls.__name__, repr(kw), repr(together), repr(alone)])
+        seen.setdefault(into, []).append([cls.__name__, repr(kw), repr(together), repr(alone)])
+
+def same():
+    memo.fact(host, File, path=T + "/made")
+    seen["batched"] = sorted(repr(k[1:]) for k in memo._run(host.state).values)
+    pairs("pairs")
     seen["before"] = memo.fact(host, File, path=T + "/made")
 
 def after():
     seen["after"] = memo.fact(host, File, path=T + "/made") is not None
     seen["again"] = memo.fact(host, File, path=T + "/made") is not None
+    # After the change: the first stale read brings a window of the wanted facts after it
+    now = memo.changes(host.state, host)
+    cls, kw = FACTS[0]
+    memo.fact(host, cls, **kw)
+    seen["window"] = sum(1 for at, _ in memo._run(host.state).values.values() if at == now)
+    pairs("after_pairs")
     with open(OUT, "w") as f:
         json.dump(seen, f)
 
@@ -107,6 +117,12 @@ def test_facts_read_together_equal_pyinfra_and_are_read_again_after_a_change(san
     assert len(seen["batched"]) == len(seen["pairs"]) + 1, seen["batched"]
     assert seen["before"] is None
     assert seen["after"] is True and seen["again"] is True
+    # After the change, read again in windows (the made file's read alone, then at least
+    # FIRST_WINDOW together), and still pyinfra's own values.
+    assert seen["window"] >= 1 + memo.FIRST_WINDOW, seen["window"]
+    assert len(seen["after_pairs"]) == len(seen["pairs"])
+    for name, kw, together, alone in seen["after_pairs"]:
+        assert together == alone, (name, kw)
     # What the run read is kept for the next (classes and arguments, never values), but not a
     # class that runs a command it is given (pyinfra's Command: memo.PYINFRA_FACTS).
     kept = json.loads((tmp_path / "cache" / "facts" / "sandbox.json").read_text())
