@@ -147,9 +147,10 @@ def _batch(run: _Run, host, key: tuple, now: int) -> dict[tuple, tuple[type[Fact
     Before the run's first change on the host: every wanted fact not read yet. After a change,
     every value held is stale; the wanted facts are in the order the last run read them (the
     cache file's), so those after `key` in that order are what the next operations read. A
-    window of them is read: it doubles while the previous window was mostly read before the next
-    change, and halves when it was not (a run that changes the host at every operation reads a
-    few facts at a time, the converged rest of a run reads them in a few commands)."""
+    window of them is read: it doubles when the previous one ran out with no change since, and
+    halves (down to one: a read alone) when a change came before half of it was read. A run that
+    changes the host at every operation reads alone after a few windows; the converged rest of a
+    run reads in a few commands."""
     wanted = run.wanted.get(host.name, {})
     if key not in wanted:
         return {}
@@ -158,8 +159,10 @@ def _batch(run: _Run, host, key: tuple, now: int) -> dict[tuple, tuple[type[Fact
     size = run.window.get(host.name, FIRST_WINDOW)
     last = run.last.get(host.name)
     if last is not None:
-        used, brought = last[2], last[2] + len(last[1])
-        size = min(MAX_WINDOW, size * 2) if used * 2 >= brought else max(2, size // 2)
+        if last[0] == now:  # the last window ran out and nothing changed since: the run reads on
+            size = min(MAX_WINDOW, size * 2)
+        elif last[2] * 2 < last[2] + len(last[1]):  # a change came before half of it was read
+            size = max(1, size // 2)  # at 1: read alone, as pyinfra does, until the changes stop
     run.window[host.name] = size
     keys = list(wanted)
     picked = {}
