@@ -310,6 +310,14 @@ def test_upgrade_to_another_fork_commit_and_roll_back(gb10):
     assert f"vllm-moet-{commits()['next'][:12]}-" in upgraded
     assert sh(f"readlink -f {ENGINE}/previous").stdout.strip() == good
     assert "fork edit, v2" in sh(f"tail -2 {upgraded}/{SITE}/vllm/envs.py").stdout
+    # The upgraded engine failed its starts until systemd refused more ("Start request repeated too
+    # quickly": no GPU here, a broken engine on the box), the state a rollback is for. A cold CI run
+    # reached it by chance; here the starts are made until one is refused (no new invocation).
+    sh(
+        "for i in $(seq 10); do a=$(systemctl show -p InvocationID --value glm-flash.service); "
+        "systemctl start glm-flash.service 2>/dev/null; "
+        '[ "$(systemctl show -p InvocationID --value glm-flash.service)" = "$a" ] && exit 0; done; exit 1'
+    )
     # One command back. It restarts the service, which cannot start without a GPU: the command says so
     # and exits 3 (switched, restart refused). A rollback that skipped the restart would exit 0 and
     # leave the service's last start as it was.
