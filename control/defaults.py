@@ -357,6 +357,14 @@ KNOBS: dict[str, Knob] = {
         optional=True,
         **IP_ADDRESS,
     ),
+    "fleet_network_private": K(
+        False,
+        "set in shared=: the operator's word that the network between the fleet's machines is theirs alone "
+        "(a switch or VLAN no one else uses). The gateway's requests to the workers (with the worker key) and "
+        "the workers' peer transfers (checkpoint, engine files) cross it unencrypted; a fleet whose machines "
+        "talk over any address off loopback is refused without it (docs/fleet.md, The fleet's network)",
+        bool,
+    ),
     "fleet_peer_idle_s": K(
         120,
         "a worker's peer file server stops itself after this many seconds without a request "

@@ -96,6 +96,7 @@ GATEWAY_KNOBS: dict[str, Knob] = {
         high=65535,
     ),
     "api_key_env": KNOBS["api_key_env"],
+    "fleet_network_private": KNOBS["fleet_network_private"],
     "worker_key_env": K(
         "GLM_FLASH_WORKER_KEY",
         "control-machine variable holding the gateway-to-worker key: workers accept only it, never the clients' key",
@@ -159,6 +160,57 @@ ROLLED = ("roll_batch", "roll_drain_s")
 
 def _served(profile: Profile) -> dict[str, Any]:
     return {k: getattr(profile, k) for k in (*SERVED, *ROLLED)}
+
+
+def peer_address(name: str, data: dict[str, Any]) -> str:
+    """Where the fleet's other workers reach this one (its peer file server): `fleet_address`, else
+    where the gateway reaches it."""
+    return str(data.get("fleet_address") or worker_address(name, data))
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
+
+
+def network_problems(
+    shared: dict[str, Any], merged: list[tuple[str, dict[str, Any]]], gateway: tuple[str, dict[str, Any]] | None
+) -> list[Problem]:
+    """No default sends the worker key or the checkpoint in clear over a network the repo does not
+    know. The fleet's own traffic (the gateway to each worker, the workers' peer transfers) is not
+    encrypted: when any of its addresses is off loopback, the operator says the network is private."""
+    problems = [
+        Problem(
+            name, "fleet_network_private", "is set per worker", "set it once in shared= (it is the fleet's network)"
+        )
+        for name, data in merged
+        if "fleet_network_private" in data and "fleet_network_private" not in shared
+    ]
+    if shared.get("fleet_network_private") is True:
+        return problems
+    talk = []
+    if gateway is not None:
+        talk += [str(gateway[1].get("ssh_hostname") or gateway[0]), *(worker_address(n, d) for n, d in merged)]
+    if len(merged) > 1:
+        talk += [peer_address(n, d) for n, d in merged]
+    off = sorted({a for a in talk if not _loopback(a)})
+    if off:
+        shown = ", ".join(off[:4]) + (f" and {len(off) - 4} more" if len(off) > 4 else "")
+        problems.append(
+            Problem(
+                "(shared)",
+                "fleet_network_private",
+                f"is not True, and the fleet's machines talk over {shown}: the gateway's requests to the workers "
+                "carry the worker key, and the peer transfers the checkpoint, unencrypted",
+                "if that network is the fleet's alone (its own switch or VLAN), set fleet_network_private: True "
+                "in shared=; if not, put the fleet on such a network (fleet_address per worker, the workers' "
+                "and the gateway's addresses on it): the fleet has no encrypted transport between its machines "
+                "(docs/fleet.md, The fleet's network)",
+            )
+        )
+    return problems
 
 
 def worker_url(name: str, data: dict[str, Any]) -> str:
@@ -367,11 +419,14 @@ def fleet(
         shared = {k: v for k, v in shared.items() if k != "api_key_env"}  # the clients' key: the gateway's
     problems += fleet_problems(shared, workers, gateway is not None)
     merged = [(name, {**data, **shared}) for name, data in workers]
+    problems += network_problems(shared, [(n, {**d, **shared}) for n, d in workers], gateway)
     for name, data in merged + ([gateway] if gateway else []):
         problems.extend(_placeholders(name, data))
     if gateway is not None:
         name, data = gateway
         data = {**data, "gateway_workers": [worker_url(n, d) for n, d in merged]}
+        if "fleet_network_private" in shared:  # the gateway's summary and profile say it too
+            data["fleet_network_private"] = shared["fleet_network_private"]
         problems.extend(_first_contact(name, data))
         if name in {n for n, _ in merged}:
             problems.append(

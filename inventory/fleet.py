@@ -30,6 +30,10 @@ workers, gateway = fleet(
         # The checkpoint's commit on the hub: "main" would let workers download different ones.
         "model_revision": "0" * 40,
         "listen_host": "0.0.0.0",  # the gateway reaches each worker at its ssh address
+        # True only when the network between these machines is the fleet's alone (its own switch or
+        # VLAN): the worker key and the checkpoint cross it unencrypted (docs/fleet.md). Left False,
+        # a fleet off loopback is refused.
+        "fleet_network_private": False,
     },
     workers=[
         ("gpu1.example.lan", {**ssh, "kt_cpuinfer": 152}),

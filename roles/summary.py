@@ -35,6 +35,17 @@ def endpoint(profile: Profile, address: str) -> str:
     return f"http://{where}:{profile.port}/v1"
 
 
+def fleet_network(profile: Profile) -> str:
+    """What the fleet's own traffic crosses, as the inventory decided it (control/fleet.py refuses a
+    fleet off loopback unless the operator says its network is private)."""
+    if profile.fleet_network_private:
+        return (
+            "private, by the operator's word (fleet_network_private): the gateway's requests with the worker "
+            "key and the peer transfers cross it unencrypted"
+        )
+    return "loopback: the fleet's machines talk to each other on this machine only"
+
+
 def host_summary(planned: dict, status: dict, reboot: list[str]) -> dict:
     """One host's summary from its profile values and what `glm-flash status --json` said."""
     items = {it["item"]: it for it in status.get("items", [])}
@@ -154,6 +165,7 @@ def render(all_hosts: dict[str, dict]) -> str:
             "weights",
             "environment",
             "engine",
+            "fleet_network",
         ):
             if key in s:
                 lines.append(f"        {key}: {s[key]}")
@@ -203,6 +215,8 @@ def apply(profile: Profile) -> None:
         "model_id": profile.model_id,
         "model_revision": profile.model_revision,
     }
+    if profile.fleet_peer_port:  # a fleet's worker (control/fleet.py sets the port on every one)
+        record.planned[host.name]["fleet_network"] = fleet_network(profile)
     gathered(
         name="Summary: what this host serves now",
         tool=layout.tool(profile, "glm-flash"),

@@ -35,7 +35,7 @@ from pyinfra import host, inventory, state
 from pyinfra.operations import server
 
 from control import layout, run_record
-from control.fleet import PEER_PORT, WORKERS, worker_url
+from control.fleet import PEER_PORT, WORKERS, peer_address
 from control.profile import Profile
 from control.pypi_cache import sha256_file
 from pyinfra_ext import memo
@@ -106,10 +106,7 @@ def reached() -> list:
 
 def address(worker) -> str:
     """Where the fleet's workers reach this one: its `fleet_address`, else its SSH address."""
-    data = worker.data.dict()
-    if data.get("fleet_address"):
-        return str(data["fleet_address"])
-    return worker_url(worker.name, data).split("//")[1].rsplit(":", 1)[0].strip("[]")
+    return peer_address(worker.name, worker.data.dict())
 
 
 def ips(worker) -> list[str]:

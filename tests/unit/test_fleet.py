@@ -17,6 +17,8 @@ COMMIT = "a" * 40
 WORKER = {"ssh_user": "root", "listen_host": "0.0.0.0"}
 WORKER_KEY = "worker-key-0123456789"
 GW = {"ssh_hostname": "10.0.0.2"}
+# The network between these example machines is the fleet's own (the knob a real fleet off loopback needs).
+PRIVATE = {"fleet_network_private": True}
 
 
 def workers(n=2, **extra):
@@ -38,7 +40,7 @@ def refused(capsys, **kw) -> str:
 
 def test_shared_values_reach_every_worker_and_the_gateway_gets_their_urls():
     w, g = fleet(
-        shared={"model_revision": COMMIT, "engine_set": "0.7.0.post4"},
+        shared={**PRIVATE, "model_revision": COMMIT, "engine_set": "0.7.0.post4"},
         workers=[("10.0.0.11", WORKER), ("gpu2.invalid", {**WORKER, "ssh_hostname": "10.0.0.12", "port": 30001})],
         gateway=("gw.invalid", GW),
     )
@@ -50,7 +52,7 @@ def test_shared_values_reach_every_worker_and_the_gateway_gets_their_urls():
 def test_a_worker_overriding_a_shared_value_is_refused(capsys):
     err = refused(
         capsys,
-        shared={"model_revision": COMMIT},
+        shared={**PRIVATE, "model_revision": COMMIT},
         workers=[("gpu1.invalid", WORKER), ("gpu2.invalid", {**WORKER, "model_revision": "b" * 40})],
     )
     assert f"gpu2.invalid: model_revision: '{'b' * 40}' differs from the fleet's shared '{COMMIT}'" in err
@@ -60,7 +62,7 @@ def test_a_worker_overriding_a_shared_value_is_refused(capsys):
 def test_workers_that_would_serve_different_things_are_refused(capsys):
     err = refused(
         capsys,
-        shared={"model_revision": COMMIT},
+        shared={**PRIVATE, "model_revision": COMMIT},
         workers=[("gpu1.invalid", WORKER), ("gpu2.invalid", {**WORKER, "served_model_name": "other"})],
     )
     assert "gpu2.invalid: served_model_name: resolves to 'other' but gpu1.invalid serves 'glm-5.3-flash'" in err
@@ -75,14 +77,14 @@ def test_a_moving_model_revision_is_refused_for_a_downloading_fleet(capsys):
     err = refused(capsys, shared={}, workers=workers())
     assert "(shared): model_revision: 'main' moves" in err
     # One worker, or a staged checkpoint, cannot diverge.
-    fleet(shared={"model_download": False}, workers=workers())
+    fleet(shared={**PRIVATE, "model_download": False}, workers=workers())
     fleet(shared={}, workers=workers(1))
 
 
 def test_a_worker_on_loopback_behind_a_gateway_is_refused(capsys):
     err = refused(
         capsys,
-        shared={"model_revision": COMMIT},
+        shared={**PRIVATE, "model_revision": COMMIT},
         workers=[("gpu1.invalid", {"listen_host": "127.0.0.1"})],
         gateway=("gw.invalid", GW),
     )
@@ -92,7 +94,7 @@ def test_a_worker_on_loopback_behind_a_gateway_is_refused(capsys):
 def test_gateway_mistakes_are_refused(capsys, monkeypatch):
     err = refused(
         capsys,
-        shared={"model_revision": COMMIT},
+        shared={**PRIVATE, "model_revision": COMMIT},
         workers=workers(),
         gateway=("gw.invalid", {"gateway_polcy": "round_robin"}),
     )
@@ -154,6 +156,8 @@ def test_the_example_fleet_inventory_is_refused_until_its_placeholders_are_repla
     for host in ("gpu1", "gpu2", "gpu3", "gw"):
         assert f"{host}.example.lan: (host name): '{host}.example.lan' is the example inventory's placeholder" in out
     assert "ssh_key: '~/.ssh/id_ed25519' does not exist" in out
+    # Its network is not declared private: the operator says so, or the fleet stays on loopback.
+    assert "(shared): fleet_network_private: is not True, and the fleet's machines talk over gpu1.example.lan" in out
 
 
 def test_the_gateway_launcher_refuses_a_key_in_its_flags(tmp_path):
@@ -198,7 +202,7 @@ def test_a_gateway_value_with_shell_characters_is_refused():
 def test_a_fleet_address_that_is_not_an_ip_address_is_refused(capsys, value, problem):
     err = refused(
         capsys,
-        shared={"model_revision": COMMIT},
+        shared={**PRIVATE, "model_revision": COMMIT},
         workers=[("gpu1.invalid", {**WORKER, "fleet_address": value}), ("gpu2.invalid", WORKER)],
     )
     assert "gpu1.invalid: fleet_address: " in err and problem in err and "no host was changed" in err
@@ -207,12 +211,12 @@ def test_a_fleet_address_that_is_not_an_ip_address_is_refused(capsys, value, pro
 def test_two_workers_with_one_fleet_address_are_refused_and_distinct_ones_pass(capsys):
     err = refused(
         capsys,
-        shared={"model_revision": COMMIT, "fleet_address": "10.0.0.1"},
+        shared={**PRIVATE, "model_revision": COMMIT, "fleet_address": "10.0.0.1"},
         workers=workers(),
     )
     assert "gpu2.invalid: fleet_address: 10.0.0.1 is also gpu1.invalid's" in err
     w, _ = fleet(
-        shared={"model_revision": COMMIT},
+        shared={**PRIVATE, "model_revision": COMMIT},
         workers=[
             ("gpu1.invalid", {**WORKER, "fleet_address": "10.0.0.1"}),
             ("gpu2.invalid", {**WORKER, "fleet_address": "fd00::2"}),
@@ -297,7 +301,7 @@ def ip_workers(n=2, **extra):
 
 
 def test_workers_behind_a_gateway_hold_the_worker_key_and_let_in_only_the_gateway():
-    w, g = fleet(shared={"model_revision": COMMIT}, workers=ip_workers(), gateway=("gw.invalid", GW))
+    w, g = fleet(shared={**PRIVATE, "model_revision": COMMIT}, workers=ip_workers(), gateway=("gw.invalid", GW))
     for i, (_, d) in enumerate(w, 1):
         # The worker's engine reads its key from GLM_FLASH_WORKER_KEY, never the clients' GLM_FLASH_API_KEY.
         assert d["api_key_env"] == "GLM_FLASH_WORKER_KEY"
@@ -310,7 +314,7 @@ def test_workers_behind_a_gateway_hold_the_worker_key_and_let_in_only_the_gatewa
 
 
 def test_the_worker_key_is_refused_unset_equal_to_the_clients_or_misshapen(capsys, monkeypatch):
-    kw = dict(shared={"model_revision": COMMIT}, workers=ip_workers(), gateway=("gw.invalid", GW))
+    kw = dict(shared={**PRIVATE, "model_revision": COMMIT}, workers=ip_workers(), gateway=("gw.invalid", GW))
     monkeypatch.delenv("GLM_FLASH_WORKER_KEY")
     assert "gw.invalid: GLM_FLASH_WORKER_KEY: is not set" in refused(capsys, **kw)
     monkeypatch.setenv("GLM_FLASH_WORKER_KEY", "k")
@@ -322,12 +326,12 @@ def test_the_worker_key_is_refused_unset_equal_to_the_clients_or_misshapen(capsy
     assert "GLM_FLASH_WORKER_KEY: is not 16 to 4096 printable characters" in err and "short key" not in err
     # Without a gateway the workers keep their own key (GLM_FLASH_API_KEY): no worker key needed.
     monkeypatch.delenv("GLM_FLASH_WORKER_KEY")
-    w, _ = fleet(shared={"model_revision": COMMIT}, workers=ip_workers())
+    w, _ = fleet(shared={**PRIVATE, "model_revision": COMMIT}, workers=ip_workers())
     assert all("api_key_env" not in d and d["fleet_peer_port"] == 30080 for _, d in w)
 
 
 def test_names_where_the_engine_unit_needs_addresses_are_refused(capsys):
-    err = refused(capsys, shared={"model_revision": COMMIT}, workers=workers(), gateway=("gw.invalid", {}))
+    err = refused(capsys, shared={**PRIVATE, "model_revision": COMMIT}, workers=workers(), gateway=("gw.invalid", {}))
     assert "gw.invalid: (host name): 'gw.invalid' is a name" in err
     assert "gpu1.invalid: ssh_hostname: 'gpu1.invalid' is a name" in err
 
@@ -335,7 +339,7 @@ def test_names_where_the_engine_unit_needs_addresses_are_refused(capsys):
 def test_fleet_set_values_are_refused_in_a_worker_entry(capsys):
     err = refused(
         capsys,
-        shared={"model_revision": COMMIT},
+        shared={**PRIVATE, "model_revision": COMMIT},
         workers=ip_workers(1, fleet_gateway_address="10.9.9.9", api_key_env="MY_KEY"),
         gateway=("gw.invalid", GW),
     )
@@ -345,7 +349,7 @@ def test_fleet_set_values_are_refused_in_a_worker_entry(capsys):
 
 def test_engine_allow_from_takes_addresses_and_networks_only(capsys):
     w, _ = fleet(
-        shared={"model_revision": COMMIT, "engine_allow_from": ["10.1.0.0/16", "fd00::7"]},
+        shared={**PRIVATE, "model_revision": COMMIT, "engine_allow_from": ["10.1.0.0/16", "fd00::7"]},
         workers=ip_workers(),
         gateway=("gw.invalid", GW),
     )
@@ -357,7 +361,7 @@ def test_engine_allow_from_takes_addresses_and_networks_only(capsys):
     ):
         err = refused(
             capsys,
-            shared={"model_revision": COMMIT, "engine_allow_from": [bad]},
+            shared={**PRIVATE, "model_revision": COMMIT, "engine_allow_from": [bad]},
             workers=ip_workers(),
             gateway=("gw.invalid", GW),
         )
@@ -367,8 +371,62 @@ def test_engine_allow_from_takes_addresses_and_networks_only(capsys):
 def test_roll_settings_differing_between_workers_are_refused(capsys):
     err = refused(
         capsys,
-        shared={"model_revision": COMMIT},
+        shared={**PRIVATE, "model_revision": COMMIT},
         workers=[ip_workers(1)[0], ("gpu2.invalid", {**WORKER, "ssh_hostname": "10.0.0.12", "roll_batch": 2})],
         gateway=("gw.invalid", GW),
     )
     assert "gpu2.invalid: roll_batch: resolves to 2 but gpu1.invalid serves 1" in err
+
+
+# --- the fleet's network: no key or checkpoint in clear over a network the repo does not know ----
+
+
+def test_a_fleet_off_loopback_is_refused_until_the_operator_says_its_network_is_private(capsys):
+    err = refused(capsys, shared={"model_revision": COMMIT}, workers=ip_workers(), gateway=("gw.invalid", GW))
+    assert "(shared): fleet_network_private: is not True, and the fleet's machines talk over 10.0.0.11, " in err
+    assert "10.0.0.2: the gateway's requests to the workers carry the worker key" in err
+    assert "set fleet_network_private: True in shared=" in err
+    # The operator's word: accepted, and the gateway's profile carries it too.
+    w, g = fleet(shared={**PRIVATE, "model_revision": COMMIT}, workers=ip_workers(), gateway=("gw.invalid", GW))
+    assert [d["fleet_network_private"] for _, d in w] == [True, True]
+    assert gateway_profile(*g[0]).fleet_network_private is True
+
+
+def test_workers_that_exchange_files_off_loopback_need_it_without_a_gateway_too(capsys):
+    # Two workers, no gateway: the seed sends the others the checkpoint over fleet_address.
+    err = refused(
+        capsys,
+        shared={"model_revision": COMMIT},
+        workers=[("gpu1.invalid", {**WORKER, "fleet_address": "192.168.7.1"}), ("127.0.0.1", WORKER)],
+    )
+    assert "fleet_network_private: is not True, and the fleet's machines talk over 192.168.7.1:" in err
+    assert "127.0.0.1" not in err.split("talk over")[1].split(":")[0]
+
+
+def test_a_fleet_on_loopback_or_with_no_traffic_between_machines_needs_no_word():
+    on_one_machine = [(f"node{i}", {**WORKER, "ssh_hostname": f"127.9.9.{i}"}) for i in (2, 3)]
+    fleet(shared={"model_revision": COMMIT}, workers=on_one_machine, gateway=("gw", {"ssh_hostname": "127.9.9.1"}))
+    fleet(shared={}, workers=workers(1))  # one worker, no gateway: no fleet traffic at all
+
+
+def test_the_network_is_the_fleets_so_a_worker_cannot_set_it_alone(capsys):
+    err = refused(
+        capsys,
+        shared={"model_revision": COMMIT},
+        workers=[(n, {**d, **PRIVATE}) if n.startswith("gpu1") else (n, d) for n, d in workers()],
+    )
+    assert "gpu1.invalid: fleet_network_private: is set per worker. Fix: set it once in shared=" in err
+
+
+def test_the_summary_of_each_worker_says_what_the_fleets_traffic_crosses():
+    from control.profile import build
+    from roles.summary import fleet_network, render
+
+    w, _ = fleet(shared={**PRIVATE, "model_revision": COMMIT}, workers=ip_workers(), gateway=("gw.invalid", GW))
+    said = fleet_network(build(*w[0]))
+    assert said.startswith("private, by the operator's word (fleet_network_private)") and "unencrypted" in said
+    looped = [(f"node{i}", {**WORKER, "ssh_hostname": f"127.9.9.{i}"}) for i in (2, 3)]
+    w, _ = fleet(shared={"model_revision": COMMIT}, workers=looped, gateway=("gw", {"ssh_hostname": "127.9.9.1"}))
+    assert fleet_network(build(*w[0])).startswith("loopback")
+    host = {"result": "deployed", "refused": [], "skipped": [], "fleet_network": said}
+    assert f"        fleet_network: {said}" in render({"gpu1": host}).splitlines()

@@ -434,7 +434,7 @@ def test_scrape_config_of_a_fleet_names_engines_exporters_and_the_router(monkeyp
     monkeypatch.setenv("GLM_FLASH_WORKER_KEY", "worker-key-0123456789")
     ssh = {"ssh_user": "root"}
     workers, gw = fleet(
-        shared={"listen_host": "0.0.0.0", "model_revision": "1" * 40},
+        shared={"listen_host": "0.0.0.0", "model_revision": "1" * 40, "fleet_network_private": True},
         workers=[
             ("w1", {**ssh, "ssh_hostname": "10.0.0.1"}),
             ("w2", {**ssh, "ssh_hostname": "10.0.0.2", "metrics": False}),
