@@ -28,58 +28,53 @@ serving), then put in the gateway when the router does not list it; one that doe
 stops the roll too.
 A serving worker the router does not list (a roll stopped after taking it out) is put back by the
 next run. The gateway unreachable (not deployed yet, down): nothing can be drained, so the engine
-restarts as on a single node, said in the output. The router's API is called with the clients' key
-(it guards the router's API), read from the control machine's environment.
+restarts as on a single node, said in the output. The router's API is called on the gateway
+itself, over SSH (RouterApi): its tool there reads the clients' key (which guards the router's API)
+and the worker key from the gateway's root-only files, so the roll sends no key over the network.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 
 from pyinfra import host as current_host
-from pyinfra.api import FunctionCommand
+from pyinfra.api import FunctionCommand, QuoteString, StringCommand
 from pyinfra.api.exceptions import OperationError
 
+from control import layout
 from control.fleet import GATEWAY, gateway_profile, worker_url
 from control.profile import Profile
 from pyinfra_ext.host_args import connector_arguments
 from roles import service
 
+ROUTER_JSON = f"{layout.GATEWAY_CONF_DIR}/router.json"  # roles/fleet/gateway.py writes it
+
 
 class Unreachable(Exception):
-    """The gateway's API does not answer (connection refused, timeout)."""
+    """The gateway's API does not answer (SSH, the tool, or the router refused or timed out)."""
 
 
 class RouterApi:
-    """sglang-router's worker API (GET/POST /workers, DELETE /workers/{id}), as 0.3.2 serves it."""
+    """sglang-router's worker API (GET/POST /workers, DELETE /workers/{id}), as 0.3.2 serves it,
+    called on the gateway itself: `run(args)` runs `glm-flash-gateway-launch workers ROUTER_JSON
+    *args` there as root (over SSH: on_gateway) and returns what it printed. That tool reads the
+    clients' key and the worker key from the gateway's root-only files and calls the router on the
+    gateway's own address, so no key crosses the network or leaves the gateway."""
 
-    def __init__(self, base: str, api_key: str, worker_key: str, timeout_s: float = 10):
-        self.base, self.api_key, self.worker_key, self.timeout_s = base.rstrip("/"), api_key, worker_key, timeout_s
+    def __init__(self, run: Callable[[list[str]], str]):
+        self.run = run
 
-    def _call(self, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
-        req = urllib.request.Request(
-            self.base + path, data=json.dumps(body).encode() if body is not None else None, method=method
-        )
-        req.add_header("Content-Type", "application/json")
-        if self.api_key:
-            req.add_header("Authorization", f"Bearer {self.api_key}")
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
-        except OSError as e:
-            raise Unreachable(f"{self.base} does not answer ({e})") from None
+    def _call(self, *args: str) -> tuple[int, bytes]:
+        answer = json.loads(self.run(list(args)))
+        if answer["status"] is None:
+            raise Unreachable(answer["body"])
+        return answer["status"], answer["body"].encode()
 
     def workers(self) -> list[dict]:
-        code, out = self._call("GET", "/workers")
+        code, out = self._call("list")
         if code != 200:
             raise OperationError(f"the gateway's GET /workers answered {code}: {out[:200]!r}")
         return json.loads(out)["workers"]
@@ -91,15 +86,14 @@ class RouterApi:
         w = self.find(url)
         if w is None:
             return
-        code, out = self._call("DELETE", f"/workers/{urllib.parse.quote(w['id'], safe='')}")
+        code, out = self._call("remove", w["id"])
         if code >= 300:
             raise OperationError(f"the gateway refused to take out {url}: {code} {out[:200]!r}")
         wait(lambda: self.find(url) is None, timeout_s, f"the gateway still lists {url}")
 
     def add(self, url: str, timeout_s: float) -> None:
         if self.find(url) is None:
-            body = {"url": url, **({"api_key": self.worker_key} if self.worker_key else {})}
-            code, out = self._call("POST", "/workers", body)
+            code, out = self._call("add", url)
             if code >= 300 and code != 409:
                 raise OperationError(f"the gateway refused to add {url}: {code} {out[:200]!r}")
         wait(lambda: (self.find(url) or {}).get("is_healthy") is True, timeout_s, f"the gateway counts {url} unhealthy")
@@ -209,15 +203,29 @@ class Roll:
         return self.restart(host.name, url, restart, serving)
 
 
+def on_gateway(gw) -> Callable[[list[str]], str]:
+    """Runs the gateway's worker-API tool on the gateway host over its own SSH connection (pyinfra's,
+    opened here when this run does not include the gateway: `--limit workers`)."""
+    tool = f"{gateway_profile(gw.name, gw.data.dict()).gateway_dir}/bin/glm-flash-gateway-launch"
+
+    def run(args: list[str]) -> str:
+        if not gw.connected:
+            gw.connect(reason="the roll calls the router's worker API there", show_errors=False)
+        if not gw.connected:
+            raise Unreachable(f"SSH to the gateway {gw.name} does not answer")
+        command = StringCommand(tool, "workers", ROUTER_JSON, *(QuoteString(a) for a in args))
+        ok, out = gw.run_shell_command(command, print_output=False, print_input=False, **connector_arguments(gw))
+        if not ok:  # the gateway is not deployed yet (no tool), or its tool failed
+            raise Unreachable(f"{gw.name}: {tool} workers failed: {out.stderr[-300:]}")
+        return out.stdout
+
+    return run
+
+
 def register(workers: Profile) -> None:
     """This run's engine restarts roll behind the inventory's gateway (none: as on single nodes)."""
     group = current_host.inventory.get_group(GATEWAY, None) if hasattr(current_host, "inventory") else None
     if not group:
         return
-    gw = group[0]
-    g = gateway_profile(gw.name, gw.data.dict())
-    where = str(gw.data.get("ssh_hostname") or gw.name) if g.gateway_listen_host in ("0.0.0.0", "::") else None
-    where = where or g.gateway_listen_host
-    base = f"http://[{where}]:{g.gateway_port}" if ":" in where else f"http://{where}:{g.gateway_port}"
-    api = RouterApi(base, os.environ.get(g.api_key_env, ""), os.environ.get(g.worker_key_env, ""))
+    api = RouterApi(on_gateway(group[0]))
     service.rolled_by(Roll(api, workers.roll_drain_s, batch=workers.roll_batch))

@@ -15,6 +15,7 @@ machines).
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import threading
 import time
@@ -25,12 +26,20 @@ import pytest
 
 from control.profile import build
 from roles import service
-from roles.fleet.roll import Roll, RouterApi
+from roles.fleet.roll import ROUTER_JSON, Roll, RouterApi
 from tests.conftest import REPO
 from tests.fleet.conftest import KEY, WORKER_KEY, ssh
 from tests.fleet.test_gateway_fleet import Worker, base, chat, fleet, healthy, inventory, wait  # noqa: F401 (fleet: fixture)
 
 pytestmark = pytest.mark.sandbox
+
+
+def on_node1(args: list[str]) -> str:
+    """RouterApi's `run` as the deploy's (roles/fleet/roll.py on_gateway): the gateway's own tool, run
+    on node1 over SSH, calls the router there with the keys in node1's root-only files."""
+    r = ssh("node1", shlex.join(["/opt/glm-flash-gateway/bin/glm-flash-gateway-launch", "workers", ROUTER_JSON, *args]))
+    assert r.returncode == 0, r.stderr
+    return r.stdout
 
 
 def restarted(workers: dict, url: str, ok: bool = True, api: RouterApi | None = None, listed_at_stop=None):
@@ -87,7 +96,7 @@ def listed(gw) -> int:
 def test_a_rolling_restart_of_every_worker_loses_no_request(fleet):  # noqa: F811
     gw, workers = fleet
     wait(lambda: healthy(gw) == {u: True for u in workers}, 60)
-    api = RouterApi(base(gw), KEY, WORKER_KEY)
+    api = RouterApi(on_node1)
     roll = Roll(api, drain_s=2, back_timeout_s=60)
     listed_at_stop: list[bool] = []
     seen_in = []  # healthy workers the router lists, sampled through the roll
@@ -125,7 +134,7 @@ def test_a_rolling_restart_of_every_worker_loses_no_request(fleet):  # noqa: F81
 def test_a_broken_restart_stops_the_roll_and_the_rest_serve(fleet):  # noqa: F811
     gw, workers = fleet
     wait(lambda: healthy(gw) == {u: True for u in workers}, 60)
-    api = RouterApi(base(gw), KEY, WORKER_KEY)
+    api = RouterApi(on_node1)
     roll = Roll(api, drain_s=1, back_timeout_s=60)
     (broken, _), *rest = workers.items()
     untouched = []
