@@ -1,8 +1,10 @@
 """What systemd and the disk say about a service: when its last start began, whether its
-unit needs a daemon-reload, and when each file it starts from last changed."""
+unit needs a daemon-reload, and when each file it starts from last changed; and which workers the
+gateway's router lists."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -93,3 +95,20 @@ class SystemdVersion(ParsedFact):
     def parse(lines) -> int:
         m = re.match(r"systemd (\d+)", lines[0] if lines else "")
         return int(m.group(1)) if m else 0
+
+
+class RouterWorkers(ParsedFact):
+    """The workers the gateway's router lists now ([{id, url, is_healthy}, ...]), asked on the gateway
+    by its own tool (`glm-flash-gateway-launch workers ROUTER_JSON list`: the keys stay in its
+    root-only files); None when the router does not answer (not started yet) or the tool is missing."""
+
+    def command(self, tool: str, conf: str):
+        return StringCommand(QuoteString(tool), "workers", QuoteString(conf), "list", "2>/dev/null || true")
+
+    @staticmethod
+    def parse(lines):
+        try:
+            answer = json.loads("\n".join(lines))
+            return json.loads(answer["body"])["workers"] if answer["status"] == 200 else None
+        except (ValueError, KeyError, TypeError):
+            return None

@@ -37,6 +37,7 @@ from pyinfra_ext import memo
 from roles import watch
 from roles.facts.engine import WheelhouseFiles
 from roles.operations import packages, paths
+from roles.operations.gateway import router_lists_only
 from roles.operations.secrets import Secret, secret_file
 from roles.operations.service_restart import started_from_disk
 from roles.operations.uploads import host_tool, template
@@ -210,4 +211,11 @@ def apply(p: Profile) -> None:
             f"{bin_dir}/glm-flash-gateway-launch",
             venv,
         ],
+    )
+    # Workers the inventory does not name, added through the router's API since it started: out.
+    router_lists_only(
+        name="The router lists the inventory's workers only",
+        tool=f"{bin_dir}/glm-flash-gateway-launch",
+        conf=f"{CONF_DIR}/router.json",
+        urls=p.gateway_workers,
     )

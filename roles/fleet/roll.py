@@ -214,9 +214,11 @@ def on_gateway(gw) -> Callable[[list[str]], str]:
         if not gw.connected:
             raise Unreachable(f"SSH to the gateway {gw.name} does not answer")
         command = StringCommand(tool, "workers", ROUTER_JSON, *(QuoteString(a) for a in args))
-        ok, out = gw.run_shell_command(command, print_output=False, print_input=False, **connector_arguments(gw))
-        if not ok:  # the gateway is not deployed yet (no tool), or its tool failed
-            raise Unreachable(f"{gw.name}: {tool} workers failed: {out.stderr[-300:]}")
+        _, out = gw.run_shell_command(command, print_output=False, print_input=False, **connector_arguments(gw))
+        try:  # what the router answered, whatever it was (the tool exits non-zero on an error status)
+            json.loads(out.stdout)
+        except ValueError:  # the gateway is not deployed yet (no tool), or its tool failed
+            raise Unreachable(f"{gw.name}: {tool} workers failed: {out.stderr[-300:]}") from None
         return out.stdout
 
     return run

@@ -177,6 +177,28 @@ def test_a_second_gateway_deploy_changes_nothing(fleet):
     assert run.returncode == 0 and totals[-3:] == ["-", "-", totals[-4]], out[-2000:]
 
 
+def test_a_worker_the_inventory_does_not_name_is_taken_out_by_the_next_deploy(fleet):
+    """Anyone who holds the key guarding the router's API (the clients' key, today) can add a worker
+    of their own, which would then receive clients' prompts. The next deploy takes it out."""
+    gw, workers = fleet
+    first = next(iter(workers))
+    stranger = first.rsplit(".", 1)[0] + ".250:" + first.rsplit(":", 1)[1]  # an address no node has
+    assert stranger not in workers
+    with Worker(stranger) as planted:
+        code, out = call(gw, "/workers", {"url": stranger, "api_key": WORKER_KEY})  # as such a client could
+        assert code < 300, out
+        wait(lambda: healthy(gw).get(stranger) is True, 60)
+        run = gateway_deploy()
+        out = run.stdout + run.stderr
+        assert run.returncode == 0, out[-3000:]
+        assert healthy(gw) == {u: True for u in workers}, healthy(gw)
+        served_before = planted.generations
+        assert burst(gw, 6, "after the deploy") == [200] * 6 and planted.generations == served_before
+    run = gateway_deploy()  # and that converged: nothing left to take out
+    totals = [line for line in (run.stdout + run.stderr).splitlines() if "Grand total" in line][0].split()
+    assert run.returncode == 0 and totals[-3:] == ["-", "-", totals[-4]], run.stdout[-2000:]
+
+
 def test_requests_spread_over_the_workers(fleet):
     gw, workers = fleet
     wait(lambda: healthy(gw) == {u: True for u in workers}, 60)

@@ -11,9 +11,12 @@ import threading
 from types import SimpleNamespace
 
 import pytest
+from fakehost import F, commands
 from pyinfra.api.exceptions import OperationError
 
+from roles.facts.service import RouterWorkers
 from roles.fleet.roll import Roll, RouterApi, Unreachable, on_gateway
+from roles.operations.gateway import router_lists_only
 from tests.conftest import REPO
 
 
@@ -131,7 +134,8 @@ def on_this_machine(conf, argv_seen: list):
         argv = [sys.executable, str(TOOL), "workers", str(conf), *args]
         argv_seen.append(argv)
         r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-        assert r.returncode == 0, r.stderr
+        status = json.loads(r.stdout)["status"]  # and the exit status says the same
+        assert r.returncode == (3 if status is None else 0 if status < 300 else 4), (r.returncode, r.stdout)
         return r.stdout
 
     return run
@@ -188,3 +192,32 @@ def test_on_gateway_runs_the_tool_on_the_gateway_host_as_its_inventory_reaches_i
     assert ran == [
         "/opt/glm-flash-gateway/bin/glm-flash-gateway-launch workers /etc/glm-flash-gateway/router.json list"
     ]
+
+
+# --- the deploy takes out of the router every worker the inventory does not name ----------------
+
+GW_TOOL, GW_CONF = "/opt/glm-flash-gateway/bin/glm-flash-gateway-launch", "/etc/glm-flash-gateway/router.json"
+INVENTORY = ["http://10.0.0.11:30000", "http://10.0.0.12:30000"]
+
+
+def listed_by_router(*urls: str) -> list[dict]:
+    """RouterWorkers as it parses the tool's answer to `list` on a router listing `urls`."""
+    body = json.dumps({"workers": [{"id": f"id-{i}", "url": u, "is_healthy": True} for i, u in enumerate(urls)]})
+    return RouterWorkers.parse([json.dumps({"status": 200, "body": body})])
+
+
+def test_a_worker_added_by_anyone_else_is_taken_out_and_the_inventorys_stay():
+    facts = {F(RouterWorkers, tool=GW_TOOL, conf=GW_CONF): listed_by_router(*INVENTORY, "http://203.0.113.9:80")}
+    assert commands(router_lists_only, facts, tool=GW_TOOL, conf=GW_CONF, urls=INVENTORY) == [
+        f"{GW_TOOL} workers {GW_CONF} remove id-2"
+    ]
+
+
+def test_a_router_with_the_inventorys_workers_or_none_answering_is_left_alone():
+    for listed in (listed_by_router(*INVENTORY), listed_by_router(INVENTORY[0]), None):
+        facts = {F(RouterWorkers, tool=GW_TOOL, conf=GW_CONF): listed}
+        assert commands(router_lists_only, facts, tool=GW_TOOL, conf=GW_CONF, urls=INVENTORY) == []
+    # the tool's answers that are not a list: nothing to take out (None), never a parse error
+    assert RouterWorkers.parse([json.dumps({"status": None, "body": "does not answer"})]) is None
+    assert RouterWorkers.parse([json.dumps({"status": 401, "body": "unauthorized"})]) is None
+    assert RouterWorkers.parse([]) is None
