@@ -34,6 +34,13 @@ def deploy() -> tuple[int, str, list[str]]:
     return run.returncode, out, totals[0].split() if totals else []
 
 
+def shown(out: str) -> str:
+    """A failed run's output for the assertion: the errors before its summary, then the summary
+    (the summary alone says only "failed (see the errors above)")."""
+    cut = out.rfind("--> Summary")
+    return out[-6000:] if cut < 0 else out[:cut][-5000:] + out[cut:][-3000:]
+
+
 def power_off_during(proc: subprocess.Popen, node: str) -> None:
     """Power `node` off while the run `proc` is held (SIGSTOP) and let it go on once the node no
     longer answers: a converged run takes seconds, a container's shutdown about as long."""
@@ -78,10 +85,10 @@ def summary_of_a_run_losing(node: str, when) -> str:
 
 def test_the_fleet_deploy_converges_on_every_worker_and_a_second_run_changes_nothing(deployed_fleet):
     rc, out, _ = deploy()
-    assert rc == 0, out[-4000:]
+    assert rc == 0, shown(out)
     rc, out, totals = deploy()
-    assert rc == 0, out[-4000:]
-    assert totals[-3:] == ["-", "-", totals[-4]], out[-4000:]
+    assert rc == 0, shown(out)
+    assert totals[-3:] == ["-", "-", totals[-4]], shown(out)
 
 
 def test_a_worker_unreachable_mid_run_leaves_the_others_converged_and_is_named(deployed_fleet):
@@ -92,13 +99,13 @@ def test_a_worker_unreachable_mid_run_leaves_the_others_converged_and_is_named(d
     assert f"[{seed}] deployed" in summary, summary
     # The same run again while it is still down: nothing left to do on the others, it is named again.
     rc, out, totals = deploy()
-    assert rc != 0, out[-4000:]
-    assert totals[-3:] == ["-", "-", totals[-4]], out[-4000:]
+    assert rc != 0, shown(out)
+    assert totals[-3:] == ["-", "-", totals[-4]], shown(out)
     summary = out[out.rindex("--> Summary") :]
     assert f"[{seed}] deployed" in summary and f"[{gone}] unreachable: SSH to" in summary, summary
     boot(len(deployed_fleet))
     rc, out, _ = deploy()  # back: it converges
-    assert rc == 0, out[-4000:]
+    assert rc == 0, shown(out)
 
 
 def test_a_seed_gone_before_it_sent_what_a_worker_lacks_is_named_in_that_workers_summary(deployed_fleet):
@@ -120,6 +127,6 @@ def test_a_seed_gone_before_it_sent_what_a_worker_lacks_is_named_in_that_workers
     ), summary
     boot(len(deployed_fleet))
     rc, out, _ = deploy()  # the seed back: the peer receives what it lacks
-    assert rc == 0, out[-4000:]
+    assert rc == 0, shown(out)
     rc, out, totals = deploy()
-    assert rc == 0 and totals[-3:] == ["-", "-", totals[-4]], out[-4000:]
+    assert rc == 0 and totals[-3:] == ["-", "-", totals[-4]], shown(out)
