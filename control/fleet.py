@@ -419,7 +419,7 @@ def fleet(
         shared = {k: v for k, v in shared.items() if k != "api_key_env"}  # the clients' key: the gateway's
     problems += fleet_problems(shared, workers, gateway is not None)
     merged = [(name, {**data, **shared}) for name, data in workers]
-    problems += network_problems(shared, [(n, {**d, **shared}) for n, d in workers], gateway)
+    problems += network_problems(shared, merged, gateway)
     for name, data in merged + ([gateway] if gateway else []):
         problems.extend(_placeholders(name, data))
     if gateway is not None:
