@@ -45,6 +45,7 @@ from roles.operations.uploads import host_tool, template
 LOCK = layout.LOCKS / "gateway.txt"
 PYTHON = "3.13"  # Debian 13's python3, which the lock is compiled for
 CONF_DIR = layout.GATEWAY_CONF_DIR
+ROUTER_JSON = f"{CONF_DIR}/router.json"  # the router's flags and workers; the keys' files beside it
 UNIT = layout.GATEWAY_UNIT
 MARKER = ".glm-flash-lock"  # in the venv: the sha256 of the lock it was built from
 # Points `venv` (argv[1]) at argv[2] in one rename, durably. The first time `venv` is the real
@@ -138,6 +139,11 @@ def venv_commands(d: str, wheelhouse: str, lock_dest: str, lock_sha: str) -> lis
     ]
 
 
+def launcher(p: Profile) -> str:
+    """files/glm-flash-gateway-launch as the gateway has it: the unit's ExecStart=, the worker API's tool."""
+    return f"{p.gateway_dir}/bin/glm-flash-gateway-launch"
+
+
 def apply(p: Profile) -> None:
     api_key = os.environ.get(p.api_key_env, "")
     worker_key = os.environ.get(p.worker_key_env, "")
@@ -164,7 +170,7 @@ def apply(p: Profile) -> None:
     paths.put(
         name="Router flags",
         src=StringIO(json.dumps({"args": router_args(p), "workers": p.gateway_workers}, indent=2) + "\n"),
-        dest=f"{CONF_DIR}/router.json",
+        dest=ROUTER_JSON,
         mode="644",
     )
     if api_key:
@@ -205,17 +211,17 @@ def apply(p: Profile) -> None:
         service="glm-flash-gateway.service",
         inputs=[
             UNIT,
-            f"{CONF_DIR}/router.json",
+            ROUTER_JSON,
             f"{CONF_DIR}/api-key",
             f"{CONF_DIR}/worker-key",
-            f"{bin_dir}/glm-flash-gateway-launch",
+            launcher(p),
             venv,
         ],
     )
     # Workers the inventory does not name, added through the router's API since it started: out.
     router_lists_only(
         name="The router lists the inventory's workers only",
-        tool=f"{bin_dir}/glm-flash-gateway-launch",
-        conf=f"{CONF_DIR}/router.json",
+        tool=launcher(p),
+        conf=ROUTER_JSON,
         urls=p.gateway_workers,
     )

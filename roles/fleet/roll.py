@@ -44,13 +44,11 @@ from pyinfra import host as current_host
 from pyinfra.api import FunctionCommand, QuoteString, StringCommand
 from pyinfra.api.exceptions import OperationError
 
-from control import layout
 from control.fleet import GATEWAY, gateway_profile, worker_url
 from control.profile import Profile
 from pyinfra_ext.host_args import connector_arguments
 from roles import service
-
-ROUTER_JSON = f"{layout.GATEWAY_CONF_DIR}/router.json"  # roles/fleet/gateway.py writes it
+from roles.fleet.gateway import ROUTER_JSON, launcher
 
 
 class Unreachable(Exception):
@@ -206,7 +204,7 @@ class Roll:
 def on_gateway(gw) -> Callable[[list[str]], str]:
     """Runs the gateway's worker-API tool on the gateway host over its own SSH connection (pyinfra's,
     opened here when this run does not include the gateway: `--limit workers`)."""
-    tool = f"{gateway_profile(gw.name, gw.data.dict()).gateway_dir}/bin/glm-flash-gateway-launch"
+    tool = launcher(gateway_profile(gw.name, gw.data.dict()))
 
     def run(args: list[str]) -> str:
         if not gw.connected:

@@ -26,7 +26,8 @@ import pytest
 
 from control.profile import build
 from roles import service
-from roles.fleet.roll import ROUTER_JSON, Roll, RouterApi
+from roles.fleet.gateway import ROUTER_JSON
+from roles.fleet.roll import Roll, RouterApi
 from tests.conftest import REPO
 from tests.fleet.conftest import KEY, WORKER_KEY, ssh
 from tests.fleet.test_gateway_fleet import Worker, base, chat, fleet, healthy, inventory, wait  # noqa: F401 (fleet: fixture)
