@@ -5,12 +5,20 @@
     sandbox.py down      power it off
     sandbox.py fresh     throw the machine away and boot a bare one
     sandbox.py destroy   power off and delete the machine (the cached image stays)
+    sandbox.py snapshot  keep the machine as it is now; from then on it runs on that snapshot
+    sandbox.py reset     back to the snapshot: what the machine wrote since is thrown away
     sandbox.py status
     sandbox.py ports     this checkout's machine name and ports (chosen now if not yet), as JSON
 
 systemd-nspawn shares the host's network, so sshd listens on a loopback port. Keys
 (client and host) live in .sandbox/keys and survive rebuilds, so host-key checks pass.
 The pristine image is cached under $GLM_FLASH_CACHE (default ~/.cache/glm-flash).
+
+A snapshot is the machine's root moved aside, unchanged (.sandbox/rootfs.lower), and the machine
+booted from then on an overlay (overlayfs) of it, whose upper layer holds what it writes: `reset`
+empties that layer, a deployed machine back in seconds instead of a fresh deploy. The fleet
+sandbox (sandbox/fleet.py up --from-sandbox) boots its machines on the same snapshot, each with
+an upper layer of its own, while this machine runs on.
 
 Two checkouts on one machine boot side by side: the machine name carries a hash of the
 checkout's real path (glm-flash-sandbox-<identity>), and `up` chooses the ports (sshd, the
@@ -45,6 +53,8 @@ STATE = REPO / ".sandbox"
 ROOTFS = STATE / "rootfs"
 KEYS = STATE / "keys"
 PIDFILE = STATE / "nspawn.pid"
+SNAPSHOT = STATE / "rootfs.lower"  # `snapshot`: the machine as it was, read-only from then on
+UPPER, WORK = STATE / "rootfs.upper", STATE / "rootfs.work"  # what it wrote since, overlayfs's work dir
 # One identity per checkout (its real path): two checkouts' machines and ports never meet.
 IDENTITY = hashlib.sha256(str(REPO).encode()).hexdigest()[:10]
 MACHINE = f"glm-flash-sandbox-{IDENTITY}"
@@ -401,13 +411,16 @@ def standin_up() -> None:
     )
 
 
-def hub_up() -> None:
-    if alive(HUB_PIDFILE) and port_open(HUB_PORT):
-        return
-    stop_pidfile(HUB_PIDFILE)
-    if port_open(HUB_PORT):
+def hub_up(address: str = "127.0.0.1", log: Path = HUB_LOG, pidfile: Path = HUB_PIDFILE) -> str:
+    """The stand-in hub on `address` (a loopback address: the fleet sandbox runs one of its own on its
+    subnet, logging to its own file) at this checkout's hub port; its URL."""
+    url = f"http://{address}:{HUB_PORT}"
+    if alive(pidfile) and port_open(HUB_PORT, address):
+        return url
+    stop_pidfile(pidfile)
+    if port_open(HUB_PORT, address):
         sys.exit(
-            f"sandbox: 127.0.0.1:{HUB_PORT} (the stand-in hub's port) is already in use"
+            f"sandbox: {address}:{HUB_PORT} (the stand-in hub's port) is already in use"
             f"{' by ' + listener(HUB_PORT) if listener(HUB_PORT) else ''}; stop that program or set GLM_FLASH_HUB_PORT"
         )
     if not HUB_INFO.exists() or "tiny" not in json.loads(HUB_INFO.read_text()):
@@ -416,7 +429,7 @@ def hub_up() -> None:
     if info.get("port") != HUB_PORT:  # the inventories read the hub's address from here
         info["port"] = HUB_PORT
         HUB_INFO.write_text(json.dumps(info) + "\n")
-    log = open(STATE / "hub.out", "ab")
+    out = open(pidfile.with_suffix(".out"), "ab")
     cmd = [
         sys.executable,
         str(Path(__file__).resolve().parent / "fake_hub.py"),
@@ -425,18 +438,19 @@ def hub_up() -> None:
         "--dir",
         str(HUB_DIR / "repo"),
     ]
-    cmd += ["--port", str(HUB_PORT), "--log", str(HUB_LOG), "--commit", info["commit"]]
+    cmd += ["--address", address, "--port", str(HUB_PORT), "--log", str(log), "--commit", info["commit"]]
     cmd += ["--also", info["tiny"]["repo"], str(HUB_DIR / "tiny"), info["tiny"]["commit"]]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    HUB_PIDFILE.write_text(str(proc.pid))
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+    pidfile.write_text(str(proc.pid))
     for _ in range(40):
         if proc.poll() is not None:
             break
-        if port_open(HUB_PORT):
-            return
+        if port_open(HUB_PORT, address):
+            return url
         time.sleep(0.25)
     sys.exit(
-        f"sandbox: the stand-in hub did not start on 127.0.0.1:{HUB_PORT} (exit {proc.poll()}); see {STATE / 'hub.out'}"
+        f"sandbox: the stand-in hub did not start on {address}:{HUB_PORT} (exit {proc.poll()}); "
+        f"see {pidfile.with_suffix('.out')}"
     )
 
 
@@ -592,6 +606,7 @@ def up() -> None:
         )
     if not shutil.which("systemd-nspawn"):
         sys.exit("sandbox: systemd-nspawn is missing; run `make deps`")
+    overlay()
     if not ROOTFS.exists():
         create_rootfs()
     write_sshd_port(ROOTFS)
@@ -663,17 +678,69 @@ def down() -> None:
 
 def destroy() -> None:
     down()
-    shutil.rmtree(ROOTFS, ignore_errors=True)
+    if mounted(ROOTFS):
+        run(["umount", str(ROOTFS)])
+    for path in (ROOTFS, UPPER, WORK, SNAPSHOT):
+        shutil.rmtree(path, ignore_errors=True)
     shutil.rmtree(HUB_DIR, ignore_errors=True)
     HUB_LOG.unlink(missing_ok=True)
     say("machine deleted")
+
+
+def mounted(path: Path) -> bool:
+    return subprocess.run(["mountpoint", "-q", str(path)]).returncode == 0
+
+
+def overlay() -> None:
+    """With a snapshot: ROOTFS is the overlay of it and of what the machine wrote since (mounted now if
+    it is not: after this machine's reboot, or a reset)."""
+    if not SNAPSHOT.exists() or mounted(ROOTFS):
+        return
+    for path in (ROOTFS, UPPER, WORK):
+        path.mkdir(exist_ok=True)
+    run(
+        ["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={SNAPSHOT},upperdir={UPPER},workdir={WORK}", str(ROOTFS)]
+    )
+
+
+def snapshot() -> None:
+    if SNAPSHOT.exists():
+        sys.exit(
+            "sandbox: the machine already runs on a snapshot; `sandbox.py reset` goes back to it, `fresh` starts over"
+        )
+    if not ROOTFS.exists():
+        sys.exit("sandbox: there is no machine to keep; run `sandbox.py up` (and a deploy) first")
+    running = pid() is not None
+    down()
+    ROOTFS.rename(SNAPSHOT)
+    overlay()
+    say(f"snapshot kept in {SNAPSHOT}")
+    if running:
+        up()
+
+
+def reset() -> None:
+    if not SNAPSHOT.exists():
+        sys.exit("sandbox: there is no snapshot to go back to; `sandbox.py snapshot` keeps one")
+    running = pid() is not None
+    down()
+    if mounted(ROOTFS):
+        run(["umount", str(ROOTFS)])
+    for path in (UPPER, WORK):
+        shutil.rmtree(path, ignore_errors=True)
+    overlay()
+    say("back to the snapshot")
+    if running:
+        up()
 
 
 def main() -> None:
     if os.geteuid() != 0:
         sys.exit("sandbox: run as root (mmdebstrap and systemd-nspawn need it)")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("action", choices=("up", "down", "fresh", "destroy", "status", "image", "ports"))
+    ap.add_argument(
+        "action", choices=("up", "down", "fresh", "destroy", "snapshot", "reset", "status", "image", "ports")
+    )
     action = ap.parse_args().action
     STATE.mkdir(exist_ok=True)
     if action == "up":
@@ -685,6 +752,10 @@ def main() -> None:
         up()
     elif action == "destroy":
         destroy()
+    elif action == "snapshot":
+        snapshot()
+    elif action == "reset":
+        reset()
     elif action == "image":
         print(build_image())
     elif action == "ports":

@@ -89,6 +89,40 @@ def test_boots_and_answers_ssh_from_a_long_path(checkout):
     assert "200 OK" in r.stdout and "BEGIN PGP SIGNED MESSAGE" in r.stdout, r.stdout + r.stderr
 
 
+def test_a_snapshot_keeps_the_machine_and_reset_goes_back_to_it(checkout):
+    """`snapshot` keeps the machine as it is (its root read-only, the machine on an overlay of it),
+    `reset` throws away what it wrote since, `destroy` removes every layer."""
+    root, env = checkout
+
+    def sh(command: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["ssh", "-F", str(root / ".sandbox/ssh_config"), "sandbox", command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    refused = tool(root, env, "reset")
+    assert refused.returncode != 0 and "no snapshot" in refused.stderr and "Traceback" not in refused.stderr
+    assert tool(root, env, "up").returncode == 0
+    assert sh("echo kept > /root/before").returncode == 0
+    kept = tool(root, env, "snapshot")
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    lower = root / ".sandbox/rootfs.lower"
+    assert (lower / "root/before").read_text() == "kept\n"
+    assert tool(root, env, "status").stdout.strip() == "running"  # it was up: it is up again
+    assert sh("echo thrown > /root/after; cat /root/before").stdout == "kept\n"
+    assert not (lower / "root/after").exists()  # the snapshot does not change
+    again = tool(root, env, "snapshot")
+    assert again.returncode != 0 and "already runs on a snapshot" in again.stderr
+    back = tool(root, env, "reset")
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert sh("ls /root").stdout.split() == ["before"]
+    assert tool(root, env, "destroy").returncode == 0
+    assert not any((root / ".sandbox" / name).exists() for name in ("rootfs.lower", "rootfs.upper", "rootfs.work"))
+    assert not (root / ".sandbox/rootfs").exists()
+
+
 def test_ssh_failure_is_reported_with_ssh_own_message(checkout):
     root, env = checkout
     assert tool(root, env, "up").returncode == 0
