@@ -175,7 +175,7 @@ bench-cold: deps venv
 	$(BIN)/python benchmark/cold_bench.py $(if $(SIZE_MIB),--size-mib '$(SIZE_MIB)') $(if $(RATE_MIB),--rate-mib '$(RATE_MIB)')
 
 .PHONY: fleet-up fleet-down gateway-lock bench-fleet
-fleet-up: deps venv  ## make fleet-up N=3 [FROM_SANDBOX=1: on the deployed, powered-off single sandbox]
+fleet-up: deps venv  ## make fleet-up N=3 [FROM_SANDBOX=1: on the single sandbox's snapshot]
 	$(BIN)/python sandbox/fleet.py up -n $(N) $(if $(FROM_SANDBOX),--from-sandbox)
 
 fleet-down:

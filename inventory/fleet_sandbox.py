@@ -5,7 +5,8 @@ Simulated: no GPU here, so the workers' engines are OpenAI-compatible stand-ins
 deploys the gateway (`--limit gateway`). Health checks, key, routing: the real router.
 On a fleet booted from the deployed single sandbox (FROM_SANDBOX=1) the whole fleet deploy runs.
 Simulated hub: the workers download the single sandbox's small stand-in checkpoint from the
-stand-in hub on 127.0.0.1 (the containers share the host's network), which logs every request.
+fleet's own stand-in hub on its subnet (the containers share the host's network), which logs every
+request to .sandbox/fleet/hub.log.
 """
 
 import json
@@ -37,11 +38,12 @@ def ssh(node: dict) -> dict:
     }
 
 
-# The single sandbox's stand-in hub (sandbox/fake_hub.py on 127.0.0.1, started by fleet up too): the
-# fleet's seed downloads the stand-in checkpoint from it, the other workers receive it from the seed.
-HUB_INFO = Path(".sandbox/hub/hub.json")
-if not HUB_INFO.exists():
-    raise SystemExit("glm-flash: the stand-in hub is not staged. Fix: make fleet-down, then make fleet-up N=3")
+# The fleet's stand-in hub (sandbox/fake_hub.py, started by fleet up, serving the single sandbox's
+# staged checkpoint): the fleet's seed downloads the stand-in checkpoint from it, the other workers
+# receive it from the seed.
+HUB_INFO, FLEET_HUB = Path(".sandbox/hub/hub.json"), Path(".sandbox/fleet/hub.json")
+if not HUB_INFO.exists() or not FLEET_HUB.exists():
+    raise SystemExit("glm-flash: the fleet's stand-in hub is not up. Fix: make fleet-down, then make fleet-up N=3")
 hub = json.loads(HUB_INFO.read_text())
 
 shared = {
@@ -50,7 +52,7 @@ shared = {
     "model_path": "/srv/models/GLM-5.3-Flash",
     "model_id": hub["repo"],
     "model_revision": hub["commit"],
-    "hf_endpoint": f"http://127.0.0.1:{hub['port']}",
+    "hf_endpoint": json.loads(FLEET_HUB.read_text())["url"],
     "allow_reboot": False,
     # The engine's CPython 3.11 comes from the control machine (pyenv on these machines).
     "python_source": os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7"),
@@ -60,7 +62,7 @@ if Path(".sandbox/fleet/from-sandbox").exists():
     # its settings (the stand-in NVIDIA repository, the staged model): the full node deploy converges there.
     (_, single), *_ = runpy.run_path("inventory/sandbox.py")["hosts"]
     # Not how it is reached: its ssh_ keys and pyinfra's own (_sudo; the fleet's machines log in as root).
-    shared.update({k: v for k, v in single.items() if not k.startswith(("ssh_", "_"))})
+    shared.update({k: v for k, v in single.items() if not k.startswith(("ssh_", "_")) and k != "hf_endpoint"})
 
 workers, gateway = fleet(
     shared=shared,

@@ -46,6 +46,7 @@ class FakeHub:
         drop_file: str | None = None,
         drops: list[int | None] | None = None,
         rate: float = 0.0,
+        address: str = "127.0.0.1",
     ):
         self.repo, self.files, self.token, self.commit = repo, files, token, commit
         self.corrupt, self.delay = corrupt, delay
@@ -166,8 +167,8 @@ class FakeHub:
                     return self._send(200, body, headers, head, name=name)
                 return self._send(404, b"", {}, head)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.server = ThreadingHTTPServer((address, port), Handler)
+        self.endpoint = f"http://{address}:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def add_repo(self, repo: str, files: dict[str, bytes], commit: str) -> None:
@@ -257,6 +258,7 @@ def main() -> None:
     ap.add_argument("--repo", required=True)
     ap.add_argument("--dir", required=True, type=Path)
     ap.add_argument("--port", required=True, type=int)
+    ap.add_argument("--address", default="127.0.0.1", help="the loopback address to listen on")
     ap.add_argument("--log", required=True, type=Path)
     ap.add_argument("--commit", default="c0ffee" * 6 + "beef")
     ap.add_argument("--token-file", type=Path, help="answer 401 without this token")
@@ -271,7 +273,9 @@ def main() -> None:
     )
     a = ap.parse_args()
     token = a.token_file.read_text().strip() if a.token_file else None
-    hub = FakeHub(a.repo, read_dir(a.dir), token=token, commit=a.commit, port=a.port, log=a.log, rate=a.rate)
+    hub = FakeHub(
+        a.repo, read_dir(a.dir), token=token, commit=a.commit, port=a.port, log=a.log, rate=a.rate, address=a.address
+    )
     for repo, path, commit in a.also:
         hub.add_repo(repo, read_dir(Path(path)), commit)
     print(f"fake hub for {a.repo}@{a.commit} on {hub.endpoint} (pid {os.getpid()})", flush=True)

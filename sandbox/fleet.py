@@ -4,7 +4,7 @@
     fleet.py up [-n N] [--from-sandbox]
                          boot N machines (default 3): node1 on 127.A.B.2, node2 on 127.A.B.3, ...
                          (127.A.B: this checkout's own, from its identity; see subnet())
-                         --from-sandbox: on the deployed single sandbox instead of the bare image
+                         --from-sandbox: on the single sandbox's snapshot instead of the bare image
     fleet.py down        power them off and delete what they wrote (the shared image stays)
     fleet.py status
 
@@ -18,8 +18,13 @@ Disk: every machine is an overlay (overlayfs) whose read-only lower layer is ONE
 the cached pristine image (sandbox.py's, about 400 MB, kept in the cache beside the tarball), and
 whose upper layer holds only what that machine writes (a few MB once booted). N machines cost
 one image plus their own changes, not N images. With --from-sandbox the lower layer is the single
-sandbox's root (`make deploy`ed, powered off, and left off while the fleet runs: a lower layer must
-not change): N deployed workers for the disk of one, the NVIDIA stand-in served as for it.
+sandbox's snapshot (`make deploy`, then `sandbox.py snapshot`: its root kept read-only, which the
+single sandbox itself then runs on too): N deployed workers for the disk of one, the NVIDIA stand-in
+served as for it, while the single sandbox runs on beside them.
+
+The fleet has a stand-in hub of its own (sandbox/fake_hub.py, the single sandbox's staged
+checkpoint) on its subnet's first address, logging to .sandbox/fleet/hub.log: what the fleet
+downloads is counted apart from what the single sandbox does.
 
 Simulated: the machines are containers on one kernel, not separate computers; they share the host
 key of the single sandbox (.sandbox/keys), each known under its own address in
@@ -44,7 +49,10 @@ FLEET = sb.STATE / "fleet"
 KNOWN_HOSTS = FLEET / "known_hosts"
 SSH_CONFIG = FLEET / "ssh_config"
 NODES_FILE = FLEET / "nodes.json"  # what is up: read by inventory/fleet_sandbox.py and the tests
-FROM_SANDBOX = FLEET / "from-sandbox"  # present while the fleet's lower layer is the single sandbox
+FROM_SANDBOX = FLEET / "from-sandbox"  # present while the fleet's lower layer is the single sandbox's snapshot
+HUB_JSON = FLEET / "hub.json"  # {"url": ..} of the fleet's own stand-in hub, read by inventory/fleet_sandbox.py
+HUB_LOG = FLEET / "hub.log"
+HUB_PIDFILE = FLEET / "hub.pid"
 MAX_NODES = 16
 
 
@@ -84,14 +92,10 @@ def lower() -> Path:
     return root
 
 
-def mounted(path: Path) -> bool:
-    return subprocess.run(["mountpoint", "-q", str(path)]).returncode == 0
-
-
 def mount(index: int, base: Path) -> Path:
     d = node_dir(index)
     root = d / "root"
-    if mounted(root):
+    if sb.mounted(root):
         return root
     for sub in ("upper", "work", "root"):
         (d / sub).mkdir(parents=True, exist_ok=True)
@@ -205,16 +209,16 @@ def up(n: int, from_sandbox: bool = False) -> None:
         sys.exit(f"fleet: {len(extra)} more machines are up than N={n}; run fleet down first")
     if any(node_dir(i).exists() for i in range(1, MAX_NODES + 1)) and FROM_SANDBOX.exists() != from_sandbox:
         sys.exit("fleet: the fleet is on another lower layer; run fleet down first")
-    if from_sandbox and (sb.pid() or not (sb.ROOTFS / "etc/glm-flash").exists()):
+    if from_sandbox and not (sb.SNAPSHOT / "etc/glm-flash").exists():
         sys.exit(
-            "fleet: --from-sandbox needs the single sandbox deployed and powered off "
-            "(make deploy, then sandbox.py down): its root is the fleet's read-only lower layer"
+            "fleet: --from-sandbox needs a snapshot of the deployed single sandbox "
+            "(make deploy, then sandbox.py snapshot): it is the fleet's read-only lower layer"
         )
     sb.settle_ports(running=sb.pid() is not None or bool(nodes_up()))
     sb.ensure_keys()
     FLEET.mkdir(parents=True, exist_ok=True)
     write_client_files(n)
-    base = sb.ROOTFS if from_sandbox else lower()
+    base = sb.SNAPSHOT if from_sandbox else lower()
     if from_sandbox:
         FROM_SANDBOX.touch()
     started = time.time()
@@ -222,8 +226,11 @@ def up(n: int, from_sandbox: bool = False) -> None:
     for i, proc in procs.items():
         wait_ready(i, proc)
     if from_sandbox:
+        sb.overlay()  # the single sandbox's root (its stand-in repository's files), powered off or not
         sb.standin_up()  # the stand-in NVIDIA repository inventory/sandbox.py points at
-    sb.hub_up()  # the stand-in hub the workers download the checkpoint from (once: the seed)
+    # the stand-in hub the workers download the checkpoint from (once: the seed)
+    url = sb.hub_up(f"{subnet()}.1", HUB_LOG, HUB_PIDFILE)
+    HUB_JSON.write_text(json.dumps({"url": url}) + "\n")
     sb.say(f"fleet of {n} up in {time.time() - started:.0f} s: ssh -F {SSH_CONFIG} node1 .. node{n}")
 
 
@@ -234,17 +241,18 @@ def down() -> None:
             continue
         sb.poweroff(d / "nspawn.pid")
         root = d / "root"
-        if mounted(root):
+        if sb.mounted(root):
             sb.run(["umount", str(root)])
         shutil.rmtree(d)
     for sock in sb.control_dir().glob("fleet-*"):
         sock.unlink(missing_ok=True)
     NODES_FILE.unlink(missing_ok=True)
     if FROM_SANDBOX.exists():
-        sb.stop_pidfile(sb.STANDIN_PIDFILE)
+        if not sb.pid():  # the stand-in repository is the single sandbox's too
+            sb.stop_pidfile(sb.STANDIN_PIDFILE)
         FROM_SANDBOX.unlink()
-    if not sb.pid():  # the hub is the single sandbox's too
-        sb.stop_pidfile(sb.HUB_PIDFILE)
+    sb.stop_pidfile(HUB_PIDFILE)
+    HUB_JSON.unlink(missing_ok=True)
     sb.say("fleet down and removed (the shared image stays in the cache)")
 
 

@@ -184,12 +184,11 @@ class Deploys:
 
 
 # The directories that need no sandbox run first (in this order), the ones that check it last
-# (fleet before host and sandbox, as the fleet restores the single sandbox after itself; served
-# last: it deploys the CPU engine onto the session's sandbox and leaves it serving). The
+# (served last: it deploys the CPU engine onto the session's sandbox and leaves it serving). The
 # session's sandbox is built and deployed in the background meanwhile (SandboxBuild), so a unit
-# failure shows in minutes and the cold build overlaps the tests that do not need it.
+# failure shows in minutes and the cold build overlaps the tests that do not need it. In a run
+# with other tests, tests/fleet and tests/served run beside the session (fleet(), served()).
 ORDER = ["unit", "bench", "cuda", "engine", "eval", "gb10", "fleet", "host", "sandbox", "served"]
-SANDBOX_DIRS = {"fleet", "host", "sandbox", "served"}
 
 
 def top_dir(path) -> str:
@@ -208,11 +207,13 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 class SandboxBuild:
-    """`sandbox.py fresh` and the session's two deploys, in a thread started once the run's tests are
-    known; sandbox_deploys() joins it. `fresh`'s output goes to .sandbox-build.log (not to whichever
+    """`sandbox.py fresh`, the session's two deploys and `sandbox.py snapshot` (the deployed machine
+    kept, which tests/fleet boots on), in a thread started once the run's tests are known;
+    sandbox_deploys() joins it. `fresh`'s output goes to .sandbox-build.log (not to whichever
     test is running meanwhile), and a failure shows its tail. A session that ends before it is
-    joined (-x, an interrupt) stops it: no deploy runs on after pytest. `then`: called when it
-    has ended (what waits for the build's minutes to pass: the served tests' own sandbox)."""
+    joined (-x, an interrupt) stops it: no deploy runs on after pytest. `then`: called with its
+    error ("" when it built) when it has ended (what waits for the build: the fleet's tests, the
+    served tests' own sandbox)."""
 
     def __init__(self, then=None):
         self.then = then
@@ -251,12 +252,18 @@ class SandboxBuild:
             self.second = self._step(deploy, None)
             if self.second.returncode != 0:
                 self.error = f"second deploy failed:\n{self.second.stderr[-6000:]}"
+                return
+            # the deployed machine kept: the fleet boots on it while the session's tests use the sandbox
+            with open(self.log, "a") as log:
+                kept = self._step([sys.executable, str(REPO / "sandbox/sandbox.py"), "snapshot"], log)
+            if kept.returncode != 0:
+                self.error = f"sandbox.py snapshot failed ({kept.returncode}):\n{self.log.read_text()[-6000:]}"
         except Exception as e:  # reported by sandbox_deploys(), in the test that needs it
             self.error = f"the sandbox build raised {type(e).__name__}: {e}"
         finally:
             self.seconds = time.monotonic() - began
             if self.then is not None and not self.stopped:
-                self.then()
+                self.then(self.error)
 
     def result(self) -> Deploys:
         self.thread.join()
@@ -302,6 +309,7 @@ BACKGROUND = [
     "tests/sandbox/test_apt_hold_rootfs.py",
 ]
 SESSION_FIXTURES = {"sandbox", "sandbox_deploys"}
+BACKGROUND_ENV = {"GLM_FLASH_BACKGROUND_RUN": "1"}  # its pytest sorts its items in BACKGROUND's order
 
 
 def background_rank(item) -> int | None:
@@ -313,22 +321,32 @@ def background_rank(item) -> int | None:
     return None
 
 
-class BackgroundRun:
-    label = "background tests"
+class PytestRun:
+    """A pytest of its own beside the session, over `nodeids`, its output in `log`; started by start()
+    (now, or when the sandbox build has ended), joined at the session's end."""
 
-    def __init__(self, nodeids: list[str]):
-        self.nodeids = nodeids
-        self.log = REPO / ".background-tests.log"
-        self.began = time.monotonic()
+    def __init__(self, label: str, log: str, nodeids: list[str], args: tuple = (), env: dict | None = None):
+        self.label, self.nodeids, self.args, self.env = label, nodeids, list(args), env or {}
+        self.log = REPO / log
         self.seconds = 0.0
+        self.proc: subprocess.Popen | None = None
+        self.skipped = ""  # why it never started
+        self.waiter = threading.Thread(target=self._wait, name=label, daemon=True)
+
+    def start(self, error: str = "") -> None:
+        """Start it, unless `error` (the sandbox build's, which it needs) says why it cannot run."""
+        if error:
+            self.skipped = "not run: the sandbox build failed (the session's first sandbox test shows why)\n"
+            self.log.write_text(self.skipped)
+            return
+        self.began = time.monotonic()
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--durations=10", *nodeids],
+                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--durations=10", *self.args, *self.nodeids],
                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                env=dict(os.environ, PYTHONUNBUFFERED="1", GLM_FLASH_BACKGROUND_RUN="1"),
+                env=dict(os.environ, PYTHONUNBUFFERED="1", **self.env),
             )  # fmt: skip
         # its own time, taken when it ends (the session joins it only at its own end)
-        self.waiter = threading.Thread(target=self._wait, name="background-tests", daemon=True)
         self.waiter.start()
 
     def _wait(self) -> None:
@@ -337,14 +355,16 @@ class BackgroundRun:
 
     @property
     def returncode(self) -> int | None:
-        return self.proc.returncode
+        return 1 if self.skipped else None if self.proc is None else self.proc.returncode
 
     def join(self) -> int:
+        if self.proc is None:  # never started: the build failed, or the session ended first
+            return 1
         self.waiter.join()
         return self.proc.returncode
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=30)
@@ -421,7 +441,8 @@ class CheckoutRun:
             self.seconds = time.monotonic() - began
             self.returncode = rc
 
-    def start(self) -> None:
+    def start(self, error: str = "") -> None:
+        """Started whether the session's build succeeded or not (`error`): it builds a machine of its own."""
         self.thread.start()
 
     def join(self) -> int:
@@ -452,8 +473,8 @@ def served(session) -> None:
 
 
 def background(session) -> None:
-    """Move the items of BACKGROUND's modules that need no session sandbox into a BackgroundRun,
-    when others remain."""
+    """Move the items of BACKGROUND's modules that need no session sandbox into a pytest of their own,
+    started now, when others remain."""
     moved = [
         item
         for item in session.items
@@ -461,7 +482,27 @@ def background(session) -> None:
     ]
     if not moved or len(moved) == len(session.items):
         return
-    session.config._glm_flash_background = BackgroundRun([item.nodeid for item in moved])
+    run = PytestRun("background tests", ".background-tests.log", [item.nodeid for item in moved], env=BACKGROUND_ENV)
+    session.config._glm_flash_background = run
+    session.items[:] = [item for item in session.items if item not in moved]
+    run.start()
+
+
+# tests/fleet: in a run that builds the session's sandbox and has other tests too, in a pytest of
+# their own started once it is built (and kept as a snapshot, sandbox.py snapshot): the fleet's
+# machines boot on that snapshot, each on an upper layer of its own, while tests/host and
+# tests/sandbox check the single sandbox beside them. The fleet has its own addresses (its subnet,
+# sandbox/fleet.py) and its own stand-in hub and log; the NVIDIA stand-in they share is read-only.
+FLEET = "fleet"
+
+
+def fleet(session) -> None:
+    moved = [item for item in session.items if top_dir(item.path) == FLEET]
+    if not moved or len(moved) == len(session.items) or not needs_sandbox(session):
+        return
+    session.config._glm_flash_fleet = PytestRun(
+        "fleet tests, on the sandbox's snapshot", ".fleet-tests.log", [item.nodeid for item in moved], ("--no-deploy",)
+    )
     session.items[:] = [item for item in session.items if item not in moved]
 
 
@@ -469,24 +510,37 @@ def pytest_collection_finish(session):
     if session.config.getoption("collectonly"):
         return
     background(session)
+    build_needed = needs_sandbox(session)  # before tests/fleet leave the session
+    fleet(session)
     served(session)
-    run = getattr(session.config, "_glm_flash_served", None)
-    if needs_sandbox(session):
-        session.config._glm_flash_build = build = SandboxBuild(then=run.start if run else None)
+    config = session.config
+    after = [
+        run for run in (getattr(config, "_glm_flash_fleet", None), getattr(config, "_glm_flash_served", None)) if run
+    ]
+    if build_needed:
+        config._glm_flash_build = build = SandboxBuild(then=lambda error: [run.start(error) for run in after])
         build.thread.start()
-    elif run is not None:
-        run.start()
+    else:
+        for run in after:
+            run.start()
 
 
 def side_runs(config) -> list:
-    """The runs beside the session: the background pytest, the served tests' own sandbox."""
-    runs = (getattr(config, "_glm_flash_background", None), getattr(config, "_glm_flash_served", None))
-    return [run for run in runs if run is not None]
+    """The runs beside the session: the background pytest, the fleet's, the served tests' own sandbox."""
+    names = ("_glm_flash_background", "_glm_flash_fleet", "_glm_flash_served")
+    return [run for run in (getattr(config, name, None) for name in names) if run is not None]
 
 
 def pytest_sessionfinish(session, exitstatus):
+    stopping = session.shouldstop or session.shouldfail or exitstatus == pytest.ExitCode.INTERRUPTED
+    build = getattr(session.config, "_glm_flash_build", None)
+    if build is not None:
+        if stopping:
+            build.stop()
+        else:
+            build.thread.join()  # the runs it starts have started, or never will
     for run in side_runs(session.config):
-        if session.shouldstop or session.shouldfail or exitstatus == pytest.ExitCode.INTERRUPTED:
+        if stopping:
             run.stop()  # -x or an interrupt: nothing runs on after pytest
         if run.join() != 0 and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED

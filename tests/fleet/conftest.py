@@ -49,6 +49,13 @@ def kept(nodes: list[str], paths: list[str]):
             ssh(node, f"rm -rf {listed}; cd / && tar -xpf {BACKUP}; rm -f {BACKUP}; systemctl daemon-reload")
 
 
+def shown(out: str) -> str:
+    """A failed run's output for the assertion: the errors before its summary, then the summary
+    (the summary alone says only "failed (see the errors above)")."""
+    cut = out.rfind("--> Summary")
+    return out[-6000:] if cut < 0 else out[:cut][-5000:] + out[cut:][-3000:]
+
+
 def ssh(node: str, command: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     """`command` on a fleet machine by its name (node2), as root, with `stdin`; not checked."""
     return subprocess.run(
@@ -70,14 +77,9 @@ def boot(n: int) -> None:
     subprocess.run([sys.executable, "sandbox/fleet.py", "up", "-n", str(n), *lower], cwd=REPO, env=env(), check=True)
 
 
-def sandbox(*args: str) -> None:
-    subprocess.run([sys.executable, "sandbox/sandbox.py", *args], cwd=REPO, env=env(), check=True)
-
-
-# What puts things back after tests/fleet: the fleet down when this session booted it, the single
-# sandbox up when it was powered off for the fleet. pytest would run a fixture's teardown only at the
-# end of the session (tests/fleet is not a Python package, so "package" scope is the session's):
-# too late for tests/host and tests/sandbox, which come after and check the single sandbox.
+# What puts things back after tests/fleet: the fleet down when this session booted it. pytest would
+# run a fixture's teardown only at the end of the session (tests/fleet is not a Python package, so
+# "package" scope is the session's): too late for a session that runs other tests after them.
 _RESTORE: list = []
 
 
@@ -96,25 +98,27 @@ def pytest_runtest_teardown(item, nextitem):
             restore()
 
 
+SNAPSHOT = REPO / ".sandbox" / "rootfs.lower"  # sandbox/sandbox.py snapshot
+
+
 @pytest.fixture(scope="session")
 def fleet_up(request) -> list[dict]:
     """The fleet's nodes (node1 the gateway, node2.. the workers) as sandbox/fleet.py wrote them.
 
-    In `make test` (the single sandbox deployed by this session, no fleet up) the fleet boots on the
-    deployed sandbox (FROM_SANDBOX), so the full fleet deploy runs too; the single sandbox is powered
-    off meanwhile (it is the fleet's read-only lower layer) and booted again after tests/fleet."""
+    On a snapshot of the deployed single sandbox (`make test` keeps one once its sandbox is deployed:
+    the session's build, or this one's when tests/fleet run alone) the fleet boots on it
+    (FROM_SANDBOX), so the full fleet deploy runs too, while the single sandbox runs on beside it;
+    with none, on the bare image (the gateway's tests)."""
     if os.geteuid() != 0:
         pytest.skip("the fleet sandbox needs root (systemd-nspawn, overlay mounts)")
     nodes = REPO / ".sandbox" / "fleet" / "nodes.json"
     existing = len(json.loads(nodes.read_text())) if nodes.exists() else 0
-    on_single = not existing and request.getfixturevalue("sandbox_deploys") is not None
+    request.getfixturevalue("sandbox_deploys")  # this session's build (and its snapshot), when it has one
     if not existing:
         _RESTORE.append(lambda: subprocess.run([sys.executable, "sandbox/fleet.py", "down"], cwd=REPO, env=env()))
-    if on_single:
-        sandbox("down")
-        _RESTORE.append(lambda: sandbox("up"))  # tests/host and tests/sandbox check the single sandbox
+        lower = ["--from-sandbox"] if SNAPSHOT.exists() else []
         subprocess.run(
-            [sys.executable, "sandbox/fleet.py", "up", "-n", str(N), "--from-sandbox"], cwd=REPO, env=env(), check=True
+            [sys.executable, "sandbox/fleet.py", "up", "-n", str(N), *lower], cwd=REPO, env=env(), check=True
         )
     # Boots only the machines that are not running (a test may have powered one off).
     boot(max(N, existing))

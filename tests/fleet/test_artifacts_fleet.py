@@ -5,7 +5,7 @@ tests/fleet/deploy_artifacts.py runs only the transfer steps, with the gateway's
 (36 MB) as the artifacts (the engine's 5 GB would not fit three times here): the seed worker
 (node2) gets them from the control machine, the others from it over the local network. The
 checkpoint is the single sandbox's stand-in (simulated hub, sandbox/fake_hub.py, which logs every
-request to .sandbox/hub.log): the seed downloads it, the others receive it from the seed.
+request to .sandbox/fleet/hub.log): the seed downloads it, the others receive it from the seed.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tests.fleet.conftest import boot, env
 
 DIR = "/opt/glm-flash/fleet-test/wheelhouse"
 CHECKPOINT = "/srv/models/GLM-5.3-Flash"  # inventory/fleet_sandbox.py
-HUB_LOG = REPO / ".sandbox" / "hub.log"
+HUB_LOG = REPO / ".sandbox" / "fleet" / "hub.log"  # the fleet's own stand-in hub (sandbox/fleet.py)
 pytestmark = pytest.mark.sandbox
 
 

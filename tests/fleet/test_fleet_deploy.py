@@ -19,7 +19,7 @@ import time
 import pytest
 
 from tests.conftest import REPO
-from tests.fleet.conftest import boot, env
+from tests.fleet.conftest import boot, env, shown
 
 pytestmark = pytest.mark.sandbox
 
@@ -32,13 +32,6 @@ def deploy() -> tuple[int, str, list[str]]:
     out = run.stdout + run.stderr
     totals = [line for line in out.splitlines() if "Grand total" in line]
     return run.returncode, out, totals[0].split() if totals else []
-
-
-def shown(out: str) -> str:
-    """A failed run's output for the assertion: the errors before its summary, then the summary
-    (the summary alone says only "failed (see the errors above)")."""
-    cut = out.rfind("--> Summary")
-    return out[-6000:] if cut < 0 else out[:cut][-5000:] + out[cut:][-3000:]
 
 
 def power_off_during(proc: subprocess.Popen, node: str) -> None:

@@ -25,8 +25,13 @@ def metrics_on(profile):
 
 
 def _listen(host, port: int) -> set[str]:
-    out = host.check_output(f"ss -Hltn 'sport = :{port}'")
-    return {line.split()[3].rsplit(":", 1)[0].strip("[]") for line in out.splitlines() if line.strip()}
+    """The addresses the node exporter itself (its main process) listens on at `port`: only its own
+    sockets (the sandbox shares this machine's network with the fleet's, whose exporters use the
+    same port on their own addresses)."""
+    pid = host.check_output("systemctl show -p MainPID --value prometheus-node-exporter").strip()
+    out = host.check_output(f"ss -Hltnp 'sport = :{port}'")
+    mine = [line for line in out.splitlines() if f"pid={pid}," in line]
+    return {line.split()[3].rsplit(":", 1)[0].strip("[]") for line in mine}
 
 
 def test_node_exporter_runs_and_listens_only_where_listen_host_allows(host, profile, metrics_on):
