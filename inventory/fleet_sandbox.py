@@ -3,7 +3,7 @@
 Simulated: no GPU here, so the workers' engines are OpenAI-compatible stand-ins
 (tests/bench/fake_openai.py) that the fleet tests run on each worker's address; this inventory
 deploys the gateway (`--limit gateway`). Health checks, key, routing: the real router.
-On a fleet booted from the deployed single sandbox (FROM_SANDBOX=1) the whole fleet deploy runs.
+On a fleet booted from the deployed single sandbox's snapshot (FROM_SANDBOX=1) the whole fleet deploy runs.
 Simulated hub: the workers download the single sandbox's small stand-in checkpoint from the
 fleet's own stand-in hub on its subnet (the containers share the host's network), which logs every
 request to .sandbox/fleet/hub.log.
@@ -58,7 +58,7 @@ shared = {
     "python_source": os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7"),
 }
 if Path(".sandbox/fleet/from-sandbox").exists():
-    # `make fleet-up FROM_SANDBOX=1`: the workers are overlays of the deployed single sandbox, so they get
+    # `make fleet-up FROM_SANDBOX=1`: the workers are overlays of the deployed single sandbox's snapshot, so they get
     # its settings (the stand-in NVIDIA repository, the staged model): the full node deploy converges there.
     (_, single), *_ = runpy.run_path("inventory/sandbox.py")["hosts"]
     # Not how it is reached: its ssh_ keys and pyinfra's own (_sudo; the fleet's machines log in as root).

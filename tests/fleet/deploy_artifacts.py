@@ -2,8 +2,8 @@
 
 The artifacts are the gateway's wheels (36 MB): the engine's 5 GB would not fit three times on the
 test machine. The mechanism, the paths under install_root and the checks are those of a full
-fleet deploy. The checkpoint is the real model role against the single sandbox's stand-in hub
-(inventory/fleet_sandbox.py): the seed downloads it, the others receive it from every worker that
+fleet deploy. The checkpoint is the real model role against the fleet's stand-in hub, serving the
+single sandbox's stand-in checkpoint (inventory/fleet_sandbox.py): the seed downloads it, the others receive it from every worker that
 holds it verified. GLM_FLASH_FLEET_WORKERS (inventory/fleet_sandbox.py) picks how many workers.
 """
 

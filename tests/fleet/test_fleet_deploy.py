@@ -1,9 +1,9 @@
 """The full fleet deploy (deploy_fleet.py: artifact step, then deploy.py) on every worker.
 
-Needs the fleet booted on the deployed single sandbox (in `make test` tests/fleet/conftest.py
-does it after the single sandbox's deploy; by hand: `make deploy`, `sandbox.py down`,
-`make fleet-up FROM_SANDBOX=1`): an engine environment is about 11 GB, so each worker is an
-overlay of the one deployed root. This checks that the deploy converges on every worker, that a
+Needs the fleet booted on a snapshot of the deployed single sandbox (in `make test` the session's
+build keeps it and tests/fleet/conftest.py boots on it; by hand: `make deploy`,
+`python3 sandbox/sandbox.py snapshot`, `make fleet-up FROM_SANDBOX=1`): an engine environment is
+about 11 GB, so each worker is an overlay of the one deployed root. This checks that the deploy converges on every worker, that a
 second run changes nothing, and that a worker made unreachable mid-run leaves the others
 converged and is named in the summary. Simulated as in the single sandbox: no GPU, the NVIDIA
 repository and the hub stand-ins.
@@ -56,7 +56,10 @@ def deployed_fleet(fleet_up):
     """In `make test` the fleet always stands on the deployed sandbox (tests/fleet/conftest.py); a
     fleet someone booted by hand on the bare image would build an engine on every worker."""
     if not (REPO / ".sandbox" / "fleet" / "from-sandbox").exists():
-        pytest.skip("needs the fleet on the deployed single sandbox: make deploy; make fleet-up FROM_SANDBOX=1")
+        pytest.skip(
+            "needs the fleet on the deployed single sandbox's snapshot: make deploy; "
+            "python3 sandbox/sandbox.py snapshot; make fleet-up FROM_SANDBOX=1"
+        )
     return fleet_up
 
 
