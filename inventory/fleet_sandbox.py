@@ -13,6 +13,7 @@ import json
 import os
 import runpy
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from control.fleet import fleet
 
@@ -38,13 +39,14 @@ def ssh(node: dict) -> dict:
     }
 
 
-# The fleet's stand-in hub (sandbox/fake_hub.py, started by fleet up, serving the single sandbox's
-# staged checkpoint): the fleet's seed downloads the stand-in checkpoint from it, the other workers
-# receive it from the seed.
-HUB_INFO, FLEET_HUB = Path(".sandbox/hub/hub.json"), Path(".sandbox/fleet/hub.json")
-if not HUB_INFO.exists() or not FLEET_HUB.exists():
+# The fleet's own stand-ins (started by fleet up on its subnet): the hub (sandbox/fake_hub.py, serving
+# the single sandbox's staged checkpoint), from which the fleet's seed downloads the stand-in
+# checkpoint (the other workers receive it from the seed), and on a fleet booted from the snapshot
+# the NVIDIA repository as the snapshot holds it.
+HUB_INFO, STANDINS = Path(".sandbox/hub/hub.json"), Path(".sandbox/fleet/standins.json")
+if not HUB_INFO.exists() or not STANDINS.exists():
     raise SystemExit("glm-flash: the fleet's stand-in hub is not up. Fix: make fleet-down, then make fleet-up N=3")
-hub = json.loads(HUB_INFO.read_text())
+hub, standins = json.loads(HUB_INFO.read_text()), json.loads(STANDINS.read_text())
 
 shared = {
     "require_gpu": False,
@@ -52,7 +54,7 @@ shared = {
     "model_path": "/srv/models/GLM-5.3-Flash",
     "model_id": hub["repo"],
     "model_revision": hub["commit"],
-    "hf_endpoint": json.loads(FLEET_HUB.read_text())["url"],
+    "hf_endpoint": standins["hub"],
     "allow_reboot": False,
     # The engine's CPython 3.11 comes from the control machine (pyenv on these machines).
     "python_source": os.environ.get("GLM_FLASH_PYTHON_SOURCE", "/root/.pyenv/versions/3.11.7"),
@@ -63,6 +65,8 @@ if Path(".sandbox/fleet/from-sandbox").exists():
     (_, single), *_ = runpy.run_path("inventory/sandbox.py")["hosts"]
     # Not how it is reached: its ssh_ keys and pyinfra's own (_sudo; the fleet's machines log in as root).
     shared.update({k: v for k, v in single.items() if not k.startswith(("ssh_", "_")) and k != "hf_endpoint"})
+    for key in ("nvidia_repo_url", "cuda_runfile_url"):  # the same paths, on the fleet's own stand-in
+        shared[key] = standins["nvidia"] + urlsplit(shared[key]).path
 
 workers, gateway = fleet(
     shared=shared,

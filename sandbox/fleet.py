@@ -22,9 +22,11 @@ sandbox's snapshot (`make deploy`, then `sandbox.py snapshot`: its root kept rea
 single sandbox itself then runs on too): N deployed workers for the disk of one, the NVIDIA stand-in
 served as for it, while the single sandbox runs on beside them.
 
-The fleet has a stand-in hub of its own (sandbox/fake_hub.py, the single sandbox's staged
-checkpoint) on its subnet's first address, logging to .sandbox/fleet/hub.log: what the fleet
-downloads is counted apart from what the single sandbox does.
+The fleet's stand-ins are its own, on its subnet's first address: the hub (sandbox/fake_hub.py, the
+single sandbox's staged checkpoint), logging to .sandbox/fleet/hub.log, so what the fleet downloads
+is counted apart from what the single sandbox does; with --from-sandbox, the NVIDIA repository as
+the snapshot holds it, so a test that tampers with the single sandbox's (a re-signed index, a new
+branch) does not reach the fleet's deploys.
 
 Simulated: the machines are containers on one kernel, not separate computers; they share the host
 key of the single sandbox (.sandbox/keys), each known under its own address in
@@ -50,9 +52,9 @@ KNOWN_HOSTS = FLEET / "known_hosts"
 SSH_CONFIG = FLEET / "ssh_config"
 NODES_FILE = FLEET / "nodes.json"  # what is up: read by inventory/fleet_sandbox.py and the tests
 FROM_SANDBOX = FLEET / "from-sandbox"  # present while the fleet's lower layer is the single sandbox's snapshot
-HUB_JSON = FLEET / "hub.json"  # {"url": ..} of the fleet's own stand-in hub, read by inventory/fleet_sandbox.py
+STANDINS = FLEET / "standins.json"  # {"hub": url, "nvidia": url}: the fleet's own, read by inventory/fleet_sandbox.py
 HUB_LOG = FLEET / "hub.log"
-HUB_PIDFILE = FLEET / "hub.pid"
+HUB_PIDFILE, STANDIN_PIDFILE = FLEET / "hub.pid", FLEET / "standin.pid"
 MAX_NODES = 16
 
 
@@ -225,12 +227,13 @@ def up(n: int, from_sandbox: bool = False) -> None:
     procs = {i: boot(i, base) for i in range(1, n + 1)}
     for i, proc in procs.items():
         wait_ready(i, proc)
+    # the stand-ins the workers install from and download the checkpoint from (once: the seed)
+    standins = {"hub": sb.hub_up(f"{subnet()}.1", HUB_LOG, HUB_PIDFILE)}
     if from_sandbox:
-        sb.overlay()  # the single sandbox's root (its stand-in repository's files), powered off or not
-        sb.standin_up()  # the stand-in NVIDIA repository inventory/sandbox.py points at
-    # the stand-in hub the workers download the checkpoint from (once: the seed)
-    url = sb.hub_up(f"{subnet()}.1", HUB_LOG, HUB_PIDFILE)
-    HUB_JSON.write_text(json.dumps({"url": url}) + "\n")
+        standins["nvidia"] = sb.standin_up(
+            f"{subnet()}.1", sb.SNAPSHOT / sb.STANDIN_WWW.relative_to(sb.ROOTFS), STANDIN_PIDFILE
+        )
+    STANDINS.write_text(json.dumps(standins) + "\n")
     sb.say(f"fleet of {n} up in {time.time() - started:.0f} s: ssh -F {SSH_CONFIG} node1 .. node{n}")
 
 
@@ -247,12 +250,10 @@ def down() -> None:
     for sock in sb.control_dir().glob("fleet-*"):
         sock.unlink(missing_ok=True)
     NODES_FILE.unlink(missing_ok=True)
-    if FROM_SANDBOX.exists():
-        if not sb.pid():  # the stand-in repository is the single sandbox's too
-            sb.stop_pidfile(sb.STANDIN_PIDFILE)
-        FROM_SANDBOX.unlink()
-    sb.stop_pidfile(HUB_PIDFILE)
-    HUB_JSON.unlink(missing_ok=True)
+    FROM_SANDBOX.unlink(missing_ok=True)
+    for pidfile in (HUB_PIDFILE, STANDIN_PIDFILE):
+        sb.stop_pidfile(pidfile)
+    STANDINS.unlink(missing_ok=True)
     sb.say("fleet down and removed (the shared image stays in the cache)")
 
 

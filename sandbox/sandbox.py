@@ -369,89 +369,54 @@ def alive(pidfile: Path) -> int | None:
         return None
 
 
-def standin_up() -> None:
-    if alive(STANDIN_PIDFILE) and port_open(STANDIN_PORT):
-        return
-    stop_pidfile(STANDIN_PIDFILE)
-    if port_open(STANDIN_PORT):
+def background(what: str, address: str, port: int, cmd: list[str], pidfile: Path, variable: str) -> str:
+    """`cmd` started in the background (its pid in `pidfile`, its output beside it, .out) to serve
+    `what` on address:port, unless it serves there already; its URL. `variable`: what pins the port."""
+    url = f"http://{address}:{port}"
+    if alive(pidfile) and port_open(port, address):
+        return url
+    stop_pidfile(pidfile)
+    if port_open(port, address):
+        who = listener(port)
         sys.exit(
-            f"sandbox: 127.0.0.1:{STANDIN_PORT} (the stand-in NVIDIA repository's port) is already in use"
-            f"{' by ' + listener(STANDIN_PORT) if listener(STANDIN_PORT) else ''}; stop that program or set "
-            "GLM_FLASH_STANDIN_PORT"
+            f"sandbox: {address}:{port} ({what}'s port) is already in use{' by ' + who if who else ''}; "
+            f"stop that program or set {variable}"
         )
-    if not (STANDIN_WWW / "standin.json").exists():
-        stage_nvidia()
-    log = open(STATE / "standin.log", "ab")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "http.server",
-            "--bind",
-            "127.0.0.1",
-            "--directory",
-            str(STANDIN_WWW),
-            str(STANDIN_PORT),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-    )
-    STANDIN_PIDFILE.write_text(str(proc.pid))
+    out = pidfile.with_suffix(".out")
+    with open(out, "ab") as log:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    pidfile.write_text(str(proc.pid))
     for _ in range(40):
         if proc.poll() is not None:
             break
-        if port_open(STANDIN_PORT):
-            return
+        if port_open(port, address):
+            return url
         time.sleep(0.25)
-    sys.exit(
-        f"sandbox: the stand-in NVIDIA repository did not start on 127.0.0.1:{STANDIN_PORT} "
-        f"(exit {proc.poll()}); see {STATE / 'standin.log'}"
-    )
+    sys.exit(f"sandbox: {what} did not start on {address}:{port} (exit {proc.poll()}); see {out}")
+
+
+def standin_up(address: str = "127.0.0.1", www: Path = STANDIN_WWW, pidfile: Path = STANDIN_PIDFILE) -> str:
+    """The stand-in NVIDIA repository, `www` served on `address` (the fleet sandbox serves its own,
+    from the snapshot, on its subnet) at this checkout's stand-in port; its URL."""
+    if www == STANDIN_WWW and not (www / "standin.json").exists():
+        stage_nvidia()
+    cmd = [sys.executable, "-m", "http.server", "--bind", address, "--directory", str(www), str(STANDIN_PORT)]
+    return background("the stand-in NVIDIA repository", address, STANDIN_PORT, cmd, pidfile, "GLM_FLASH_STANDIN_PORT")
 
 
 def hub_up(address: str = "127.0.0.1", log: Path = HUB_LOG, pidfile: Path = HUB_PIDFILE) -> str:
     """The stand-in hub on `address` (a loopback address: the fleet sandbox runs one of its own on its
     subnet, logging to its own file) at this checkout's hub port; its URL."""
-    url = f"http://{address}:{HUB_PORT}"
-    if alive(pidfile) and port_open(HUB_PORT, address):
-        return url
-    stop_pidfile(pidfile)
-    if port_open(HUB_PORT, address):
-        sys.exit(
-            f"sandbox: {address}:{HUB_PORT} (the stand-in hub's port) is already in use"
-            f"{' by ' + listener(HUB_PORT) if listener(HUB_PORT) else ''}; stop that program or set GLM_FLASH_HUB_PORT"
-        )
     if not HUB_INFO.exists() or "tiny" not in json.loads(HUB_INFO.read_text()):
         stage_hub()
     info = json.loads(HUB_INFO.read_text())
     if info.get("port") != HUB_PORT:  # the inventories read the hub's address from here
         info["port"] = HUB_PORT
         HUB_INFO.write_text(json.dumps(info) + "\n")
-    out = open(pidfile.with_suffix(".out"), "ab")
-    cmd = [
-        sys.executable,
-        str(Path(__file__).resolve().parent / "fake_hub.py"),
-        "--repo",
-        info["repo"],
-        "--dir",
-        str(HUB_DIR / "repo"),
-    ]
-    cmd += ["--address", address, "--port", str(HUB_PORT), "--log", str(log), "--commit", info["commit"]]
-    cmd += ["--also", info["tiny"]["repo"], str(HUB_DIR / "tiny"), info["tiny"]["commit"]]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
-    pidfile.write_text(str(proc.pid))
-    for _ in range(40):
-        if proc.poll() is not None:
-            break
-        if port_open(HUB_PORT, address):
-            return url
-        time.sleep(0.25)
-    sys.exit(
-        f"sandbox: the stand-in hub did not start on {address}:{HUB_PORT} (exit {proc.poll()}); "
-        f"see {pidfile.with_suffix('.out')}"
-    )
+    cmd = [sys.executable, str(Path(__file__).resolve().parent / "fake_hub.py"), "--repo", info["repo"]]
+    cmd += ["--dir", str(HUB_DIR / "repo"), "--address", address, "--port", str(HUB_PORT), "--log", str(log)]
+    cmd += ["--commit", info["commit"], "--also", info["tiny"]["repo"], str(HUB_DIR / "tiny"), info["tiny"]["commit"]]
+    return background("the stand-in hub", address, HUB_PORT, cmd, pidfile, "GLM_FLASH_HUB_PORT")
 
 
 def stop_pidfile(pidfile: Path) -> None:

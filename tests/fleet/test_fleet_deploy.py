@@ -11,10 +11,13 @@ repository and the hub stand-ins.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -77,6 +80,32 @@ def summary_of_a_run_losing(node: str, when) -> str:
     assert proc.wait(timeout=3600) != 0, out[-3000:]
     assert "An internal exception occurred" not in out, out[-6000:]
     return out[out.rindex("--> Summary") :]
+
+
+def status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_the_fleets_stand_ins_are_its_own_and_the_snapshots(deployed_fleet):
+    """The single sandbox's tests run beside the fleet's and change its stand-in NVIDIA repository
+    (a re-signed index, a new branch: tests/sandbox/test_nvidia_sources.py): the fleet installs
+    from its own, serving the snapshot's files, on the fleet's own address; so is its hub."""
+    standins = json.loads((REPO / ".sandbox/fleet/standins.json").read_text())
+    subnet = deployed_fleet[0]["address"].rsplit(".", 1)[0]
+    assert all(url.startswith(f"http://{subnet}.1:") for url in standins.values()), standins
+    single = json.loads((REPO / ".sandbox/ports.json").read_text())["standin"]
+    probe = REPO / ".sandbox/rootfs/srv/glm-flash-standin/fleet-isolation-probe"
+    probe.write_text("written on the single sandbox after the snapshot\n")
+    try:
+        assert status(f"http://127.0.0.1:{single}/{probe.name}") == 200
+        assert status(f"{standins['nvidia']}/{probe.name}") == 404
+        assert status(f"{standins['nvidia']}/standin.json") == 200
+    finally:
+        probe.unlink()
 
 
 def test_the_fleet_deploy_converges_on_every_worker_and_a_second_run_changes_nothing(deployed_fleet):
