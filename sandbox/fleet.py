@@ -19,8 +19,8 @@ the cached pristine image (sandbox.py's, about 400 MB, kept in the cache beside 
 whose upper layer holds only what that machine writes (a few MB once booted). N machines cost
 one image plus their own changes, not N images. With --from-sandbox the lower layer is the single
 sandbox's snapshot (`make deploy`, then `sandbox.py snapshot`: its root kept read-only, which the
-single sandbox itself then runs on too): N deployed workers for the disk of one, the NVIDIA stand-in
-served as for it, while the single sandbox runs on beside them.
+single sandbox itself then runs on too): N deployed workers for the disk of one, while the single
+sandbox runs on beside them (it cannot be destroyed meanwhile: `fleet down` first).
 
 The fleet's stand-ins are its own, on its subnet's first address: the hub (sandbox/fake_hub.py, the
 single sandbox's staged checkpoint), logging to .sandbox/fleet/hub.log, so what the fleet downloads

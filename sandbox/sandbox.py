@@ -642,6 +642,10 @@ def down() -> None:
 
 
 def destroy() -> None:
+    if (STATE / "fleet" / "from-sandbox").exists():  # sandbox/fleet.py FROM_SANDBOX
+        sys.exit(
+            "sandbox: the fleet sandbox's machines run on this machine's snapshot; run `sandbox/fleet.py down` first"
+        )
     down()
     if mounted(ROOTFS):
         run(["umount", str(ROOTFS)])

@@ -118,6 +118,12 @@ def test_a_snapshot_keeps_the_machine_and_reset_goes_back_to_it(checkout):
     back = tool(root, env, "reset")
     assert back.returncode == 0, back.stdout + back.stderr
     assert sh("ls /root").stdout.split() == ["before"]
+    # a fleet booted on the snapshot (sandbox/fleet.py up --from-sandbox) keeps it from being deleted
+    (root / ".sandbox/fleet").mkdir()
+    (root / ".sandbox/fleet/from-sandbox").touch()
+    kept = tool(root, env, "destroy")
+    assert kept.returncode != 0 and "fleet.py down" in kept.stderr and (lower / "root/before").exists()
+    (root / ".sandbox/fleet/from-sandbox").unlink()
     assert tool(root, env, "destroy").returncode == 0
     assert not any((root / ".sandbox" / name).exists() for name in ("rootfs.lower", "rootfs.upper", "rootfs.work"))
     assert not (root / ".sandbox/rootfs").exists()
