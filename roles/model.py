@@ -45,13 +45,13 @@ from control.report import skipped
 from control.run import dry_run
 from pyinfra_ext import memo
 from roles.facts.model import ModelCheck
-from roles.operations import packages
 from roles.operations.checkpoint import (
     checkpoint_download_started,
     checkpoint_present,
     checkpoint_staged,
     downloader_installed,
 )
+from roles.operations.python import uv_installed
 from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
 
@@ -320,7 +320,8 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
         )
     locked_from = f" ({revision})" if revision != commit else ""
     venv = layout.hub_venv(profile)
-    packages.installed(["python3-venv"], name="python3-venv (the model downloader's environment)")
+    uv = layout.host_uv(profile)
+    uv_installed(name=f"uv {uv} (locks/tools.txt; builds the model downloader's environment)", dest=uv)
     downloader_installed(
         name=f"Model downloader {venv} (huggingface-hub {profile.huggingface_hub_version}, hash-locked)",
         venv=venv,
@@ -328,6 +329,7 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
         # chosen for the host's python3 where the operation reads it (after base_packages installed it)
         wheels_for=lambda found: downloader_wheels(requirements, found),
         user=fetch_user(profile),
+        uv=uv,
     )
     # In a fleet one worker (the seed) downloads; the others that lack it receive it from the seed
     # (the fleet's sharing, registered for this run by roles/fleet/checkpoint.py).

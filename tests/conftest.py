@@ -289,7 +289,7 @@ def needs_sandbox(session) -> bool:
 
 
 # Tests that need no sandbox of the session's, or run on machines of their own: the arm64 root
-# (emulated aarch64 code on one core for minutes: mmdebstrap, `python3 -m venv`, pip), tests/cuda's
+# (emulated aarch64 code on one core for minutes: mmdebstrap, uv, the downloader), tests/cuda's
 # glibc 2.41 root, tests/gb10 and tests/engine (real wheels installed into venvs), the GB10 sandbox,
 # the sandbox tool's own checkouts, the apt-hold root. In a run that has other tests too, they run
 # in a pytest of their own beside the session, started with it, so their minutes overlap the

@@ -1,8 +1,8 @@
 """The fleet's one endpoint: SGLang's router (sglang-router, locks/gateway.txt) as a systemd service.
 
 The router runs on the gateway host's Debian python3 in a venv built offline from wheels the
-control machine fetched once (checked against the lock's hashes, installed with
---require-hashes). Health checks of every worker's /health take a dead worker out after
+control machine fetched once (checked against the lock's hashes, installed by uv with
+--require-hashes: roles/operations/python.py). Health checks of every worker's /health take a dead worker out after
 `gateway_health_failures` failed checks and put it back after `gateway_health_successes` good
 ones; failed requests are retried on another worker by the router. The API key guards the
 router's API (clients'); the workers get their own key (GLM_FLASH_WORKER_KEY), which the router
@@ -36,7 +36,7 @@ from control.pypi_cache import cache_root
 from pyinfra_ext import memo
 from roles import watch
 from roles.facts.engine import WheelhouseFiles
-from roles.operations import packages, paths
+from roles.operations import packages, paths, python
 from roles.operations.gateway import router_lists_only
 from roles.operations.secrets import Secret, secret_file
 from roles.operations.service_restart import started_from_disk
@@ -121,16 +121,16 @@ def wheels(p: Profile) -> list[Path]:
         refuse("locks/gateway.txt", str(e), "run `make gateway-lock`", host=p.host)
 
 
-def venv_commands(d: str, wheelhouse: str, lock_dest: str, lock_sha: str) -> list[str]:
-    """Build the router's venv from the lock beside the running one, then swap `d/venv` to it."""
+def venv_commands(d: str, uv: str, wheelhouse: str, lock_dest: str, lock_sha: str) -> list[str]:
+    """Build the router's venv from the lock beside the running one (with `uv`, the host's one
+    builder: roles/operations/python.py), then swap `d/venv` to it."""
     q = shlex.quote
     venv, venvs = f"{d}/venv", f"{d}/venvs"
+    made, installed = python.venv_commands(uv, "$new", wheelhouse, lock_dest)
     return [
         f"mkdir -p {q(venvs)} && rm -rf {q(venv + '.new')} && "  # .new: an older deploy's leftover
         f"new=$(mktemp -d {q(venvs + '/' + lock_sha[:16])}-XXXXXX) && chmod 755 \"$new\" && "
-        f'python3 -m venv "$new" && '
-        f'"$new"/bin/python -m pip install --quiet --disable-pip-version-check --no-index '
-        f"--find-links {q(wheelhouse)} --require-hashes -r {q(lock_dest)} && "
+        f"{made} && {installed} && "
         f'find "$new" -type f -exec sync {{}} + && find "$new" -type d -exec sync {{}} + && '
         f'printf "%s\\n" {lock_sha} > "$new"/{MARKER} && sync "$new"/{MARKER} "$new" && '
         f'old=$(readlink -f {q(venv)} || true) && '
@@ -150,9 +150,11 @@ def apply(p: Profile) -> None:
     d = p.gateway_dir
     venv, wheelhouse, bin_dir, lock_dest = f"{d}/venv", f"{d}/wheelhouse", f"{d}/bin", f"{d}/gateway.txt"
     lock_sha = hashlib.sha256(LOCK.read_bytes()).hexdigest()
-    packages.installed(["python3", "python3-venv"], name="Python for the gateway", update=True, no_recommends=True)
+    packages.installed(["python3"], name="Python for the gateway", update=True, no_recommends=True)
     for path in (d, wheelhouse, bin_dir):
         paths.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
+    uv = f"{bin_dir}/uv"
+    python.uv_installed(name=f"uv {uv} (locks/tools.txt; builds the gateway's environment)", dest=uv)
     paths.put(name="Gateway lock", src=str(LOCK), dest=lock_dest, mode="644")
     built = (memo.fact(host, FileContents, path=f"{venv}/{MARKER}") or [""])[0].strip()
     if built != lock_sha:
@@ -162,7 +164,7 @@ def apply(p: Profile) -> None:
                 paths.put(name=f"Gateway wheel {w.name}", src=str(w), dest=f"{wheelhouse}/{w.name}", mode="644")
         server.shell(
             name="Build the gateway environment offline (hashes checked)",
-            commands=venv_commands(d, wheelhouse, lock_dest, lock_sha),
+            commands=venv_commands(d, uv, wheelhouse, lock_dest, lock_sha),
         )
     host_tool("glm-flash-gateway-launch", bin_dir)
     watch.notifier(p.notify_command, p.notify_journal_lines, p.notify_webhook_env)  # OnFailure= of the unit

@@ -5,7 +5,7 @@ host's state at run time and does nothing when it holds.
 
 downloader_installed: a system user of its own (not the service user: the engine must not
 be able to steer or read the download) and a venv with the hash-locked requirements
-(files/hf-hub-requirements.txt), installed with pip --require-hashes --no-index from wheels the
+(files/hf-hub-requirements.txt), installed by uv with --require-hashes --no-index from wheels the
 control machine fetched and checked for the host's own python3, as it describes itself (the
 HostPython fact; the host needs no package index). A marker in the venv holds the sha256
 of the requirements it was built from; it is written after the install and its check, so a
@@ -51,6 +51,7 @@ from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive
 from roles.facts.system import HostPython
 from roles.operations import sandboxing
 from roles.operations.job import followed
+from roles.operations.python import venv_commands
 from roles.operations.secrets import Secret, secret_commands
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -59,11 +60,14 @@ UNIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9:_.-]*")
 
 
 @operation()
-def downloader_installed(venv: str, requirements: str, wheels_for: Callable[[dict | None], list[str]], user: str):
-    """venv holds exactly `requirements` (hash-locked text), installed from the wheels
-    `wheels_for(found)` gives for the host's own python3 as the HostPython fact found it (files
-    on the control machine, checked against the lock's hashes there and again by pip here: the
-    host needs no index); `user` exists to run downloads.
+def downloader_installed(
+    venv: str, requirements: str, wheels_for: Callable[[dict | None], list[str]], user: str, uv: str
+):
+    """venv holds exactly `requirements` (hash-locked text), installed by `uv` (the host's one
+    builder of Python environments, roles/operations/python.py) from the wheels `wheels_for(found)`
+    gives for the host's own python3 as the HostPython fact found it (files on the control machine,
+    checked against the lock's hashes there and again by uv here: the host needs no index); `user`
+    exists to run downloads.
     The fact is read here, before the first command: while the run is planned, so that a host
     whose python3 gets no wheels (none fetched, none in the lock) is refused before anything is
     done there (wheels_for raises OperationError); and again when the operation runs, after
@@ -101,16 +105,8 @@ def downloader_installed(venv: str, requirements: str, wheels_for: Callable[[dic
     yield StringCommand("chmod", "644", q(req))
     for wheel in wheels:
         yield FileUploadCommand(wheel, f"{wheelhouse}/{posixpath.basename(wheel)}")
-    yield StringCommand("python3", "-m", "venv", q(venv))
-    yield StringCommand(
-        "env PIP_CONFIG_FILE=/dev/null",
-        q(f"{venv}/bin/pip"),
-        "install --quiet --disable-pip-version-check --no-deps --require-hashes --only-binary :all: --no-index",
-        "--find-links",
-        q(wheelhouse),
-        "-r",
-        q(req),
-    )
+    for command in venv_commands(uv, venv, wheelhouse, req):
+        yield StringCommand(command)
     yield StringCommand(q(f"{venv}/bin/python"), "-c", q("import huggingface_hub"))
     yield StringCommand("rm", "-rf", q(wheelhouse))
     # The marker last: it vouches for everything above, which is flushed to disk first (sync);

@@ -1,7 +1,8 @@
 """A Debian 13 arm64 userland on this x86_64 machine: real aarch64 programs, run under qemu-user.
 
-- `image()`: `mmdebstrap --arch=arm64 --variant=minbase --include=python3-venv trixie`, Debian's
-  own python3 (3.13), its venv module and the pip wheel venvs get. Built once (dpkg configures the
+- `image()`: `mmdebstrap --arch=arm64 --variant=minbase --include=python3 trixie`, Debian's
+  own python3 (3.13) and nothing for building environments (no ensurepip, no pip: the host's uv
+  builds them, roles/operations/python.py). Built once (dpkg configures the
   packages emulated: minutes) into ${GLM_FLASH_CACHE}/sandbox/trixie-arm64-<key>.tar, beside the
   sandbox's own image; the key covers the mirror and the packages.
 - `unpacked(dest)`: that image unpacked (seconds), a root of its own for each test run.
@@ -34,7 +35,7 @@ sys.path.insert(0, str(REPO))
 from control.pypi_cache import cache_root  # noqa: E402
 
 MIRROR = os.environ.get("GLM_FLASH_SANDBOX_MIRROR", "http://deb.debian.org/debian")  # as sandbox/sandbox.py
-PACKAGES = ["python3-venv"]
+PACKAGES = ["python3"]
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 ENTRY = BINFMT / "qemu-aarch64"  # the name Debian's qemu-user-static gives it (mmdebstrap looks for it too)
 

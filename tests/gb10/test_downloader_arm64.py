@@ -9,15 +9,16 @@ deploy's own steps:
 1. the HostPython fact's command runs in the root and is parsed as the deploy parses it;
 2. the model role chooses the downloader's wheels from it (roles/model.py downloader_wheels, the
    call the deploy makes), fetched from PyPI into the control machine's cache, sha256-checked;
-3. the commands of the downloader_installed operation, planned on the root's facts, run in the
-   root in their order, its uploads copied to where they go: the system user, the wheelhouse,
-   `python3 -m venv`, `pip install --require-hashes --only-binary :all: --no-index --find-links`,
-   `import huggingface_hub`, the marker;
+3. the commands of the uv_installed and downloader_installed operations, planned on the root's
+   facts, run in the root in their order, their uploads copied to where they go: uv (locks/tools.txt,
+   its aarch64 build, chosen from the same fact), the system user, the wheelhouse, `uv venv` with
+   the root's python3 (which has no ensurepip: `python3 -m venv` fails there), `uv pip install --require-hashes
+   --only-binary :all: --no-index --find-links`, `import huggingface_hub`, the marker;
 4. the installed downloader does its job: files/glm-flash-model-fetch downloads a small repo from a
    fake hub on loopback (sandbox/fake_hub.py) with that venv's python, and its native wheels load
    (hf_xet's Rust extension, PyYAML's C loader);
-5. the broken case, what was sent before (the same lock's files chosen for x86_64): this root's
-   pip refuses them (a resolution, `--dry-run`, by the downloader's own pip).
+5. the broken case, what was sent before (the same lock's files chosen for x86_64): the host's uv
+   refuses them for the downloader's python (a resolution, `--dry-run`).
 
 What differs from the box: Debian 13 is not DGX OS. Its python3 is 3.13 where DGX OS's is 3.12, and
 its glibc is 2.41 where DGX OS's is 2.39. So what installs here are the cp313 aarch64 wheels this
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import pytest
 from pyinfra.api import FileUploadCommand, StringCommand
+from pyinfra.facts.files import File
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -54,11 +56,12 @@ from roles import model  # noqa: E402
 from roles.facts.accounts import Account  # noqa: E402
 from roles.facts.model import DownloaderMarker  # noqa: E402
 from roles.facts.system import HostPython  # noqa: E402
-from roles.operations import checkpoint  # noqa: E402
+from roles.operations import checkpoint, python  # noqa: E402
 from sandbox.fake_hub import FakeHub  # noqa: E402
 
 REQUIREMENTS = (REPO / "files" / "hf-hub-requirements.txt").read_text()
 VENV = "/opt/glm-flash/tools/hf-hub"  # the profile's default (layout.hub_venv)
+UV = "/opt/glm-flash/tools/uv"  # (layout.host_uv)
 USER = "glm-flash-fetch"
 FETCH = REPO / "files" / "glm-flash-model-fetch"
 REPO_ID = "zai-org/GLM-5.3-Flash"
@@ -88,18 +91,20 @@ def host_python(root: Path) -> dict | None:
 
 
 def planned(root: Path, found: dict, wheels_for) -> list:
-    """The downloader_installed operation's commands on this root's facts (a fresh host)."""
+    """The uv_installed and downloader_installed operations' commands on this root's facts (a fresh host)."""
     facts = {
         F(Account, user=USER): None,
         F(DownloaderMarker, marker=f"{VENV}/.glm-flash-requirements.sha256"): "",
+        F(File, path=UV): None,
         HostPython: found,
     }
     with on(FakeHost(facts, name="arm64")):
-        return list(
-            checkpoint.downloader_installed._inner(
-                venv=VENV, requirements=REQUIREMENTS, wheels_for=wheels_for, user=USER
-            )
-        )
+        return [
+            *python.uv_installed._inner(dest=UV),
+            *checkpoint.downloader_installed._inner(
+                venv=VENV, requirements=REQUIREMENTS, wheels_for=wheels_for, user=USER, uv=UV
+            ),
+        ]
 
 
 def carried_out(root: Path, commands: list) -> list[str]:
@@ -140,8 +145,12 @@ def test_the_downloader_installs_and_runs_on_aarch64_from_the_wheels_chosen_for_
     assert not any("x86_64" in Path(w).name for w in chosen)
     uploaded = carried_out(root, commands)
     assert sorted(Path(u).name for u in uploaded) == sorted(
-        ["hf-hub.requirements.txt", *(Path(w).name for w in chosen)]
+        [".uv.glm-flash-new", "hf-hub.requirements.txt", *(Path(w).name for w in chosen)]
     )
+    # what the old way needed is not there: Debian's python3 without python3-venv makes no venv itself
+    r = arm64_root.run(root, "python3 -m venv /srv/probe")
+    assert r.returncode != 0 and "ensurepip is not" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert not (root / VENV.lstrip("/") / "bin/pip").exists()  # nothing left that installs
     marker = (root / VENV.lstrip("/") / ".glm-flash-requirements.sha256").read_text().strip()
     assert marker == hashlib.sha256(REQUIREMENTS.encode()).hexdigest()
     assert not (root / (VENV + ".wheels").lstrip("/")).exists()  # removed once installed
@@ -171,7 +180,7 @@ def test_the_downloader_installs_and_runs_on_aarch64_from_the_wheels_chosen_for_
     assert json.loads((root / "srv/model/.glm-flash-model.json").read_text())["commit"] == hub.commit
 
     # The broken case: the same lock's files chosen for x86_64 (what every host got before), which
-    # this pip refuses. A resolution only (--dry-run), by the downloader's own pip: one venv is enough.
+    # the host's uv refuses for the downloader's python. A resolution only (--dry-run).
     x86 = {**found, "platform": "linux-x86_64"}
     with on(FakeHost({}, name="arm64")):
         wheels = model.downloader_wheels(REQUIREMENTS, x86)
@@ -182,9 +191,11 @@ def test_the_downloader_installs_and_runs_on_aarch64_from_the_wheels_chosen_for_
     (root / "srv/req.txt").write_text(REQUIREMENTS)
     r = arm64_root.run(
         root,
-        f"env PIP_CONFIG_FILE=/dev/null {VENV}/bin/pip install --dry-run --ignore-installed --quiet "
-        "--disable-pip-version-check --no-deps --require-hashes --only-binary :all: --no-index "
-        "--find-links /srv/x86-wheels -r /srv/req.txt",
+        f"{UV} pip install --dry-run --reinstall --no-config --offline --no-cache --python {VENV}/bin/python "
+        "--no-deps --require-hashes --only-binary :all: --no-index --find-links /srv/x86-wheels -r /srv/req.txt",
     )
     assert r.returncode != 0
-    assert "from versions: none" in r.stderr and ("hf-xet" in r.stderr or "pyyaml" in r.stderr), r.stderr
+    # uv names the wheel it cannot use and why: e.g. "hf-xet==1.8.0 has no wheels with a matching
+    # platform tag (e.g., `manylinux_2_41_aarch64`)"
+    assert "has no wheels with a matching platform tag" in r.stderr, r.stderr
+    assert ("hf-xet" in r.stderr or "pyyaml" in r.stderr) and "aarch64" in r.stderr, r.stderr

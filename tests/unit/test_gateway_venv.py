@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from control.engine_lock import fetch, load_lock
+from control.engine_lock import fetch, load_lock, tools_bin
 from roles.fleet import gateway
 
 SHA = "ab" * 32
@@ -85,14 +85,9 @@ def old_style(d: Path, template: Path) -> None:
     (d / "venv" / gateway.MARKER).write_text("0" * 64 + "\n")
 
 
-def pip_install(venv: Path, wheels: Path) -> None:
-    cmd = [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-index", "--find-links"]
-    cmd += [str(wheels / "wheelhouse"), "--require-hashes", "-r", str(wheels / "gateway.txt")]
-    subprocess.run(cmd, check=True, env=dict(os.environ, PIP_CONFIG_FILE=os.devnull))
-
-
 def command(d: Path, wheels: Path) -> str:
-    (cmd,) = gateway.venv_commands(str(d), str(wheels / "wheelhouse"), str(wheels / "gateway.txt"), SHA)
+    uv = str(tools_bin() / "uv")  # the control machine's: the same pinned uv (locks/tools.txt) a host gets
+    (cmd,) = gateway.venv_commands(str(d), uv, str(wheels / "wheelhouse"), str(wheels / "gateway.txt"), SHA)
     return cmd
 
 
@@ -139,7 +134,7 @@ def test_a_kill_at_every_statement_of_the_swap_leaves_a_working_venv(tmp_path, w
 
 
 def test_kills_spread_over_the_whole_replacement_never_leave_it_without_a_venv(tmp_path, wheels, template):
-    """Killed 0.5, 1, 2 and 4 s into the whole command (venv, pip, sync, swap, prune)."""
+    """Killed 0.5, 1, 2 and 4 s into the whole command (uv venv, uv pip install, sync, swap, prune)."""
     d = tmp_path / "gw"
     d.mkdir()
     old_style(d, template)

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 from fakehost import F, FakeHost, on, render
-from pyinfra.facts.files import File
+from pyinfra.facts.files import File, Sha1File
 from pyinfra.facts.server import Arch
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
+from control import engine_lock, layout
 from control.profile import build
 from roles.engines.vllm import engine as engine_vllm
 from roles.facts.accounts import Account, AccountInfo
@@ -210,6 +211,13 @@ def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
     fake.facts[F(File, path=model.token_path(p, "glm-flash-model-download"))] = None
     fake.facts[UnitActive] = "inactive"
     fake.facts[check] = missing
+    # uv (locks/tools.txt), the downloader's builder: its aarch64 build there once the downloader is
+    uv, there = layout.host_uv(p), None
+    if drafter_ok:
+        data = engine_lock.host_uv(engine_lock.Target.of_interpreter(fake.facts[HostPython]))
+        there = {"user": "root", "group": "root", "mode": 755, "size": len(data)}
+        fake.facts[F(Sha1File, path=uv)] = hashlib.sha1(data).hexdigest()
+    fake.facts[F(File, path=uv)] = there
 
 
 @pytest.fixture(autouse=True)

@@ -132,7 +132,7 @@ def test_downloader_installed_rebuilds_only_when_the_requirements_change():
     wheel = REPO / "files/hf-hub-requirements.txt"  # any local file stands for a wheel here
     asked = []
     args = dict(venv=venv, requirements=req, wheels_for=lambda found: asked.append(found) or [str(wheel)])
-    args["user"] = "glm-flash-fetch"
+    args.update(user="glm-flash-fetch", uv="/opt/glm-flash/tools/uv")
     assert commands(checkpoint.downloader_installed, done, **args) == []
     assert asked == []  # built: no wheels chosen, the host's python3 not even read
     stale = {F(Account, user="glm-flash-fetch"): None, marker: "stale", HostPython: DGX_OS_PYTHON}
@@ -140,9 +140,14 @@ def test_downloader_installed_rebuilds_only_when_the_requirements_change():
     assert asked == [DGX_OS_PYTHON]  # the wheels are chosen for what the host's python3 said
     assert cmds[0].startswith("useradd --system") and cmds[0].endswith(" glm-flash-fetch")
     assert f"upload {venv}.wheels/hf-hub-requirements.txt" in "\n".join(cmds)
-    pip = [c for c in cmds if "/bin/pip" in c][0]
+    # uv makes the venv with the host's python3, then installs from the uploaded wheelhouse alone
+    (made,) = [c for c in cmds if c.startswith("/opt/glm-flash/tools/uv venv ")]
+    assert made.endswith(f"--python python3 {venv}") and "--no-python-downloads" in made and "--no-config" in made
+    (pip,) = [c for c in cmds if c.startswith("/opt/glm-flash/tools/uv pip install ")]
+    assert cmds.index(made) < cmds.index(pip)
     assert "--require-hashes" in pip and "--no-index" in pip and f"--find-links {venv}.wheels" in pip
-    assert "--no-deps" in pip and "PIP_CONFIG_FILE=/dev/null" in pip
+    assert "--no-deps" in pip and "--only-binary :all:" in pip and "--no-config" in pip and "--offline" in pip
+    assert f"--python {venv}/bin/python " in pip and not any("pip " in c and "/bin/pip" in c for c in cmds)
     # the marker after the work, which is flushed first; the marker and its directory fsynced
     assert cmds[-1].startswith("sync && printf") and "mv -f" in cmds[-1] and cmds[-1].endswith(f"&& sync {venv}")
 
@@ -161,7 +166,7 @@ def test_downloader_without_wheels_for_the_hosts_python_is_refused_before_anythi
     def none_for(found):
         raise OperationError(f"node1: model_download: no wheels for {found['platform']} without glibc. Fix: ...")
 
-    args = dict(venv=venv, requirements=req, wheels_for=none_for, user="glm-flash-fetch")
+    args = dict(venv=venv, requirements=req, wheels_for=none_for, user="glm-flash-fetch", uv="/opt/glm-flash/tools/uv")
     with pytest.raises(OperationError, match="model_download: no wheels for linux-aarch64"):
         commands(checkpoint.downloader_installed, facts, **args)
     fake = FakeHost(facts)

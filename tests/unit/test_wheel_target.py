@@ -1,7 +1,8 @@
 """The model downloader's wheels are chosen for the host's own python3, as it describes itself.
 
-The host installs them with `pip install --no-index --only-binary :all: --require-hashes`, so a wheel
-its pip does not accept is no wheel at all there and the deploy stops at the model role. Where they
+The host installs them with `uv pip install --no-index --only-binary :all: --require-hashes` (the
+pinned uv, roles/operations/python.py), so a wheel its installer does not accept is no wheel at all
+there and the deploy stops at the model role. Where they
 are chosen from is the HostPython fact (roles/facts/system.py): the interpreter's own version,
 sysconfig platform, glibc and pointer size, the things pip's tags come from. Not `uname -m`: the
 x86_64 GB10 sandbox answers aarch64 there, and its python3 (Debian's, x86_64) refused the aarch64
@@ -10,12 +11,14 @@ wheels that choice sent it.
 Here deploy.py plans a GB10 box (recorded DGX OS facts, tests/unit/test_gb10_plan.py; its python3's
 self-description from the public record: Ubuntu 24.04 arm64, python3 3.12, glibc 2.39) and the
 wheels its downloader operation uploads must carry cp312 (or abi3/py3) and manylinux aarch64 tags,
-and pip itself, told that platform and Python, must install the lock from exactly those files.
+and uv itself (the host's installer) and pip (a second reading of the same tag rules, for the glibc
+2.41 uv's `--python-platform` has no name for), told that platform and Python, must install the
+lock from exactly those files.
 The L40S box (Debian 13's python3.13, x86_64) likewise. That the files really install and import
 on an aarch64 userland: tests/gb10/test_downloader_arm64.py.
 
-Real: the wheels from PyPI (cached in ${GLM_FLASH_CACHE}/hf-hub-wheelhouse/<target>), pip's own
-resolver. Simulated: the hosts (their facts are given to a fake host).
+Real: the wheels from PyPI (cached in ${GLM_FLASH_CACHE}/hf-hub-wheelhouse/<target>), uv's and
+pip's own resolvers. Simulated: the hosts (their facts are given to a fake host).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from packaging.tags import Tag
 from packaging.utils import parse_wheel_filename
 from pyinfra.api import OperationError
 
-from control.engine_lock import LockError, Target, choose_file, fetch, manylinux_platforms, parse_lock
+from control.engine_lock import LockError, Target, choose_file, fetch, manylinux_platforms, parse_lock, tools_bin
 from roles import model
 from roles.facts.system import HOST_PYTHON_SCRIPT, HostPython
 
@@ -74,6 +77,22 @@ def pip_resolves(wheels: list[str], target: Target) -> subprocess.CompletedProce
     )
 
 
+def uv_resolves(wheels: list[str], target: Target) -> subprocess.CompletedProcess:
+    """The pinned uv's own resolution of the lock from these files only, told the target's platform
+    (its `--python-platform` names go up to manylinux_2_40) and Python."""
+    d = Path(wheels[0]).parent
+    return subprocess.run(
+        [str(tools_bin() / "uv"), "pip", "install", "--dry-run", "--quiet", "--no-config", "--offline", "--no-cache"]
+        + ["--no-deps", "--only-binary", ":all:", "--no-index", "--find-links", str(d), "--require-hashes"]
+        + ["--python-platform", f"{target.machine}-manylinux_{target.glibc[0]}_{min(target.glibc[1], 40)}"]
+        + ["--python-version", target.python, "--target", str(d / "never")]
+        + ["-r", str(REPO / "files" / "hf-hub-requirements.txt")],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+
+
 def chosen_for(found: dict) -> list[str]:
     with on(FakeHost({}, name="host.example.lan")):
         return model.downloader_wheels(REQUIREMENTS, found)
@@ -93,6 +112,8 @@ def test_the_gb10_plan_uploads_cp312_aarch64_wheels_pip_accepts_there(monkeypatc
     assert any(w.startswith("pyyaml-") and "-cp312-cp312-" in w and w.endswith("_aarch64.whl") for w in wheels)
     r = pip_resolves([str(house / w) for w in wheels], dgx)
     assert r.returncode == 0, r.stderr
+    r = uv_resolves([str(house / w) for w in wheels], dgx)
+    assert r.returncode == 0, r.stderr
 
 
 def test_a_host_is_sent_what_its_python3_installs_whatever_uname_says():
@@ -105,6 +126,8 @@ def test_a_host_is_sent_what_its_python3_installs_whatever_uname_says():
     assert pip_resolves(wheels, x86).returncode == 0
     r = pip_resolves(wheels, Target.of_interpreter(DGX_OS))
     assert r.returncode != 0 and "from versions: none" in r.stderr + r.stdout
+    r = uv_resolves(wheels, Target.of_interpreter(DGX_OS))
+    assert r.returncode != 0 and "has no wheels with a matching platform tag" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize(
