@@ -51,7 +51,6 @@ from roles.operations.checkpoint import (
     checkpoint_staged,
     downloader_installed,
 )
-from roles.operations.python import uv_installed
 from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
 
@@ -320,8 +319,7 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
         )
     locked_from = f" ({revision})" if revision != commit else ""
     venv = layout.hub_venv(profile)
-    uv = layout.host_uv(profile)
-    uv_installed(name=f"uv {uv} (locks/tools.txt; builds the model downloader's environment)", dest=uv)
+    uv = layout.host_uv(profile)  # roles/tools.py put it there
     downloader_installed(
         name=f"Model downloader {venv} (huggingface-hub {profile.huggingface_hub_version}, hash-locked)",
         venv=venv,

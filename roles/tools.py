@@ -1,8 +1,12 @@
-"""Our host commands, installed under install_root/bin with links in /usr/local/sbin."""
+"""Our host commands, installed under install_root/bin with links in /usr/local/sbin, and uv."""
 
+import posixpath
+
+from control import layout
 from control.layout import SBIN, bin_dir
 from control.profile import Profile
 from roles.operations import paths
+from roles.operations.python import uv_installed
 from roles.operations.uploads import host_tool
 
 TOOLS = [
@@ -25,3 +29,7 @@ def apply(profile: Profile) -> None:
     for tool in TOOLS:
         host_tool(tool, bin_dir(profile))
         paths.link(f"{SBIN}/{tool}", f"{bin_dir(profile)}/{tool}", name=f"Link {SBIN}/{tool}")
+    # the one builder of the host's Python environments: the engine's, the model downloader's
+    uv = layout.host_uv(profile)
+    paths.directory(posixpath.dirname(uv), mode="755", name=f"Directory {posixpath.dirname(uv)}")
+    uv_installed(name=f"uv {uv} (locks/tools.txt)", dest=uv)

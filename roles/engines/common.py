@@ -97,7 +97,8 @@ def built_offline(profile: Profile, env: str, pins: list, wheels: list, art) -> 
         name=f"Engine environment {env} built offline ({len(pins)} pinned packages)",
         tool=tool,
         env=env,
-        build=[tool, "build", env, "--python", host_python, "--lock", lock_dest, "--wheelhouse", wheelhouse],
+        build=[tool, "build", env, "--python", host_python, "--uv", layout.host_uv(profile), "--lock", lock_dest]
+        + ["--wheelhouse", wheelhouse],
         wheels=[str(w) for w in wheels],
         wheelhouse=wheelhouse,
         job_tool=layout.tool(profile, "glm-flash-job"),

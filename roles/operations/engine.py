@@ -78,10 +78,11 @@ def pin_asserted(
     owns: str | None = None,
     job_tool: str = "",
     sandbox: list[str] | None = None,
+    uv: str = "",
 ):
     """
     Put `package` back as locked in a complete environment when it drifted. With `job_tool` the
-    reinstall (pip, run by the environment's own python: what a build step left there runs too)
+    reinstall (uv, which runs the environment's own python: what a build step left there runs too)
     is the transient unit glm-flash-job-engine-pin in the build's sandbox, never root's session.
 
     + tool: glm-flash-engine on the host
@@ -92,6 +93,7 @@ def pin_asserted(
       when another one did, `package` is reinstalled over it
     + job_tool: glm-flash-job on the host
     + sandbox: the job unit's properties (roles/operations/sandboxing.py root_job, the environment writable)
+    + uv: the uv that reinstalls it (roles/operations/python.py uv_installed)
     """
     state = memo.fact(host, EngineEnvs, tool=tool)
     if env not in state.complete:
@@ -102,10 +104,13 @@ def pin_asserted(
         host.noop(f"{package} {version} in {env}" + (f", owner of {owns}/" if owns else ""))
         return
     force = ["--force"] if wrong_owner else []
+    force += ["--uv", uv] if uv else []  # else the tool's default, install_root/tools/uv
     if job_tool:
         yield followed(
             "engine-pin",
             job_command(job_tool, "engine-pin", [tool, "assert-pin", env, package, *force], properties=sandbox),
         )
         return
-    yield StringCommand(QuoteString(tool), "assert-pin", QuoteString(env), QuoteString(package), *force)
+    yield StringCommand(
+        QuoteString(tool), "assert-pin", QuoteString(env), QuoteString(package), *map(QuoteString, force)
+    )

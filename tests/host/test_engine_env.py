@@ -137,7 +137,8 @@ _INSTALLED = (
 
 def test_installed_versions_are_the_lock_files_by_the_hosts_own_metadata(host, engine, profile):
     """Independent of glm-flash-engine verify: importlib.metadata of the env's python against the
-    lock file text, and pip's own `pip check` (README: the cuDNN pin over torch's is its one conflict)."""
+    lock file text, and the installer's own `uv pip check` (README: the cuDNN pin over torch's is its one
+    conflict), with the deploy's uv (install_root/tools/uv)."""
     r = host.run(f"cd /tmp && {engine}/current/bin/python -I -c {shlex.quote(_INSTALLED)}")
     assert r.rc == 0, r.stderr
     installed = {canonicalize_name(n): v for n, v in json.loads(r.stdout).items()}
@@ -149,17 +150,20 @@ def test_installed_versions_are_the_lock_files_by_the_hosts_own_metadata(host, e
     }
     assert not wrong, f"installed vs locked: {wrong}"
     assert set(installed) - set(locked) <= {"pip", "setuptools"}, sorted(set(installed) - set(locked))
-    check = host.run(f"cd /tmp && PIP_CONFIG_FILE=/dev/null {engine}/current/bin/python -m pip check")
-    lines = [line for line in check.stdout.splitlines() if line.strip()]
+    uv = f"{profile.install_root}/tools/uv"
+    check = host.run(f"cd /tmp && {uv} pip check --no-config --python {engine}/current/bin/python")
+    # uv says it on stderr: "The package `torch` requires `nvidia-cudnn-cu12==9.10.2.21 ; ...`, but
+    # `9.16.0.29` is installed"
+    lines = [line for line in check.stderr.splitlines() if line.startswith("The package `")]
     # The field report's versions over the set's own pins, as the lock's header names them
     # (docs/sources.md §2: transformers-kt 5.6.0.post4 over sglang-kt 0.7.0.post1's post3).
     lock = (Path(__file__).resolve().parents[2] / "locks" / "engine" / f"{profile.engine_set}.txt").read_text()
     field = re.findall(r"^# (\S+) overridden to (\S+), the version the field report ran", lock, flags=re.M)
-    assert check.rc == 1 and len(lines) == 1 + len(field), check.stdout
+    assert check.rc == 1 and len(lines) == 1 + len(field), check.stderr
     # L40S field report, "Patches needed on sm_89": nvidia-cudnn-cu12==9.16.0.29 over torch 2.9.1's pin
-    cudnn = [line for line in lines if line.startswith("torch ")]
-    assert len(cudnn) == 1 and "nvidia-cudnn-cu12" in cudnn[0] and "9.16.0.29" in cudnn[0], check.stdout
+    cudnn = [line for line in lines if line.startswith("The package `torch` ")]
+    assert len(cudnn) == 1 and "`nvidia-cudnn-cu12==" in cudnn[0] and "but `9.16.0.29` is" in cudnn[0], check.stderr
     for name, version in field:
-        assert any(f"requirement {name}==" in line and f"you have {name} {version}" in line for line in lines), (
-            check.stdout
+        assert any(f"requires `{name}==" in line and f"but `{version}` is installed" in line for line in lines), (
+            check.stderr
         )

@@ -34,6 +34,7 @@ pytestmark = pytest.mark.sandbox
 ROOT = "/opt/glm-flash"  # install_root of inventory/sandbox.py
 ENGINE = f"{ROOT}/engine"
 PY = f"{ENGINE}/current/bin/python"
+UV = f"{ROOT}/tools/uv"  # the deploy's (layout.host_uv): the environments' one builder
 UPGRADE_SET = "0.7.0.post4"
 
 
@@ -101,15 +102,17 @@ def test_interpreter_is_the_uploaded_cpython_311_with_its_libraries(base_env):
     assert sh("python3 -c 'import sys; print(sys.version_info[:2])'").stdout.strip() == "(3, 13)"  # Debian's own stays
 
 
-def test_pip_check_reports_only_the_intended_conflicts(base_env):
+def test_uv_pip_check_reports_only_the_intended_conflicts(base_env):
     """The lock's two overrides (docs/sources.md §2, §3): cuDNN over torch's pin, and the field
-    report's transformers-kt over sglang-kt's; nothing else."""
-    r = sh(f"cd /tmp && {PY} -m pip check", check=False)
-    lines = sorted(line for line in r.stdout.splitlines() if line.strip())
-    assert r.returncode == 1 and len(lines) == 2, r.stdout
-    assert lines[0].startswith("sglang-kt 0.7.0.post1 has requirement transformers-kt==5.6.0.post3"), r.stdout
-    assert "5.6.0.post4" in lines[0], r.stdout
-    assert lines[1].startswith("torch 2.9.1 has requirement nvidia-cudnn-cu12==9.10.2.21") and "9.16.0.29" in lines[1]
+    report's transformers-kt over sglang-kt's; nothing else (the installer's own check, on stderr)."""
+    r = sh(f"cd /tmp && {UV} pip check --no-config --python {PY}", check=False)
+    lines = sorted(line for line in r.stderr.splitlines() if line.startswith("The package `"))
+    assert r.returncode == 1 and len(lines) == 2, r.stderr
+    assert lines[0].startswith("The package `sglang-kt` requires `transformers-kt==5.6.0.post3`"), r.stderr
+    assert "but `5.6.0.post4` is installed" in lines[0], r.stderr
+    assert (
+        lines[1].startswith("The package `torch` requires `nvidia-cudnn-cu12==9.10.2.21") and "`9.16.0.29`" in lines[1]
+    )
 
 
 def test_engine_imports_without_a_gpu(base_env):
@@ -141,11 +144,11 @@ def test_transformers_kt_is_the_last_writer_of_transformers(base_env):
 
 
 def test_cudnn_drift_is_put_back_by_the_next_deploy(deployed, base_env):
-    """Someone removes cuDNN from the env by hand (a real pip uninstall): the deploy re-asserts it."""
+    """Someone removes cuDNN from the env by hand (a real uninstall): the deploy re-asserts it."""
     if deployed is None:
         pytest.skip("ran with --no-deploy")
     _, pins = load_lock("0.7.0.post1")
-    sh(f"cd /tmp && PIP_CONFIG_FILE=/dev/null {PY} -m pip uninstall -y -q nvidia-cudnn-cu12")
+    sh(f"cd /tmp && {UV} pip uninstall -q --python {PY} nvidia-cudnn-cu12")
     assert state()["cudnn"] is None
     run = deploy()
     assert run.returncode == 0, run.stderr[-4000:]
@@ -184,29 +187,27 @@ BUILD_JOB = "glm-flash-job-engine-build.service"
 SERVICE_START = "systemctl show -p NRestarts -p ExecMainStartTimestamp -p InvocationID -p ActiveState glm-flash.service"
 
 
-def pip_installing() -> None:
-    """Returns once pip installs into a new environment of the upgrade set on the host (polled)."""
+def uv_installing() -> None:
+    """Returns once uv installs into a new environment of the upgrade set on the host (polled)."""
     for _ in range(600):
-        r = sh(
-            f"ls -d {ENGINE}/envs/{UPGRADE_SET}-*/bin/python && pgrep -f -- '-m pip install --no-inde[x]'", check=False
-        )
+        r = sh(f"ls -d {ENGINE}/envs/{UPGRADE_SET}-*/bin/python && pgrep -f -- '{UV} pip instal[l]'", check=False)
         if r.returncode == 0:
             return
         time.sleep(1)
-    raise AssertionError("the upgrade's build never reached pip on the host")
+    raise AssertionError("the upgrade's build never reached uv on the host")
 
 
 def killed_while_the_environment_is_built(base_env: str) -> None:
     """#21 kill test, on the one post4 build a run makes: the upgrade's deploy SIGKILLed with its
-    connection (a dropped connection, a closed laptop) while pip installs the new set on the host.
+    connection (a dropped connection, a closed laptop) while uv installs the new set on the host.
     The build runs as a transient unit (glm-flash-job-engine-build) that outlives the killed run:
     it goes on, unmarked, and `current` and the service's last start stay as they were. Not
-    simulated: the build (pip installing the set's wheels offline) and the kill. The caller's next
+    simulated: the build (uv installing the set's wheels offline) and the kill. The caller's next
     deploy must attach to the build (no second build beside it), finish it and switch, and the
     one after must change nothing."""
     before = sh(SERVICE_START).stdout
     started = deploy_killed_at(f"Engine environment {UPGRADE_SET}-", 3.0, f"engine_set={UPGRADE_SET}",
-                               until=pip_installing)  # fmt: skip
+                               until=uv_installing)  # fmt: skip
     assert not any(op.startswith("Switch engine current") for op in started), started
     assert sh(f"systemctl is-active {BUILD_JOB}", check=False).stdout.strip() == "active", (
         "the kill did not land while the build ran (or the build died with the connection)"

@@ -4,7 +4,7 @@
 it (roles/operations/sandboxing.py, through the same functions the roles call):
 
 - a root engine build (glm-flash-job): at most 5. The build here is real: glm-flash-engine
-  builds an environment of one pin from the deployed wheelhouse with pip, under the sandbox
+  builds an environment of one pin from the deployed wheelhouse with uv, under the sandbox
   (the deploy's own engine build ran under it too). Inside, no network and a read-only system.
 - the download and receive units (the downloader's user): at most 3. The rating is taken of
   the unit running `sleep`, as the deploy builds it (the properties decide the rating, not the
@@ -62,6 +62,7 @@ def build_job(profile):
     sh(f"printf %s {shlex.quote(json.dumps({'pins': [pin]}))} > {lock}")
     python = sh(f"ls {profile.install_root}/python/*/bin/python3.[0-9]* | grep -E 'python3\\.[0-9]+$' | head -n1")
     argv = [layout.tool(profile, "glm-flash-engine"), "build", env, "--python", python.stdout.strip()]
+    argv += ["--uv", layout.host_uv(profile)]
     argv += ["--lock", lock, "--wheelhouse", f"{root}/wheelhouse"]
     cmd = job_command(layout.tool(profile, "glm-flash-job"), name, argv, properties=sandboxing.root_job([root]))
     unit = f"glm-flash-job-{name}.service"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from control.engine_lock import Pin, fetch, load_lock, lock_json
+from control.engine_lock import Pin, fetch, load_lock, lock_json, tools_bin
 from roles.facts.engine import EngineEnvs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -70,6 +70,10 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 def tool(root: Path, *args: str, check: bool = True, ahead_s: float = 0.0) -> subprocess.CompletedProcess:
+    uv = root / "tools" / "uv"  # where the deploy puts the pinned uv: the tool's default
+    if not uv.exists():
+        uv.parent.mkdir(parents=True, exist_ok=True)
+        uv.symlink_to(tools_bin() / "uv")  # the control machine's: the same pin (locks/tools.txt)
     env = dict(
         os.environ,
         GLM_FLASH_ROOT=str(root),
@@ -117,8 +121,7 @@ def test_build_switch_rollback_prune(tmp_path, mini):
 
     # a wheel that does not match the lock's hash: the build fails, nothing switches to it
     r = build(root, b, mini["bad"], mini["wheelhouse"], check=False)
-    assert r.returncode == 2 and "pip failed" in r.stderr
-    assert "DO NOT MATCH THE HASHES" in r.stderr + r.stdout
+    assert r.returncode == 2 and "uv pip install failed" in r.stderr and "Hash mismatch" in r.stderr, r.stderr
     assert tool(root, "switch", b, check=False).returncode == 2
     assert status(root)["current"] == a and status(root)["envs"][b] == "incomplete"
 
@@ -232,7 +235,7 @@ def test_verify_and_assert_pin(tmp_path, mini):
     assert report["problems"] == [] and report["complete"]
     assert {n: report["versions"][n] for n in NAMES} == {p.name: p.version for p in mini["pins"]}
 
-    # a file changed behind pip's back is found by its RECORD hash
+    # a file changed behind the installer's back is found by its RECORD hash
     sp = next((root / "engine/envs" / env / "lib").glob("python3.*/site-packages"))
     (sp / "idna" / "core.py").write_text("# changed\n")
     report = json.loads(tool(root, "verify", "--full", "--json", check=False).stdout)
@@ -248,11 +251,8 @@ def test_verify_and_assert_pin(tmp_path, mini):
     assert json.loads(tool(root, "verify", "--full", "--json").stdout)["problems"] == []
 
     # a pin removed by hand is put back from the wheelhouse; a right one is left alone
-    subprocess.run(
-        [str(root / "engine/current/bin/python"), "-m", "pip", "uninstall", "-y", "-q", "sniffio"],
-        check=True,
-        env=dict(os.environ, PIP_CONFIG_FILE=os.devnull),
-    )
+    python = str(root / "engine/current/bin/python")
+    subprocess.run([str(tools_bin() / "uv"), "pip", "uninstall", "-q", "--python", python, "sniffio"], check=True)
     report = json.loads(tool(root, "verify", "--json", check=False).stdout)
     assert any(p.startswith("sniffio: missing installed") for p in report["problems"])
     assert "reinstalling" in tool(root, "assert-pin", env, "sniffio", "--wheelhouse", str(mini["wheelhouse"])).stdout

@@ -7,7 +7,8 @@ Per run, for the profile's `engine_set`:
 2. host: the lock goes up as JSON (what the host tool reads: nothing parses it twice);
 3. host: `environment built`: unless envs/<engine_set>-<hash> is complete, the wheelhouse gets
    the files it lacks and the environment is built beside the others, offline:
-   `pip install --no-index --find-links wheelhouse --require-hashes --no-deps` (the lock
+   `uv venv`, then `uv pip install --no-index --find-links wheelhouse --require-hashes --no-deps
+   --compile-bytecode` (uv pinned in locks/tools.txt, roles/operations/python.py; the lock
    already carries cuDNN 9.16.0.29 over torch's pin, docs/sources.md §3), then transformers-kt
    is reinstalled last when upstream transformers shares transformers/ (docs/sources.md §2),
    then every version is checked and a completion marker written;
@@ -115,9 +116,10 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
         env = f"{profile.engine_set}-(interpreter not packed yet)"
     env_dir = common.env_dir(profile, env)
     common.built_offline(profile, env, pins, wheels, art)
-    # pip runs the new environment's python: in the build's sandbox, writing that environment only
+    # uv runs the new environment's python: in the build's sandbox, writing that environment only
     pin_job = {
         "tool": common.engine_tool(profile),
+        "uv": layout.host_uv(profile),
         "job_tool": layout.tool(profile, "glm-flash-job"),
         "sandbox": sandboxing.root_job([env_dir]),
     }
