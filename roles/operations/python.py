@@ -111,7 +111,7 @@ def venv_commands(uv: str, venv: str, wheelhouse: str, requirements: str) -> lis
     a directory the same command made), expanded in double quotes."""
     q = _word
     return [
-        f"{q(uv)} venv --quiet --no-config --no-python-downloads --python-preference only-system "
+        f"{q(uv)} venv --quiet --no-config --no-cache --no-python-downloads --python-preference only-system "
         f"--python python3 {q(venv)}",
         f"{q(uv)} pip install --quiet --no-config --offline --no-cache --link-mode copy "
         f"--python {q(venv + '/bin/python')} --require-hashes --no-deps --only-binary :all: --no-index "

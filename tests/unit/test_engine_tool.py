@@ -74,8 +74,11 @@ def tool(root: Path, *args: str, check: bool = True, ahead_s: float = 0.0) -> su
     if not uv.exists():
         uv.parent.mkdir(parents=True, exist_ok=True)
         uv.symlink_to(tools_bin() / "uv")  # the control machine's: the same pin (locks/tools.txt)
+    home = root.parent / "home-is-a-file"  # the job's ProtectHome: nothing may be written under HOME
+    home.touch()
     env = dict(
-        os.environ,
+        {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "UV_"))},
+        HOME=str(home),
         GLM_FLASH_ROOT=str(root),
         GLM_FLASH_STATE_DIR=str(root / "patch-state"),
         GLM_FLASH_CHECK_DIR=str(root / "state" / "engine-checks"),

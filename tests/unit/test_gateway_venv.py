@@ -91,8 +91,15 @@ def command(d: Path, wheels: Path) -> str:
     return cmd
 
 
+def homeless(d: Path) -> dict:
+    """The environment with HOME a file: uv writes nothing of its own there (no cache, no config)."""
+    home = d.parent / f"{d.name}-home-is-a-file"
+    home.touch()
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "UV_"))}, "HOME": str(home)}
+
+
 def converged(d: Path, wheels: Path) -> None:
-    subprocess.run(["sh", "-c", command(d, wheels)], check=True, capture_output=True)
+    subprocess.run(["sh", "-c", command(d, wheels)], check=True, capture_output=True, env=homeless(d))
     assert (d / "venv").is_symlink() and works(d)
     assert (d / "venv" / gateway.MARKER).read_text() == SHA + "\n"
     assert not (d / "venv.link").exists() and len(list((d / "venvs").iterdir())) <= 2
@@ -139,7 +146,7 @@ def test_kills_spread_over_the_whole_replacement_never_leave_it_without_a_venv(t
     d.mkdir()
     old_style(d, template)
     for after in (0.5, 1, 2, 4):
-        p = subprocess.Popen(["sh", "-c", command(d, wheels)], start_new_session=True)
+        p = subprocess.Popen(["sh", "-c", command(d, wheels)], start_new_session=True, env=homeless(d))
         try:
             p.wait(timeout=after)
         except subprocess.TimeoutExpired:
