@@ -48,28 +48,6 @@ CONF_DIR = layout.GATEWAY_CONF_DIR
 ROUTER_JSON = f"{CONF_DIR}/router.json"  # the router's flags and workers; the keys' files beside it
 UNIT = layout.GATEWAY_UNIT
 MARKER = ".glm-flash-lock"  # in the venv: the sha256 of the lock it was built from
-# Points `venv` (argv[1]) at argv[2] in one rename, durably. The first time `venv` is the real
-# directory of an older deploy: renameat2(RENAME_EXCHANGE) swaps it with the new link at once.
-SWAP = """
-import ctypes, os, shutil, sys
-link, target = sys.argv[1], sys.argv[2]
-tmp = link + ".link"
-if os.path.isdir(tmp) and not os.path.islink(tmp):
-    shutil.rmtree(tmp)  # the old directory, left by a swap killed before it was removed
-elif os.path.lexists(tmp):
-    os.unlink(tmp)
-os.symlink(os.path.relpath(target, os.path.dirname(link)), tmp)
-if os.path.isdir(link) and not os.path.islink(link):
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.renameat2(-100, tmp.encode(), -100, link.encode(), 2) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), link)
-    shutil.rmtree(tmp)
-else:
-    os.replace(tmp, link)
-fd = os.open(os.path.dirname(link), os.O_RDONLY | os.O_DIRECTORY)
-os.fsync(fd)
-"""
 
 
 def router_args(p: Profile) -> list[str]:
@@ -121,9 +99,9 @@ def wheels(p: Profile) -> list[Path]:
         refuse("locks/gateway.txt", str(e), "run `make gateway-lock`", host=p.host)
 
 
-def venv_commands(d: str, uv: str, wheelhouse: str, lock_dest: str, lock_sha: str) -> list[str]:
+def venv_commands(d: str, uv: str, launcher: str, wheelhouse: str, lock_dest: str, lock_sha: str) -> list[str]:
     """Build the router's venv from the lock beside the running one (with `uv`, the host's one
-    builder: roles/operations/python.py), then swap `d/venv` to it."""
+    builder: roles/operations/python.py), then swap `d/venv` to it (`launcher swap-venv`)."""
     q = shlex.quote
     venv, venvs = f"{d}/venv", f"{d}/venvs"
     made, installed = python.venv_commands(uv, "$new", wheelhouse, lock_dest)
@@ -134,7 +112,7 @@ def venv_commands(d: str, uv: str, wheelhouse: str, lock_dest: str, lock_sha: st
         f'find "$new" -type f -exec sync {{}} + && find "$new" -type d -exec sync {{}} + && '
         f'printf "%s\\n" {lock_sha} > "$new"/{MARKER} && sync "$new"/{MARKER} "$new" && '
         f'old=$(readlink -f {q(venv)} || true) && '
-        f'python3 -c {q(SWAP)} {q(venv)} "$new" && '
+        f'python3 {q(launcher)} swap-venv {q(venv)} "$new" && '
         f'for v in {q(venvs)}/*; do [ "$v" = "$new" ] || [ "$v" = "$old" ] || rm -rf "$v"; done',
     ]
 
@@ -155,6 +133,7 @@ def apply(p: Profile) -> None:
         paths.directory(name=f"Directory {path}", path=path, user="root", group="root", mode="755")
     uv = f"{bin_dir}/uv"
     python.uv_installed(name=f"uv {uv} (locks/tools.txt; builds the gateway's environment)", dest=uv)
+    host_tool("glm-flash-gateway-launch", bin_dir)  # the unit's ExecStart=; its swap-venv ends a build
     paths.put(name="Gateway lock", src=str(LOCK), dest=lock_dest, mode="644")
     built = (memo.fact(host, FileContents, path=f"{venv}/{MARKER}") or [""])[0].strip()
     if built != lock_sha:
@@ -164,9 +143,8 @@ def apply(p: Profile) -> None:
                 paths.put(name=f"Gateway wheel {w.name}", src=str(w), dest=f"{wheelhouse}/{w.name}", mode="644")
         server.shell(
             name="Build the gateway environment offline (hashes checked)",
-            commands=venv_commands(d, uv, wheelhouse, lock_dest, lock_sha),
+            commands=venv_commands(d, uv, launcher(p), wheelhouse, lock_dest, lock_sha),
         )
-    host_tool("glm-flash-gateway-launch", bin_dir)
     watch.notifier(p.notify_command, p.notify_journal_lines, p.notify_webhook_env)  # OnFailure= of the unit
     paths.directory(name=f"Directory {CONF_DIR}", path=CONF_DIR, user="root", group="root", mode="755")
     paths.put(

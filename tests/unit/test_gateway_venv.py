@@ -1,7 +1,7 @@
 """The gateway's venv replaced with a kill at every step: `venv` is always a whole environment.
 
 roles/fleet/gateway.py venv_commands builds the new lock's environment beside the running one and
-swaps the `venv` link in one rename (the first time, from the real directory an older deploy
+swaps the `venv` link (files/glm-flash-gateway-launch swap-venv) in one rename (the first time, from the real directory an older deploy
 left, in one renameat2 exchange). Run here for real on scratch directories, with real venvs
 and a real wheel from the engine lock (the router's own wheels are for Debian 13's Python;
 the mechanism does not depend on which package the venv holds): killed with SIGKILL after
@@ -25,21 +25,22 @@ from control.engine_lock import fetch, load_lock, tools_bin
 from roles.fleet import gateway
 
 SHA = "ab" * 32
-# Runs the swap script with a SIGKILL at its Nth executed line (a kill at that point).
+TOOL = Path(__file__).resolve().parents[2] / "files" / "glm-flash-gateway-launch"
+# Runs the tool's swap_venv with a SIGKILL at its Nth executed line (a kill at that point).
 KILL_AT_LINE = """
-import os, signal, sys
-n, path = int(sys.argv.pop(1)), sys.argv.pop(1)
+import os, runpy, signal, sys
+n, tool, link, target = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+swap_venv = runpy.run_path(tool, run_name="glm_flash_gateway_launch")["swap_venv"]
 count = 0
 def trace(frame, event, arg):
     global count
-    if frame.f_code.co_filename == "<swap>" and event == "line":
+    if frame.f_code is swap_venv.__code__ and event == "line":
         count += 1
         if count == n:
             os.kill(os.getpid(), signal.SIGKILL)
     return trace
-src = open(path).read()
 sys.settrace(trace)
-exec(compile(src, "<swap>", "exec"), {"__name__": "__main__"})
+swap_venv(link, target)
 """
 
 
@@ -87,7 +88,8 @@ def old_style(d: Path, template: Path) -> None:
 
 def command(d: Path, wheels: Path) -> str:
     uv = str(tools_bin() / "uv")  # the control machine's: the same pinned uv (locks/tools.txt) a host gets
-    (cmd,) = gateway.venv_commands(str(d), uv, str(wheels / "wheelhouse"), str(wheels / "gateway.txt"), SHA)
+    wheelhouse, lock = str(wheels / "wheelhouse"), str(wheels / "gateway.txt")
+    (cmd,) = gateway.venv_commands(str(d), uv, str(TOOL), wheelhouse, lock, SHA)
     return cmd
 
 
@@ -115,8 +117,6 @@ def test_a_kill_at_every_statement_of_the_swap_leaves_a_working_venv(tmp_path, w
     new = base / "venvs" / "next-000000"
     new.parent.mkdir(exist_ok=True)
     copy(template, new)
-    script = tmp_path / "swap.py"
-    script.write_text(gateway.SWAP)
     line, finished = 0, False
     while not finished:
         line += 1
@@ -124,7 +124,7 @@ def test_a_kill_at_every_statement_of_the_swap_leaves_a_working_venv(tmp_path, w
         d = tmp_path / f"kill-{line}"
         subprocess.run(["cp", "-a", str(base), str(d)], check=True)
         r = subprocess.run(
-            [sys.executable, "-c", KILL_AT_LINE, str(line), str(script), str(d / "venv"), str(d / "venvs/next-000000")],
+            [sys.executable, "-c", KILL_AT_LINE, str(line), str(TOOL), str(d / "venv"), str(d / "venvs/next-000000")],
             capture_output=True,
             text=True,
         )
@@ -132,7 +132,9 @@ def test_a_kill_at_every_statement_of_the_swap_leaves_a_working_venv(tmp_path, w
         assert finished or r.returncode == -signal.SIGKILL, r.stderr
         assert works(d), f"killed at line {line} of the swap: no working venv"
         # the swap run again finishes the job from whatever the kill left
-        subprocess.run([sys.executable, str(script), str(d / "venv"), str(d / "venvs/next-000000")], check=True)
+        subprocess.run(
+            [sys.executable, str(TOOL), "swap-venv", str(d / "venv"), str(d / "venvs/next-000000")], check=True
+        )
         assert os.readlink(d / "venv") == "venvs/next-000000" and works(d) and not (d / "venv.link").exists()
         if line > 1:
             subprocess.run(["rm", "-rf", str(d)], check=True)
