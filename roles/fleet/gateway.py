@@ -23,27 +23,23 @@ import json
 import os
 import shlex
 from io import StringIO
-from pathlib import Path
 
 from pyinfra import host
-from pyinfra.facts.files import FileContents
-from pyinfra.operations import server, systemd
+from pyinfra.api import OperationError
+from pyinfra.operations import systemd
 
 from control import layout
-from control.engine_lock import LockError, fetch, parse_lock
-from control.profile import Profile, refuse
-from control.pypi_cache import cache_root
-from pyinfra_ext import memo
+from control.engine_lock import LockError, Target, fetch, parse_lock
+from control.profile import Profile
+from control.pypi_cache import FetchError, cache_root
 from roles import watch
-from roles.facts.engine import WheelhouseFiles
 from roles.operations import packages, paths, python
-from roles.operations.gateway import router_lists_only
+from roles.operations.gateway import router_env_built, router_lists_only
 from roles.operations.secrets import Secret, secret_file
 from roles.operations.service_restart import started_from_disk
 from roles.operations.uploads import host_tool, template
 
 LOCK = layout.LOCKS / "gateway.txt"
-PYTHON = "3.13"  # Debian 13's python3, which the lock is compiled for
 CONF_DIR = layout.GATEWAY_CONF_DIR
 ROUTER_JSON = f"{CONF_DIR}/router.json"  # the router's flags and workers; the keys' files beside it
 UNIT = layout.GATEWAY_UNIT
@@ -90,13 +86,27 @@ def router_args(p: Profile) -> list[str]:
     ]
 
 
-def wheels(p: Profile) -> list[Path]:
+def wheels_for(found: dict | None) -> list[str]:
+    """The lock's wheels for the gateway's own python3 as the HostPython fact found it (the lock
+    hashes every platform's files: `make gateway-lock`), in a wheelhouse of that target's own in
+    the control machine's cache; OperationError (a refusal of this host) when none can be chosen."""
+    if found is None:
+        raise OperationError(
+            f"{host.name}: the gateway host has no python3 to build the router's environment with. "
+            "Fix: keep python3 installable from its apt sources, then deploy again"
+        )
     try:
+        target = Target.of_interpreter(found)
         pins = parse_lock(LOCK.read_text(), str(LOCK))
-        # A wheelhouse of its own: the engine's (CPython 3.11) would hand back cp311 files.
-        return fetch(pins, dest=cache_root() / f"wheelhouse-py{PYTHON}", py=PYTHON)
+        files = fetch(pins, dest=cache_root() / "gateway-wheelhouse" / target.name, target=target, wheels_only=True)
     except LockError as e:
-        refuse("locks/gateway.txt", str(e), "run `make gateway-lock`", host=p.host)
+        raise OperationError(
+            f"{host.name}: locks/gateway.txt: no wheels for the gateway's python3 ({e}). "
+            "Fix: run `make gateway-lock` for it, or make the distribution's CPython 3 (glibc, 64-bit) its python3"
+        ) from None
+    except FetchError as e:
+        raise OperationError(f"{host.name}: {e}. Fix: check this machine's access to PyPI, then deploy again") from None
+    return [str(w) for w in files]
 
 
 def venv_commands(d: str, uv: str, launcher: str, wheelhouse: str, lock_dest: str, lock_sha: str) -> list[str]:
@@ -135,16 +145,15 @@ def apply(p: Profile) -> None:
     python.uv_installed(name=f"uv {uv} (locks/tools.txt; builds the gateway's environment)", dest=uv)
     host_tool("glm-flash-gateway-launch", bin_dir)  # the unit's ExecStart=; its swap-venv ends a build
     paths.put(name="Gateway lock", src=str(LOCK), dest=lock_dest, mode="644")
-    built = (memo.fact(host, FileContents, path=f"{venv}/{MARKER}") or [""])[0].strip()
-    if built != lock_sha:
-        have = memo.fact(host, WheelhouseFiles, path=wheelhouse)
-        for w in wheels(p):
-            if have.get(w.name) != w.stat().st_size:
-                paths.put(name=f"Gateway wheel {w.name}", src=str(w), dest=f"{wheelhouse}/{w.name}", mode="644")
-        server.shell(
-            name="Build the gateway environment offline (hashes checked)",
-            commands=venv_commands(d, uv, launcher(p), wheelhouse, lock_dest, lock_sha),
-        )
+    router_env_built(
+        name="Gateway environment built offline from the lock (hashes checked)",
+        venv=venv,
+        marker=MARKER,
+        lock_sha=lock_sha,
+        wheelhouse=wheelhouse,
+        wheels_for=wheels_for,
+        commands=venv_commands(d, uv, launcher(p), wheelhouse, lock_dest, lock_sha),
+    )
     watch.notifier(p.notify_command, p.notify_journal_lines, p.notify_webhook_env)  # OnFailure= of the unit
     paths.directory(name=f"Directory {CONF_DIR}", path=CONF_DIR, user="root", group="root", mode="755")
     paths.put(

@@ -2,11 +2,63 @@
 
 from __future__ import annotations
 
-from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
+import os
+import posixpath
+from collections.abc import Callable
+
+from pyinfra import host, state
+from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
+from pyinfra.facts.files import FileContents
 
 from pyinfra_ext import memo
+from pyinfra_ext.refusal import refusal
+from roles.facts.engine import WheelhouseFiles
 from roles.facts.service import RouterWorkers
+from roles.facts.system import HostPython
+
+
+@operation()
+def router_env_built(
+    venv: str,
+    marker: str,
+    lock_sha: str,
+    wheelhouse: str,
+    wheels_for: Callable[[dict | None], list[str]],
+    commands: list[str],
+):
+    """
+    The router's environment is built from the lock whose sha256 is `lock_sha`, from wheels chosen
+    for the gateway's own python3 (the HostPython fact, read when the operation runs: a bare host
+    gets its python3 earlier in the same run), as the model downloader's are: not from `uname -m`.
+
+    + venv: the environment the unit runs (a link to the built one)
+    + marker: the file in it holding the sha256 of the lock it was built from
+    + lock_sha: the lock's sha256
+    + wheelhouse: the host's wheelhouse the build installs from
+    + wheels_for: the host's HostPython fact -> the control machine's wheel files for it; raises
+      OperationError (a refusal of this host, saying why) when none can be chosen
+    + commands: the build's shell commands (roles/fleet/gateway.py venv_commands)
+    """
+    if (memo.fact(host, FileContents, path=posixpath.join(venv, marker)) or [""])[0].strip() == lock_sha:
+        host.noop(f"gateway environment {venv} is built from this lock")
+        return
+    found = memo.fact(host, HostPython)
+    if found is None and not state.is_executing:
+        return  # planned on a bare host: python3 comes earlier in this run
+    try:
+        wheels = wheels_for(found)
+    except OperationError as e:
+        if not state.is_executing:
+            raise  # planned: refusal.host_refusals refuses the host before anything runs
+        yield refusal(str(e))
+        return
+    have = memo.fact(host, WheelhouseFiles, path=wheelhouse)
+    for wheel in wheels:
+        name = posixpath.basename(wheel)
+        if have.get(name) != os.stat(wheel).st_size:
+            yield FileUploadCommand(wheel, f"{wheelhouse}/{name}")
+    for command in commands:
+        yield StringCommand(command)
 
 
 @operation()
