@@ -69,7 +69,10 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def tool(root: Path, *args: str, check: bool = True, ahead_s: float = 0.0) -> subprocess.CompletedProcess:
+def tool(
+    root: Path, *args: str, check: bool = True, ahead_s: float = 0.0, jail: list[str] | None = None
+) -> subprocess.CompletedProcess:
+    """glm-flash-engine ARGS with its paths under `root`; `jail`: bwrap's arguments to run it in."""
     uv = root / "tools" / "uv"  # where the deploy puts the pinned uv: the tool's default
     if not uv.exists():
         uv.parent.mkdir(parents=True, exist_ok=True)
@@ -87,6 +90,8 @@ def tool(root: Path, *args: str, check: bool = True, ahead_s: float = 0.0) -> su
     argv = (
         [sys.executable, "-c", AHEAD, str(ahead_s), str(TOOL), *args] if ahead_s else [sys.executable, str(TOOL), *args]
     )
+    if jail:
+        argv = ["bwrap", "--die-with-parent", *jail, *argv]
     r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
     if check and r.returncode:
         raise AssertionError(f"glm-flash-engine {' '.join(args)} -> {r.returncode}\n{r.stdout}\n{r.stderr}")
@@ -258,8 +263,17 @@ def test_verify_and_assert_pin(tmp_path, mini):
     subprocess.run([str(tools_bin() / "uv"), "pip", "uninstall", "-q", "--python", python, "sniffio"], check=True)
     report = json.loads(tool(root, "verify", "--json", check=False).stdout)
     assert any(p.startswith("sniffio: missing installed") for p in report["problems"])
-    assert "reinstalling" in tool(root, "assert-pin", env, "sniffio", "--wheelhouse", str(mini["wheelhouse"])).stdout
+    # as the deploy's engine-pin job runs it (roles/engines/kt/engine.py: ReadWritePaths= the
+    # environment alone, a private /tmp): bwrap with everything read-only but the environment and a TMPDIR
+    env_dir = str((root / "engine/envs" / env).resolve())
+    scratch = tmp_path / "private-tmp"
+    scratch.mkdir()
+    jailed = ["--ro-bind", "/", "/", "--bind", env_dir, env_dir, "--bind", str(scratch), str(scratch)]
+    jailed += ["--setenv", "TMPDIR", str(scratch), "--dev", "/dev", "--proc", "/proc"]
+    r = tool(root, "assert-pin", env, "sniffio", "--wheelhouse", str(mini["wheelhouse"]), jail=jailed)
+    assert "reinstalling" in r.stdout
     assert "as locked" in tool(root, "assert-pin", env, "sniffio", "--wheelhouse", str(mini["wheelhouse"])).stdout
+    assert not (root / "engine/envs" / env / ".glm-flash-uv-cache").exists()  # the install's own cache, gone
 
 
 def test_rollback_without_previous_is_refused(tmp_path):
