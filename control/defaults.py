@@ -657,6 +657,7 @@ PLATFORMS: dict[str, dict[str, Any]] = {
             "ca-certificates",
             "curl",
             "git",
+            "python3",  # DGX OS has it; uv builds the downloader's environment with it (roles/tools.py)
             "python3.12-venv",
             "python3.12-dev",
             "build-essential",

@@ -90,7 +90,7 @@ def test_the_flag_check_imports_the_new_environment_as_the_service_user_only(can
         sandbox_sh(f"rm -rf {records}")
 
 
-def test_assert_pin_runs_the_environments_pip_in_the_builds_sandbox(canary):
+def test_assert_pin_runs_the_environments_installer_in_the_builds_sandbox(canary):
     env = canary.rsplit("/", 1)[1]
     tool = layout.tool(PROFILE, "glm-flash-engine")
     pins = {
