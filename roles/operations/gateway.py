@@ -7,7 +7,7 @@ import posixpath
 from collections.abc import Callable
 
 from pyinfra import host, state
-from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
+from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import FileContents
 
 from pyinfra_ext import memo
@@ -15,6 +15,7 @@ from pyinfra_ext.refusal import refusal
 from roles.facts.engine import WheelhouseFiles
 from roles.facts.service import RouterWorkers
 from roles.facts.system import HostPython
+from roles.operations.paths import replaced_whole
 
 
 @operation()
@@ -56,7 +57,7 @@ def router_env_built(
     for wheel in wheels:
         name = posixpath.basename(wheel)
         if have.get(name) != os.stat(wheel).st_size:
-            yield FileUploadCommand(wheel, f"{wheelhouse}/{name}")
+            yield from replaced_whole(wheel, f"{wheelhouse}/{name}", user="root", group="root", mode="644")
     for command in commands:
         yield StringCommand(command)
 

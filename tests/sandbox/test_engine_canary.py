@@ -27,14 +27,24 @@ pytestmark = pytest.mark.sandbox
 
 PROFILE = profile.build("sandbox", {"engine_set": "0.7.0.post1"})
 CANARY_FILE = "/var/lib/glm-flash-canary"  # where a canary running as root would leave its mark
+# It says what it is on stderr, and also in RUNS beside it when it may write there: an installer
+# that runs the environment's python to read it (uv reads the interpreter's answer, and keeps its
+# output to itself unless the answer is unreadable) swallows the line, not the file.
+RUNS = "glm-flash-canary.runs"
 CANARY = f"""import os, sys
 caps = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("CapEff:"))
-sys.stderr.write(f"canary: uid {{os.getuid()}} CapEff {{caps}}\\n")
+said = [f"canary: uid {{os.getuid()}} CapEff {{caps}}"]
 try:
     with open({CANARY_FILE!r}, "a") as f:
         f.write(f"{{os.getuid()}} {{caps}}\\n")
 except OSError as e:
-    sys.stderr.write(f"canary: cannot write {CANARY_FILE}: {{e.strerror}}\\n")
+    said.append(f"canary: cannot write {CANARY_FILE}: {{e.strerror}}")
+sys.stderr.write("".join(line + "\\n" for line in said))
+try:
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), {RUNS!r}), "a") as f:
+        f.write("".join(line + "\\n" for line in said))
+except OSError:
+    pass
 """
 
 
@@ -43,15 +53,15 @@ def canary(sandbox):
     """The canary in the serving environment's site-packages, as a build step would leave it."""
     env = sandbox_sh(f"readlink -f {layout.engine_root(PROFILE)}/current").stdout.strip()
     site = sandbox_sh(f"ls -d {shlex.quote(env)}/lib/python3.*/site-packages").stdout.strip()
-    module, pth = f"{site}/glm_flash_canary.py", f"{site}/glm-flash-canary.pth"
+    module, pth, runs = f"{site}/glm_flash_canary.py", f"{site}/glm-flash-canary.pth", f"{site}/{RUNS}"
     sandbox_sh(
-        f"rm -f {CANARY_FILE}; printf %s {shlex.quote(CANARY)} > {shlex.quote(module)}; "
+        f"rm -f {CANARY_FILE} {shlex.quote(runs)}; printf %s {shlex.quote(CANARY)} > {shlex.quote(module)}; "
         f"echo 'import glm_flash_canary' > {shlex.quote(pth)}"
     )
     try:
         yield env
     finally:
-        sandbox_sh(f"rm -f {shlex.quote(module)} {shlex.quote(pth)} {CANARY_FILE}")
+        sandbox_sh(f"rm -f {shlex.quote(module)} {shlex.quote(pth)} {shlex.quote(runs)} {CANARY_FILE}")
 
 
 def ran_as(output: str) -> list[tuple[int, str]]:
@@ -104,8 +114,13 @@ def test_assert_pin_runs_the_environments_installer_in_the_builds_sandbox(canary
         properties=sandboxing.root_job([canary]),
     )
     r = sandbox_sh(command.get_raw_value(), check=False)
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out[-3000:]
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    # what it said, on the job's output or (the installer keeping it) in its file in the environment
+    out = (
+        r.stdout
+        + r.stderr
+        + sandbox_sh(f"cat {shlex.quote(canary)}/lib/python3.*/site-packages/{RUNS}", check=False).stdout
+    )
     runs = ran_as(out)
     assert runs, f"the canary did not run at all:\n{out[-3000:]}"
     # root's uid, but no capability at all: the build's sandbox, not root's session

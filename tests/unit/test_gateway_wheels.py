@@ -57,7 +57,11 @@ def planned(found, marker="", executing=False, have=None) -> list:
 def test_the_gateway_gets_the_wheels_of_its_own_python3(found):
     machine = found["platform"].removeprefix("linux-")
     cmds = planned(found)
-    uploads = [Path(c.dest).name for c in cmds if isinstance(c, FileUploadCommand)]
+    uploads = [
+        Path(c.dest).name.removeprefix(".").removesuffix(".glm-flash-new")
+        for c in cmds
+        if isinstance(c, FileUploadCommand)
+    ]
     assert uploads and any(n.startswith("sglang_router-") for n in uploads), uploads
     platforms = {t.platform for n in uploads for t in parse_wheel_filename(n)[3]}
     assert any(p.endswith(machine) for p in platforms) and not any(
@@ -66,8 +70,13 @@ def test_the_gateway_gets_the_wheels_of_its_own_python3(found):
     accepted = set(Target.of_interpreter(found).tags())
     assert all(set(parse_wheel_filename(n)[3]) & accepted for n in uploads)
     assert isinstance(cmds[-1], StringCommand) and cmds[-1].get_raw_value() == "build it"
+    # each written whole: to a temporary name, then moved over its own (paths.replaced_whole)
+    moves = [c.get_raw_value() for c in cmds if isinstance(c, StringCommand) and " mv -f -T " in c.get_raw_value()]
+    assert len(moves) == len(uploads) and all(f"{D}/wheelhouse/{n}" in m for n, m in zip(uploads, moves))
     # a wheelhouse that holds them already: nothing uploaded again, the build still runs
-    have = {Path(c.dest).name: Path(c.src).stat().st_size for c in cmds if isinstance(c, FileUploadCommand)}
+    have = {
+        n: Path(c.src).stat().st_size for n, c in zip(uploads, [c for c in cmds if isinstance(c, FileUploadCommand)])
+    }
     assert [c.get_raw_value() for c in planned(found, have=have)] == ["build it"]
 
 
