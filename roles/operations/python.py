@@ -4,11 +4,12 @@ python3 is built.
 interpreter_installed: the engine's CPython (roles/engines/interpreter.py), unpacked and checked
 unless the marker of the same artifact is there, so a second run uploads nothing.
 
-uv_installed and venv_commands: the model downloader's and the gateway's environments are built by
-the uv pinned in locks/tools.txt (the control machine's own tool), uploaded as one root-owned
-executable: `uv venv` with the host's python3, then `uv pip install` of a hash-locked requirements
-file, offline, from the wheelhouse the control machine uploaded, every file's sha256 checked. No pip
-or ensurepip runs on the host and none is left in the environment; python3's venv module is not
+uv_installed: the uv pinned in locks/tools.txt (the control machine's own tool), uploaded as one
+root-owned executable, builds the host's Python environments: the engine's (files/glm-flash-engine,
+with the packed CPython) and, through venv_commands, the model downloader's and the gateway's:
+`uv venv` with the host's python3, then `uv pip install` of a hash-locked requirements file,
+offline, from the wheelhouse the control machine uploaded, every file's sha256 checked. No pip or
+ensurepip runs on the host and none is left in the environment; python3's venv module is not
 needed. uv is chosen for the machine the host's python3 says it runs on (the HostPython fact, as the
 wheels are), not `uname -m`: the GB10 sandbox's stand-in fakes that.
 """
@@ -96,10 +97,13 @@ def uv_installed(dest: str):
     if binary is None:
         skipped("uploading uv", "dry run: the real run fetches it from PyPI into the cache")
         return
-    if memo.fact(host, File, path=dest) and memo.fact(host, Sha1File, path=dest) == hashlib.sha1(binary).hexdigest():
-        if _owned(memo.fact(host, File, path=dest), "root", "root", "755"):
-            host.noop(f"uv {dest} is the pinned one")
-            return
+    there = memo.fact(host, File, path=dest)
+    if (
+        _owned(there, "root", "root", "755")
+        and memo.fact(host, Sha1File, path=dest) == hashlib.sha1(binary).hexdigest()
+    ):
+        host.noop(f"uv {dest} is the pinned one")
+        return
     yield from replaced_whole(io.BytesIO(binary), dest, user="root", group="root", mode="755")
 
 
