@@ -61,7 +61,9 @@ ANY = ("0.0.0.0", "::")
 K = Knob
 # The gateway host's settings (it runs no engine, so the node knobs of control/defaults.py do not apply).
 GATEWAY_KNOBS: dict[str, Knob] = {
-    "gateway_listen_host": K("0.0.0.0", "clients reach the fleet here; the API key guards it", **LISTEN),
+    "gateway_listen_host": K(
+        "0.0.0.0", "clients reach the fleet here (TLS, the front door); the API key guards it", **LISTEN
+    ),
     "gateway_port": K(
         30000, "the same port a single node serves on, so clients change only the host", int, low=1024, high=65535
     ),
@@ -94,6 +96,36 @@ GATEWAY_KNOBS: dict[str, Knob] = {
         int,
         low=1024,
         high=65535,
+    ),
+    "gateway_router_port": K(
+        30001,
+        "the router's own port, on the gateway's loopback only: the front door (nginx) forwards the OpenAI "
+        "routes and /health to it, and nothing else reaches it (its /workers API among them)",
+        int,
+        low=1024,
+        high=65535,
+    ),
+    "gateway_tls_names": K(
+        [],
+        "DNS names clients reach the gateway by: its certificate (from the fleet's authority on the control "
+        "machine) names these, the gateway's address and gateway_listen_host",
+        list,
+        **LISTEN,
+    ),
+    "gateway_max_request_mb": K(
+        16,
+        "the largest request body the front door takes (413 beyond): a full 204,800-token context as JSON "
+        "text with room for escapes",
+        int,
+        low=1,
+        high=1024,
+    ),
+    "gateway_requests_per_s": K(
+        20,
+        "requests per second one client address may make (bursts of 5x taken at once; 429 beyond)",
+        int,
+        low=1,
+        high=100000,
     ),
     "api_key_env": KNOBS["api_key_env"],
     "fleet_network_private": KNOBS["fleet_network_private"],
@@ -329,6 +361,15 @@ def gateway_profile(name: str, data: dict[str, Any]) -> Profile:
             problems.append(problem)
         else:
             values[key] = float(value) if knob.kind is float else value
+    ports = {k: values[k] for k in ("gateway_port", "gateway_router_port", "gateway_metrics_port")}
+    for key in ("gateway_router_port", "gateway_metrics_port"):
+        if not problems and list(ports.values()).count(ports[key]) > 1:
+            problems.append(
+                Problem(
+                    name, key, f"{ports[key]} is also another of the gateway's ports ({ports})", "give each its own"
+                )
+            )
+            break
     if not problems and not values["gateway_workers"]:
         problems.append(Problem(name, "gateway_workers", "is empty", "list the fleet's workers in fleet(workers=...)"))
     if not problems and values["gateway_listen_host"] not in LOOPBACK and not os.environ.get(values["api_key_env"]):

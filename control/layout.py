@@ -35,6 +35,9 @@ CUDA_HEADER_LOG = f"{LOG_DIR}/cuda-header.log"  # the dpkg hook's runs of the he
 # The fleet's router (roles/fleet/gateway.py); its environment lives under the gateway_dir knob.
 GATEWAY_CONF_DIR = "/etc/glm-flash-gateway"
 GATEWAY_UNIT = "/etc/systemd/system/glm-flash-gateway.service"
+# Its front door (nginx: TLS, the OpenAI routes only), and the mask on Debian's own nginx.service.
+FRONT_UNIT = "/etc/systemd/system/glm-flash-front.service"
+NGINX_MASK = "/etc/systemd/system/nginx.service"
 # The GB10 memory guard's drop-in on earlyoom's own unit (roles/memory_guard.py).
 EARLYOOM_DROP_IN = "/etc/systemd/system/earlyoom.service.d/glm-flash.conf"
 # Watching the node (roles/watch.py): node-exporter's drop-in, our textfile directory and the

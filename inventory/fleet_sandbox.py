@@ -77,6 +77,8 @@ workers, gateway = fleet(
         {
             **ssh(nodes[0]),
             "gateway_listen_host": nodes[0]["address"],
+            # The router listens on 127.0.0.1, which the machines share with this one: a port of this checkout's.
+            "gateway_router_port": json.loads(Path(".sandbox/ports.json").read_text())["gateway_router"],
             # A few test requests, not production load: balance as soon as one worker has more.
             "gateway_balance_abs_threshold": 1,
             "gateway_balance_rel_threshold": 1.0,

@@ -66,7 +66,7 @@ def checkpoints(profile: Profile) -> list[str]:
 
 def removed_paths(profile: Profile) -> list[str]:
     """What the uninstall deletes, files and whole directories, always."""
-    units = [service.UNIT, service.GPU_UNIT, layout.GATEWAY_UNIT]
+    units = [service.UNIT, service.GPU_UNIT, layout.GATEWAY_UNIT, layout.FRONT_UNIT]
     return [
         *units,
         *(f"{u}.d" for u in units),
@@ -129,6 +129,9 @@ KEPT_IF_PRESENT = {
     "/var/lib/prometheus": "prometheus-node-exporter's state directory (the package stays, stopped)",
     # The README's one-time step, by hand: the SSH user's sudo without a password. The deploy logs in
     # through it; removing it would lock the next deploy (and this uninstall's own login) out of root.
+    # A gateway's: the nginx package stays, and without the mask its own unit would serve Debian's
+    # default site on port 80 at the next boot.
+    layout.NGINX_MASK: "the mask on Debian's nginx.service (the nginx package stays; `systemctl unmask nginx` to use it)",
     SUDOERS_RULE: "the SSH user's passwordless sudo, written by hand as in the README; the deploy logs in through it",
 }
 

@@ -71,6 +71,8 @@ PORT_ENV = {
     "node_exporter": "GLM_FLASH_SANDBOX_NODE_EXPORTER_PORT",
     "prometheus": "GLM_FLASH_SANDBOX_PROMETHEUS_PORT",
     "webhook": "GLM_FLASH_SANDBOX_WEBHOOK_PORT",
+    # The fleet gateway's router, on 127.0.0.1 (inventory/fleet_sandbox.py): loopback is shared too.
+    "gateway_router": "GLM_FLASH_SANDBOX_ROUTER_PORT",
 }
 # Where the choice looks: below Linux's ephemeral range (32768-60999), so an outgoing connection's
 # own port never takes a sandbox's; the start in it is derived from the identity.

@@ -28,9 +28,9 @@ from pyinfra import host
 from pyinfra.api import OperationError
 from pyinfra.operations import systemd
 
-from control import layout
+from control import fleet_ca, layout
 from control.engine_lock import LockError, Target, fetch, parse_lock
-from control.profile import Profile
+from control.profile import Profile, refuse
 from control.pypi_cache import FetchError, cache_root
 from roles import watch
 from roles.operations import packages, paths, python
@@ -40,6 +40,16 @@ from roles.operations.service_restart import started_from_disk
 from roles.operations.uploads import host_tool, template
 
 LOCK = layout.LOCKS / "gateway.txt"
+ROUTER_HOST = "127.0.0.1"
+# What clients may ask the fleet: the OpenAI routes the engines serve, and /health. Anything else
+# (the router's /workers, /flush_cache, /get_server_info ...) answers 404 at the front door.
+ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health")
+FRONT_UNIT = layout.FRONT_UNIT.rsplit("/", 1)[1]
+FRONT_CONF = f"{layout.GATEWAY_CONF_DIR}/front.conf"
+FRONT_CERT = f"{layout.GATEWAY_CONF_DIR}/front.crt"
+FRONT_KEY = f"{layout.GATEWAY_CONF_DIR}/front.key"
+FLEET_CA_CERT = f"{layout.GATEWAY_CONF_DIR}/fleet-ca.crt"
+CONNECTIONS_PER_CLIENT = 64
 CONF_DIR = layout.GATEWAY_CONF_DIR
 ROUTER_JSON = f"{CONF_DIR}/router.json"  # the router's flags and workers; the keys' files beside it
 UNIT = layout.GATEWAY_UNIT
@@ -52,10 +62,12 @@ def router_args(p: Profile) -> list[str]:
     adds each worker through the router's worker API (POST /workers {url, api_key}) with the
     gateway-to-worker key."""
     return [
+        # Loopback only: the router's worker API (/workers) is guarded by the clients' key, so
+        # clients reach it only through the front door (front_conf), which forwards no such route.
         "--host",
-        p.gateway_listen_host,
+        ROUTER_HOST,
         "--port",
-        str(p.gateway_port),
+        str(p.gateway_router_port),
         "--policy",
         p.gateway_policy,
         "--balance-abs-threshold",
@@ -84,6 +96,43 @@ def router_args(p: Profile) -> list[str]:
         "--prometheus-port",
         str(p.gateway_metrics_port),
     ]
+
+
+def tls_names(p: Profile, address: str) -> list[str]:
+    """What the gateway's certificate names: the address the fleet reaches it on, the address it
+    listens on (when it is one), and the DNS names clients use (gateway_tls_names)."""
+    names = [address, "127.0.0.1", *p.gateway_tls_names]  # 127.0.0.1: clients on the gateway itself
+    if p.gateway_listen_host not in ("0.0.0.0", "::"):
+        names.append(p.gateway_listen_host)
+    return sorted(set(names))
+
+
+def front_listen(p: Profile) -> str:
+    h = p.gateway_listen_host
+    return f"[{h}]:{p.gateway_port}" if ":" in h else f"{h}:{p.gateway_port}"
+
+
+def front_conf(p: Profile) -> dict:
+    """The front door's nginx settings (templates/glm-flash-front.conf.j2)."""
+    return {
+        "listen": front_listen(p),
+        "router": f"{ROUTER_HOST}:{p.gateway_router_port}",
+        "cert": FRONT_CERT,
+        "key": f"/run/credentials/{FRONT_UNIT}/tls-key",
+        "routes": ROUTES,
+        "max_body_mb": p.gateway_max_request_mb,
+        "requests_per_s": p.gateway_requests_per_s,
+        "connections": CONNECTIONS_PER_CLIENT,
+    }
+
+
+def certificate(p: Profile, address: str) -> fleet_ca.Issued:
+    """The gateway's certificate from the fleet's authority on the control machine (made or reused
+    while the run is planned: a directory that cannot be trusted refuses this host before it is touched)."""
+    try:
+        return fleet_ca.issue(host.name, tls_names(p, address))
+    except fleet_ca.CAError as e:
+        refuse("gateway_tls_names" if "names" in e.problem else "GLM_FLASH_FLEET_CA", e.problem, e.fix)
 
 
 def wheels_for(found: dict | None) -> list[str]:
@@ -130,6 +179,49 @@ def venv_commands(d: str, uv: str, launcher: str, wheelhouse: str, lock_dest: st
 def launcher(p: Profile) -> str:
     """files/glm-flash-gateway-launch as the gateway has it: the unit's ExecStart=, the worker API's tool."""
     return f"{p.gateway_dir}/bin/glm-flash-gateway-launch"
+
+
+def front_door(p: Profile, address: str) -> None:
+    """nginx in front of the router: TLS with the fleet's certificate, the OpenAI routes and /health
+    only, bounded requests. The fleet's authority's certificate goes beside it (fleet-ca.crt), for
+    clients on the gateway and the host checks. Debian's own nginx.service is masked first, before
+    the package could start it with its default site on port 80: glm-flash-front.service is the
+    only nginx here."""
+    issued = certificate(p, address)
+    paths.link(path=layout.NGINX_MASK, target="/dev/null", name="Debian's nginx.service masked")
+    packages.installed(["nginx"], name="nginx (the front door)", no_recommends=True)
+    paths.put(
+        name="Front door certificate (the fleet's authority)",
+        src=StringIO(issued.cert_pem.decode()),
+        dest=FRONT_CERT,
+        mode="644",
+    )
+    paths.put(
+        name="The fleet's authority (ca.crt: what clients trust the gateway by)",
+        src=StringIO(issued.ca_pem.decode()),
+        dest=FLEET_CA_CERT,
+        mode="644",
+    )
+    secret_file(
+        name="Front door certificate key (made on the control machine; compared by hash, never shown)",
+        secret=Secret(issued.key_pem.decode()),
+        dest=FRONT_KEY,
+        stage_dir=f"{CONF_DIR}/.staging",
+    )
+    template("glm-flash-front.conf.j2", FRONT_CONF, name="Front door settings (nginx)", **front_conf(p))
+    template(
+        "glm-flash-front.service.j2",
+        layout.FRONT_UNIT,
+        name=f"{FRONT_UNIT} unit",
+        conf=FRONT_CONF,
+        key_file=FRONT_KEY,
+    )
+    systemd.service(name=f"Enable {FRONT_UNIT}", service=FRONT_UNIT, enabled=True)
+    started_from_disk(
+        name=f"{FRONT_UNIT} started from the files on disk",
+        service=FRONT_UNIT,
+        inputs=[layout.FRONT_UNIT, FRONT_CONF, FRONT_CERT, FRONT_KEY],
+    )
 
 
 def apply(p: Profile) -> None:
@@ -207,6 +299,7 @@ def apply(p: Profile) -> None:
             venv,
         ],
     )
+    front_door(p, str(host.data.get("ssh_hostname") or host.name))
     # Workers the inventory does not name, added through the router's API since it started: out.
     router_lists_only(
         name="The router lists the inventory's workers only",

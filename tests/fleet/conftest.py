@@ -24,10 +24,19 @@ def env() -> dict:
     """The fleet's ports are this checkout's (.sandbox/ports.json, or GLM_FLASH_SANDBOX_PORT when set).
     The inventory's workers are node2..node<N> even when a test booted more machines (the
     membership and peer-server tests boot node4 and name their own worker count)."""
-    return dict(os.environ, GLM_FLASH_API_KEY=KEY, GLM_FLASH_WORKER_KEY=WORKER_KEY, GLM_FLASH_FLEET_WORKERS=str(N - 1))
+    return dict(
+        os.environ,
+        GLM_FLASH_API_KEY=KEY,
+        GLM_FLASH_WORKER_KEY=WORKER_KEY,
+        GLM_FLASH_FLEET_WORKERS=str(N - 1),
+        GLM_FLASH_FLEET_CA=str(CA_DIR),
+    )
 
 
 BACKUP = "/root/.glm-flash-fleet-test-backup.tar"
+# The fleet's authority for these tests (control/fleet_ca.py), this checkout's own: the gateway's
+# certificate comes from it, and the tests' clients trust it alone.
+CA_DIR = REPO / ".sandbox" / "fleet-ca"
 
 
 @contextlib.contextmanager

@@ -162,7 +162,9 @@ def test_a_worker_refuses_the_clients_key_and_takes_the_worker_key(fleet):  # no
     url = next(iter(workers))
     assert chat(gw, "via the gateway") == 200
     host, port = url.split("//")[1].rsplit(":", 1)
-    gw_at_worker = SimpleNamespace(gateway_listen_host=host, gateway_port=int(port))  # chat() straight to it
+    gw_at_worker = SimpleNamespace(
+        gateway_listen_host=host, gateway_port=int(port), scheme="http"
+    )  # chat() straight to it
     assert chat(gw_at_worker, "clients' key at a worker", key=KEY) == 401
     assert chat(gw_at_worker, "worker key at a worker", key=WORKER_KEY) == 200
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -24,9 +25,10 @@ from unittest import mock
 import pytest
 
 from control.fleet import gateway_profile
+from roles.fleet.gateway import ROUTER_JSON
 from tests.bench.fake_openai import FakeOpenAI
 from tests.conftest import REPO
-from tests.fleet.conftest import KEY, WORKER_KEY, env
+from tests.fleet.conftest import CA_DIR, KEY, WORKER_KEY, env, ssh
 
 pytestmark = pytest.mark.sandbox
 
@@ -88,16 +90,23 @@ def fleet(fleet_up):
 
 
 def base(gw) -> str:
-    return f"http://{gw.gateway_listen_host}:{gw.gateway_port}"
+    """Where clients reach the fleet: the front door, over TLS (a worker reached straight: its scheme)."""
+    return f"{getattr(gw, 'scheme', 'https')}://{gw.gateway_listen_host}:{gw.gateway_port}"
 
 
-def call(gw, path: str, body: dict | None = None, key: str | None = KEY) -> tuple[int, bytes]:
-    req = urllib.request.Request(base(gw) + path, data=json.dumps(body).encode() if body else None)
+def trust() -> ssl.SSLContext:
+    """A client that trusts the fleet's authority only (the one the deploy's env() names)."""
+    return ssl.create_default_context(cafile=str(CA_DIR / "ca.crt"))
+
+
+def call(gw, path: str, body: dict | None = None, key: str | None = KEY, url: str = "") -> tuple[int, bytes]:
+    req = urllib.request.Request(url or base(gw) + path, data=json.dumps(body).encode() if body else None)
     req.add_header("Content-Type", "application/json")
     if key:
         req.add_header("Authorization", f"Bearer {key}")
+    https = req.full_url.startswith("https:")
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=30, context=trust() if https else None) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
@@ -116,8 +125,16 @@ def chat(gw, text: str, key: str | None = KEY, max_tokens: int = 40) -> int:
     return code if code != 200 or b"[DONE]" in out else -1
 
 
+def router(gw) -> str:
+    """The router itself, on the gateway's loopback: clients never reach it (the front door forwards
+    no /workers). The fleet's machines share this machine's loopback, so the test reads the router's
+    view of its workers there, with the key guarding its API (the deploy and the roll call it over
+    SSH on the gateway instead: roles/fleet/roll.py)."""
+    return f"http://127.0.0.1:{gw.gateway_router_port}"
+
+
 def healthy(gw) -> dict[str, bool]:
-    code, out = call(gw, "/workers")
+    code, out = call(gw, "", url=router(gw) + "/workers")
     return {w["url"]: w["is_healthy"] for w in json.loads(out)["workers"]} if code == 200 else {}
 
 
@@ -177,16 +194,57 @@ def test_a_second_gateway_deploy_changes_nothing(fleet):
     assert run.returncode == 0 and totals[-3:] == ["-", "-", totals[-4]], out[-2000:]
 
 
+def test_a_client_with_the_key_cannot_reach_the_routers_worker_api(fleet):
+    """The clients' key also guards the router's /workers (sglang-router has one key): through the
+    front door a client gets 404 for it, in any spelling, and its requests reach only the inventory's workers."""
+    gw, workers = fleet
+    first = next(iter(workers))
+    stranger = first.rsplit(".", 1)[0] + ".251:" + first.rsplit(":", 1)[1]  # an address no node has
+    with Worker(stranger) as planted:
+        for path in (
+            "/workers",
+            "/workers/",
+            "//workers",
+            "/v1/models/../../workers",
+            "/v1/models%2F..%2F..%2Fworkers",
+        ):
+            code, out = call(gw, path, {"url": stranger, "api_key": WORKER_KEY})
+            assert code == 404, (path, code, out)
+            assert call(gw, path)[0] == 404 and call(gw, path, key=None)[0] == 404
+        for path in ("/flush_cache", "/get_server_info", "/list_workers", "/get_loads"):
+            assert call(gw, path)[0] == 404, path
+        assert stranger not in healthy(gw)
+        assert burst(gw, 6, "only the inventory's") == [200] * 6 and planted.generations == 0
+    assert sorted(healthy(gw)) == sorted(workers)
+
+
+def test_clients_reach_the_front_door_over_tls_with_the_fleets_certificate_only(fleet):
+    gw, _ = fleet
+    with socket.create_connection((gw.gateway_listen_host, gw.gateway_port), timeout=10) as raw:
+        with trust().wrap_socket(raw, server_hostname=gw.gateway_listen_host) as tls:
+            cert = tls.getpeercert()
+            assert ("IP Address", gw.gateway_listen_host) in cert["subjectAltName"], cert
+            assert tls.version() in ("TLSv1.2", "TLSv1.3")
+    # A client trusting only the system's authorities refuses it: the fleet's is its own.
+    with socket.create_connection((gw.gateway_listen_host, gw.gateway_port), timeout=10) as raw:
+        with pytest.raises(ssl.SSLCertVerificationError):
+            ssl.create_default_context().wrap_socket(raw, server_hostname=gw.gateway_listen_host)
+    # Plain HTTP on the client port is not served: nginx answers 400, and no key reaches the router.
+    code, out = call(gw, "", url=base(gw).replace("https:", "http:") + "/v1/models")
+    assert code == 400 and b"plain HTTP request was sent to HTTPS port" in out, (code, out[:200])
+
+
 def test_a_worker_the_inventory_does_not_name_is_taken_out_by_the_next_deploy(fleet):
-    """Anyone who holds the key guarding the router's API (the clients' key, today) can add a worker
-    of their own, which would then receive clients' prompts. The next deploy takes it out."""
+    """A worker added on the gateway itself (clients cannot: the test above), as root or the router's
+    own key could: the next deploy takes it out."""
     gw, workers = fleet
     first = next(iter(workers))
     stranger = first.rsplit(".", 1)[0] + ".250:" + first.rsplit(":", 1)[1]  # an address no node has
     assert stranger not in workers
     with Worker(stranger) as planted:
-        code, out = call(gw, "/workers", {"url": stranger, "api_key": WORKER_KEY})  # as such a client could
-        assert code < 300, out
+        tool = f"{gw.gateway_dir}/bin/glm-flash-gateway-launch"
+        added = ssh("node1", f"{tool} workers {ROUTER_JSON} add {stranger}")
+        assert added.returncode == 0, added.stdout + added.stderr
         wait(lambda: healthy(gw).get(stranger) is True, 60)
         run = gateway_deploy()
         out = run.stdout + run.stderr

@@ -20,20 +20,23 @@ from roles.fleet.gateway import CONF_DIR
 from tests.conftest import REPO
 
 UNIT = "glm-flash-gateway.service"
+FRONT = "glm-flash-front.service"
 
 # Runs on the gateway host with its python3: status codes of requests with and without the key, and
 # the text of one completion with it (the key is read there, from the root-only file).
 PROBE = r"""
-import json, sys, urllib.request, urllib.error
+import json, ssl, sys, urllib.request, urllib.error
 base = sys.argv[1]
 key = open("/etc/glm-flash-gateway/api-key").read().strip()
+# Trusting the fleet's authority only (the deploy put its certificate beside the gateway's).
+tls = ssl.create_default_context(cafile="/etc/glm-flash-gateway/fleet-ca.crt")
 def code(path, key=None, body=None):
     req = urllib.request.Request(base + path, data=body and json.dumps(body).encode())
     req.add_header("Content-Type", "application/json")
     if key:
         req.add_header("Authorization", "Bearer " + key)
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=30, context=tls) as r:
             return r.status
     except urllib.error.HTTPError as e:
         return e.code
@@ -43,7 +46,7 @@ def answer(body):  # an authorised completion through the router to a worker: (s
     req.add_header("Content-Type", "application/json")
     req.add_header("Authorization", "Bearer " + key)
     try:
-        with urllib.request.urlopen(req, timeout=120) as r:
+        with urllib.request.urlopen(req, timeout=120, context=tls) as r:
             return r.status, json.load(r)["choices"][0]["message"]["content"]
     except urllib.error.HTTPError as e:
         return e.code, ""
@@ -55,6 +58,8 @@ print(json.dumps({
     "chat_nokey": code("/v1/chat/completions", None, chat),
     "chat_badkey": code("/v1/chat/completions", "wrong-" + key, chat),
     "workers_nokey": code("/workers"),
+    "workers_key": code("/workers", key),
+    "workers_post_key": code("/workers", key, {"url": "http://192.0.2.1:30000"}),
 }))
 """
 
@@ -85,6 +90,45 @@ def test_gateway_listens_where_clients_reach_it(host, gateway):
     assert host.socket(f"tcp://{gateway.gateway_listen_host}:{gateway.gateway_port}").is_listening
 
 
+def listeners(host, port: int) -> dict[str, str]:
+    """Each listening TCP socket on `port`: its local address and the process holding it."""
+    out = host.check_output(f"ss -Hltnp 'sport = :{port}'")
+    found = {}
+    for line in out.splitlines():
+        fields = line.split()
+        local = fields[3].rsplit(":", 1)[0]
+        found[local] = (re.search(r'users:\(\("([^"]+)"', line) or [None, "?"])[1]
+    return found
+
+
+def test_the_router_listens_on_loopback_only_and_the_front_door_where_clients_reach_it(host, gateway):
+    """The router's API (its /workers among it) is guarded by the clients' key: it listens on
+    127.0.0.1 only, and what clients reach on the gateway's port is nginx (glm-flash-front.service)."""
+    assert set(listeners(host, gateway.gateway_router_port)) == {"127.0.0.1"}, listeners(
+        host, gateway.gateway_router_port
+    )
+    listen = gateway.gateway_listen_host
+    front = listeners(host, gateway.gateway_port)
+    assert front.get(f"[{listen}]" if ":" in listen else listen) == "nginx", front
+
+
+def test_the_front_door_runs_unprivileged_and_debians_nginx_does_not_run(host, gateway):
+    svc = host.service(FRONT)
+    assert svc.is_enabled and svc.is_running
+    for pid in host.check_output(
+        f"systemctl show -p ControlGroup --value {FRONT} | xargs -I{{}} cat /sys/fs/cgroup{{}}/cgroup.procs"
+    ).split():
+        status = host.file(f"/proc/{pid}/status").content_string
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        assert fields["Uid"].split()[0] != "0" and int(fields["CapEff"], 16) == 0, f"nginx {pid} is privileged"
+    assert host.check_output("systemctl is-enabled nginx.service || true") == "masked"
+    key = host.file(f"{CONF_DIR}/front.key")
+    assert key.user == "root" and key.mode == 0o600
+    out = host.run(f"systemd-analyze security {FRONT} --no-pager")
+    score = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", out.stdout).group(1))
+    assert score <= 2.0, out.stdout[-3000:]
+
+
 def test_gateway_runs_unprivileged(host, gateway):
     pid = host.check_output(f"systemctl show -p MainPID --value {UNIT}")
     status = host.file(f"/proc/{pid}/status").content_string
@@ -106,7 +150,7 @@ def test_gateway_key_is_a_root_only_credential_not_an_argument(host, gateway):
 
 
 def test_gateway_answers_with_the_key_and_refuses_without(host, gateway):
-    base = f"http://{gateway.gateway_listen_host.replace('0.0.0.0', '127.0.0.1')}:{gateway.gateway_port}"
+    base = f"https://{gateway.gateway_listen_host.replace('0.0.0.0', '127.0.0.1')}:{gateway.gateway_port}"
     out = host.run("python3 -c %s %s", PROBE, base)
     assert out.rc == 0, out.stderr
     codes = json.loads(out.stdout)
@@ -114,7 +158,9 @@ def test_gateway_answers_with_the_key_and_refuses_without(host, gateway):
     # With the key, a completion goes through the router to a worker and comes back with text.
     assert codes["chat_key"] == 200 and codes["chat_key_content"].strip(), codes
     # The router refuses its API without the key itself (it does not reach a worker).
-    assert codes["chat_nokey"] == 401 and codes["chat_badkey"] == 401 and codes["workers_nokey"] == 401
+    assert codes["chat_nokey"] == 401 and codes["chat_badkey"] == 401
+    # Its worker API is not reached through the front door, with the clients' key or without.
+    assert codes["workers_nokey"] == codes["workers_key"] == codes["workers_post_key"] == 404, codes
 
 
 def test_gateway_sandboxing_is_tight(host, gateway):

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
 
+import jinja2
 import pytest
 
 from control.fleet import fleet, gateway_profile
-from roles.fleet.gateway import router_args
+from roles.fleet.gateway import front_conf, router_args, tls_names
 from tests.conftest import REPO
 
 COMMIT = "a" * 40
@@ -115,6 +117,52 @@ def test_router_flags_carry_the_settings_and_never_the_key():
     assert args[args.index("--health-check-interval-secs") + 1] == "7"
     assert args[args.index("--policy") + 1] == "cache_aware"
     assert not any("api-key" in a or a == "k" for a in args)
+    # The router (and its /workers API) on loopback only, on its own port: the front door is the way in.
+    assert args[args.index("--host") + 1] == "127.0.0.1" and args[args.index("--port") + 1] == "30001"
+
+
+def front_door(p) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(REPO / "templates"), undefined=jinja2.StrictUndefined)
+    return env.get_template("glm-flash-front.conf.j2").render(**front_conf(p))
+
+
+def test_the_front_door_forwards_the_openai_routes_and_health_only_to_the_router_on_loopback():
+    p = gateway_profile(
+        "10.0.0.5",
+        {"gateway_workers": ["http://10.0.0.6:30000"], "gateway_listen_host": "10.0.0.5", "gateway_router_port": 31001},
+    )
+    conf = front_door(p)
+    assert "listen 10.0.0.5:30000 ssl;" in conf
+    assert re.findall(r"server (\S+);", conf) == ["127.0.0.1:31001"]
+    # Each location an exact path, passed to the router as that path; everything else answers 404.
+    routes = dict(re.findall(r"location = (\S+) \{\s*proxy_pass http://router(\S+);", conf))
+    assert routes == {r: r for r in ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health")}
+    assert re.findall(r"location (\S+) \{", conf) == ["/"] and "return 404" in conf.split("location / {")[1]
+    assert "client_max_body_size 16m;" in conf and "rate=20r/s" in conf
+    assert "ssl_certificate_key /run/credentials/glm-flash-front.service/tls-key;" in conf
+    six = gateway_profile("gw", {"gateway_workers": ["http://[fd00::6]:30000"], "gateway_listen_host": "fd00::5"})
+    assert "listen [fd00::5]:30000 ssl;" in front_door(six)
+
+
+def test_the_certificate_names_the_gateways_address_its_listen_address_and_the_operators_names():
+    p = gateway_profile(
+        "gw",
+        {
+            "gateway_workers": ["http://10.0.0.6:30000"],
+            "gateway_listen_host": "10.1.0.5",
+            "gateway_tls_names": ["llm.lan"],
+        },
+    )
+    assert tls_names(p, "10.0.0.5") == ["10.0.0.5", "10.1.0.5", "127.0.0.1", "llm.lan"]
+    wildcard = gateway_profile("gw", {"gateway_workers": ["http://10.0.0.6:30000"]})
+    assert tls_names(wildcard, "10.0.0.5") == ["10.0.0.5", "127.0.0.1"]
+
+
+def test_the_gateways_ports_are_its_own():
+    for key in ("gateway_router_port", "gateway_metrics_port"):
+        with pytest.raises(Exception) as e:
+            gateway_profile("gw", {"gateway_workers": ["http://10.0.0.6:30000"], key: 30000})
+        assert f"{key}: 30000 is also another of the gateway's ports" in str(e.value)
 
 
 def test_a_mismatched_fleet_stops_pyinfra_before_connecting(tmp_path):

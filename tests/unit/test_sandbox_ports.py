@@ -69,7 +69,7 @@ def test_two_checkouts_get_their_own_machine_and_ports(checkouts):
     # recorded in each checkout's own state, which the inventories and the ssh_config read
     assert json.loads((checkouts[0] / ".sandbox/ports.json").read_text()) == ports_a
     assert json.loads((checkouts[1] / ".sandbox/ports.json").read_text()) == ports_b
-    assert len(set(ports_b.values())) == len(b.PORT_ENV) == 7
+    assert len(set(ports_b.values())) == len(b.PORT_ENV) == 8
     assert {30000, 9100, 19090, 18099}.isdisjoint([*ports_a.values(), *ports_b.values()])
 
 
@@ -94,7 +94,7 @@ def test_pinned_ports_win_and_follow_the_old_offsets(checkouts, monkeypatch):
     assert (sb.PORT, sb.STANDIN_PORT, sb.HUB_PORT) == (2400, 8400, 9400)
     ports = sb.settle_ports()
     assert {k: ports[k] for k in ("ssh", "standin", "hub")} == {"ssh": 2400, "standin": 8400, "hub": 9400}
-    assert len(set(ports.values())) == 7  # the others chosen, none of them the pinned ones
+    assert len(set(ports.values())) == len(sb.PORT_ENV)  # the others chosen, none of them the pinned ones
 
 
 def test_two_checkouts_fleets_use_their_own_addresses_and_names(checkouts):
