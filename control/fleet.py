@@ -122,7 +122,7 @@ GATEWAY_KNOBS: dict[str, Knob] = {
     ),
     "gateway_requests_per_s": K(
         20,
-        "requests per second one client address may make (bursts of 5x taken at once; 429 beyond)",
+        "requests per second one client address may make (a second's worth at once; 429 beyond)",
         int,
         low=1,
         high=100000,

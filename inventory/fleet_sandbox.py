@@ -83,6 +83,9 @@ workers, gateway = fleet(
             "gateway_balance_abs_threshold": 1,
             "gateway_balance_rel_threshold": 1.0,
             "gateway_health_interval_s": 2,
+            # The tests' clients all come from this machine's one address: a roll's three clients send
+            # about 30 requests a second; tests/fleet/test_gateway_fleet.py sends more to see the 429s.
+            "gateway_requests_per_s": 60,
             # Requests fail fast on a stopped stand-in: let a restarted one back within seconds, not a minute.
             "gateway_breaker_open_s": 5,
         },

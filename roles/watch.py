@@ -58,6 +58,29 @@ def listen_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+NODE_EXPORTER_SANDBOX = (
+    "NoNewPrivileges=yes",
+    "CapabilityBoundingSet=",
+    "ProtectSystem=strict",
+    "ProtectHome=read-only",
+    "PrivateTmp=yes",
+    "PrivateDevices=yes",
+    "ProtectKernelTunables=yes",
+    "ProtectKernelModules=yes",
+    "ProtectKernelLogs=yes",
+    "ProtectControlGroups=yes",
+    "ProtectHostname=yes",
+    "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK",
+    "RestrictNamespaces=yes",
+    "RestrictRealtime=yes",
+    "RestrictSUIDSGID=yes",
+    "LockPersonality=yes",
+    "MemoryDenyWriteExecute=yes",
+    "SystemCallArchitectures=native",
+    # No SystemCallFilter=: node-exporter 1.9 is killed (SIGSYS) under ~@privileged @resources.
+)
+
+
 def node_exporter_drop_in(profile: Profile) -> str:
     argv = [
         layout.NODE_EXPORTER,
@@ -69,7 +92,11 @@ def node_exporter_drop_in(profile: Profile) -> str:
         "# Replaces the package's command line (the $ARGS of the package's defaults file is not read).\n"
         "[Service]\n"
         "ExecStart=\n"
-        f"ExecStart={' '.join(argv)}\n"
+        f"ExecStart={' '.join(argv)}\n" + "".join(f"{line}\n" for line in NODE_EXPORTER_SANDBOX)
+        # It only reads /proc, /sys, mount points and the textfile directory, and answers scrapes:
+        # the package's unit sandboxes nothing (9.2 in systemd-analyze security; 3.2 with these).
+        # Not ProtectClock= (the timex collector reads the clock's state with adjtimex) and /home
+        # read-only, not hidden (the filesystem collector measures every mount point).
     )
 
 

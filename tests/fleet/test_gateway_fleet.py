@@ -10,6 +10,7 @@ its key check, its systemd unit and the deploy are the real ones.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
@@ -234,6 +235,38 @@ def test_clients_reach_the_front_door_over_tls_with_the_fleets_certificate_only(
     assert code == 400 and b"plain HTTP request was sent to HTTPS port" in out, (code, out[:200])
 
 
+def test_one_client_address_is_held_to_its_rate(fleet):
+    """gateway_requests_per_s (60 here): 800 requests for /health as fast as 16 connections go get
+    429s beyond a second's worth; a second later the same client is served again."""
+    gw, _ = fleet
+    codes: list[int] = []
+
+    def client():
+        conn = http.client.HTTPSConnection(gw.gateway_listen_host, gw.gateway_port, timeout=30, context=trust())
+        try:
+            for _ in range(50):
+                conn.request("GET", "/health")
+                response = conn.getresponse()
+                response.read()
+                codes.append(response.status)
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=client) for _ in range(16)]
+    started = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    took = time.monotonic() - started
+    counts = {c: codes.count(c) for c in set(codes)}
+    assert set(counts) <= {200, 429} and counts.get(429, 0) > 0, (counts, took)
+    # Served: at most the rate over the time it took, plus the burst (and one second of slack).
+    assert counts.get(200, 0) <= gw.gateway_requests_per_s * (took + 2), (counts, took)
+    time.sleep(1.5)
+    assert call(gw, "/health", key=None)[0] == 200
+
+
 def test_a_worker_the_inventory_does_not_name_is_taken_out_by_the_next_deploy(fleet):
     """A worker added on the gateway itself (clients cannot: the test above), as root or the router's
     own key could: the next deploy takes it out."""
@@ -285,6 +318,7 @@ def test_gateway_host_checks_pass(fleet):
             "pytest",
             "-q",
             "tests/host/test_gateway.py",
+            "tests/host/test_exposure.py",
             "--no-deploy",
             "--inventory",
             "inventory/fleet_sandbox.py",
