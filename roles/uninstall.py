@@ -127,11 +127,11 @@ KEPT_IF_PRESENT = {
     DEFAULT_TARGET: f"the boot target the deploy set ({headless.TARGET})",
     # prometheus-node-exporter's own (its maintainer script made it), kept with the package
     "/var/lib/prometheus": "prometheus-node-exporter's state directory (the package stays, stopped)",
-    # The README's one-time step, by hand: the SSH user's sudo without a password. The deploy logs in
-    # through it; removing it would lock the next deploy (and this uninstall's own login) out of root.
     # A gateway's: the nginx package stays, and without the mask its own unit would serve Debian's
     # default site on port 80 at the next boot.
     layout.NGINX_MASK: "the mask on Debian's nginx.service (the nginx package stays; `systemctl unmask nginx` to use it)",
+    # The README's one-time step, by hand: the SSH user's sudo without a password. The deploy logs in
+    # through it; removing it would lock the next deploy (and this uninstall's own login) out of root.
     SUDOERS_RULE: "the SSH user's passwordless sudo, written by hand as in the README; the deploy logs in through it",
 }
 
