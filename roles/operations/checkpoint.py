@@ -72,7 +72,15 @@ def downloader_installed(
     whose python3 gets no wheels (none fetched, none in the lock) is refused before anything is
     done there (wheels_for raises OperationError); and again when the operation runs, after
     base_packages: a bare Debian has no python3 while the run is planned, and the one installed
-    since is the one pip runs with. A refusal then fails this host only (pyinfra_ext/refusal.py)."""
+    since is the one pip runs with. A refusal then fails this host only (pyinfra_ext/refusal.py).
+
+    + venv: the downloader's environment, an absolute path on the host
+    + requirements: the hash-locked requirements text (files/hf-hub-requirements.txt) it holds
+    + wheels_for: the wheels for the HostPython fact's answer, on the control machine (raises
+      OperationError when there are none)
+    + user: the account the downloads run as; it must exist
+    + uv: the host's uv (roles/operations/python.py uv_installed)
+    """
     if not posixpath.isabs(venv):
         raise OperationError(f"downloader_installed: venv must be an absolute path (got {venv})")
     account = memo.fact(host, Account, user=user)
@@ -237,6 +245,17 @@ def checkpoint_download_started(
     `unit` is started in the background when the checkpoint is incomplete and no download runs
     (a re-run while one runs starts no second). checkpoint_present waits for it later.
 
+    + repo_id: the hub repository (zai-org/GLM-5.3-Flash)
+    + commit: the full commit the checkpoint is pinned to
+    + path: the checkpoint's directory on the host
+    + tool: files/glm-flash-model-fetch on the host
+    + hub_python: the downloader environment's python, which runs the tool in the unit
+    + fetch_user: the account the download runs as (it owns path until the seal)
+    + secrets_dir: root's directory for the token's file while the unit starts
+    + requested: the revision name the commit was locked from (main), for the download's record
+    + token: the hub token, wrapped in Secret; handed to the unit as a credential only
+    + endpoint: the hub's URL (hf_endpoint)
+    + unit: the transient unit's name
     + every: seconds between the download's progress lines (its journal, followed by the wait)
     """
     _checked(repo_id, commit, path, unit)
@@ -287,7 +306,10 @@ def checkpoint_present(
     (progress, retries) as they come, and fails with its log when it ended without a complete
     checkpoint. When the unit is gone and its note in /run too (the host rebooted since it
     started, as after a driver install), the download is started again first: the files that
-    finished are kept. The arguments are checkpoint_download_started's.
+    finished are kept.
+
+    + repo_id, commit, path, tool, hub_python, fetch_user: as checkpoint_download_started's
+    + secrets_dir, requested, token, endpoint, unit, every: the same (a restart is the same download)
     """
     _checked(repo_id, commit, path, unit)
     token_path = f"{secrets_dir}/hf-token-{unit}"
@@ -341,7 +363,11 @@ def checkpoint_present(
 
 @operation()
 def checkpoint_staged(tool: str, path: str):
-    """model_download false: the checkpoint must already be in path; the deploy stops otherwise."""
+    """model_download false: the checkpoint must already be in path; the deploy stops otherwise.
+
+    + tool: files/glm-flash-model-fetch on the host (its `check` says what is missing)
+    + path: where the operator staged the checkpoint
+    """
     state = memo.fact(host, ModelCheck, tool=tool, dest=path)
     if state["exit"] == 0:
         host.noop(f"the staged checkpoint in {path} is complete")
@@ -420,7 +446,11 @@ def _put_marker(state, host, path: str, dest: str, seed: str) -> bool:
 @operation(is_idempotent=False)
 def peer_token_placed(dest: str, secret: Secret):
     """A fleet transfer's token at dest, root's and 0600, in a directory only root may enter (0700):
-    a new random token for each transfer (roles/fleet/artifacts.py), uploaded over SSH, never shown."""
+    a new random token for each transfer (roles/fleet/artifacts.py), uploaded over SSH, never shown.
+
+    + dest: the token's file, an absolute path
+    + secret: the token, wrapped in Secret
+    """
     if not isinstance(secret, Secret) or not posixpath.isabs(dest):
         raise OperationError(f"peer_token_placed: the token wrapped in Secret, an absolute path (got {dest!r})")
     yield from secret_commands(secret, dest, posixpath.dirname(dest), "root", "root", "600")
@@ -440,7 +470,19 @@ def checkpoint_exported(
     hub_token: Secret | None,
 ):
     """On each of the fleet's `servers` (workers holding the checkpoint verified): glm-flash-peer's
-    manifest written from its verified marker, `serve` (the commands that start the server). The seed's marker is read for the receivers. Nothing on other hosts."""
+    manifest written from its verified marker, `serve` (the commands that start the server). The
+    seed's marker is read for the receivers and held against the hub's file list (_read_marker).
+    Nothing on other hosts.
+
+    + seed: the worker whose marker the receivers get
+    + servers: the workers that serve the checkpoint
+    + path: the checkpoint's directory
+    + tool: files/glm-flash-model-fetch on the host (its `export` writes the manifest)
+    + repo_id, commit: what the checkpoint is, as the hub names it
+    + manifest: where glm-flash-peer's manifest goes
+    + serve: the commands that start the peer server (roles/fleet/artifacts.py)
+    + hub_endpoint, hub_token: the hub the control machine asks for the file list (the token in Secret, or None)
+    """
     if host.name not in servers:
         return
     q = QuoteString
@@ -484,7 +526,21 @@ def checkpoint_received(
     """On each worker in `lacking`: the seed's marker put root's, the files received from `sources`
     (the glm-flash-peer servers of the workers holding it) by the downloader's user and checked
     against it, the tree sealed. The transfer's token (token_file, root's) reaches the receive
-    unit as a credential and is removed once it runs."""
+    unit as a credential and is removed once it runs.
+
+    + seed: the worker whose (hub-checked) marker this run relayed
+    + lacking: the workers that receive
+    + path: the checkpoint's directory
+    + tool: files/glm-flash-model-fetch on the host
+    + repo_id, commit: what the checkpoint is, as the hub names it
+    + sources: the peer servers' URLs to fetch from
+    + interface: this worker's fleet address (the servers let it in), which the fetch goes out from
+    + token_file: the transfer's token, root's (peer_token_placed)
+    + peer_tool: files/glm-flash-peer on the host
+    + marker: where the relayed marker goes, root's
+    + fetch_user: the account the receive runs as
+    + unit: the receive's transient unit
+    """
     if host.name not in lacking:
         return
     if not COMMIT.fullmatch(commit) or not UNIT_NAME.fullmatch(unit) or not posixpath.isabs(path):
