@@ -172,7 +172,7 @@ def key_problems(gateway: str, data: dict[str, Any]) -> list[Problem]:
     return []
 
 
-def _ip(address: str) -> bool:
+def is_ip(address: str) -> bool:
     try:
         ipaddress.ip_address(address)
         return True
@@ -404,7 +404,7 @@ def behind_gateway(
             gname, {**gdata, **({"api_key_env": shared["api_key_env"]} if "api_key_env" in shared else {})}
         )
         gaddr = str(gdata.get("ssh_hostname") or gname)
-        if not _ip(gaddr):
+        if not is_ip(gaddr):
             problems.append(
                 Problem(
                     gname,
@@ -428,7 +428,7 @@ def behind_gateway(
         if gateway is not None:
             merged = {**data, **shared}
             own = worker_address(name, merged)
-            if not _ip(own):
+            if not is_ip(own):
                 problems.append(
                     Problem(
                         name,
@@ -439,8 +439,8 @@ def behind_gateway(
                 )
             extra.update(
                 api_key_env=gdata.get("worker_key_env", WORKER_KEY_ENV),
-                fleet_gateway_address=gaddr if _ip(gaddr) else "",
-                fleet_own_address=own if _ip(own) else "",
+                fleet_gateway_address=gaddr if is_ip(gaddr) else "",
+                fleet_own_address=own if is_ip(own) else "",
             )
         out.append((name, {**data, **extra}))
     return problems, out

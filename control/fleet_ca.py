@@ -31,6 +31,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from control.fleet import is_ip
+
 CA_DAYS = 3650
 LEAF_DAYS = 397  # what browsers accept for a server certificate
 RENEW_DAYS = 30
@@ -193,7 +195,7 @@ def _current(cert_pem: bytes, ca: x509.Certificate, wanted: list[x509.GeneralNam
 def issue(host: str, names: list[str], directory: Path | None = None) -> Issued:
     """The gateway `host`'s certificate for `names` (its addresses and DNS names), from the fleet's
     authority: the one already issued while it is still good, else a new key and certificate."""
-    bad = [n for n in names if not NAME.fullmatch(n) and not _is_ip(n)]
+    bad = [n for n in names if not NAME.fullmatch(n) and not is_ip(n)]
     if bad or not names:
         raise CAError(f"the gateway's names {bad or names!r} are not host names or IP addresses", "fix them")
     key, ca, ca_path = authority(directory)
@@ -228,11 +230,3 @@ def issue(host: str, names: list[str], directory: Path | None = None) -> Issued:
     _write(d / f"{stem}.key", key_pem, 0o600)
     _write(d / f"{stem}.crt", cert_pem, 0o644)
     return Issued(cert_pem, key_pem, ca_pem, ca_path)
-
-
-def _is_ip(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name)
-        return True
-    except ValueError:
-        return False
