@@ -64,7 +64,7 @@ IP_ADDRESS = dict(
     pattern=r"(?:[0-9]{1,3}\.){3}[0-9]{1,3}|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*",
     shape="an IP address (IPv4 dotted, or IPv6), not a host name",
 )
-# An IP address or network (CIDR); control/profile.py also parses each with ipaddress.
+# An IP address or network (CIDR); control/rules.py also parses each with ipaddress.
 IP_NET = dict(
     pattern=r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}(?:/[0-9]{1,2})?|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*(?:/[0-9]{1,3})?",
     shape="an IPv4 or IPv6 address, or a network in CIDR form (10.0.0.0/24)",
@@ -538,7 +538,7 @@ KNOBS: dict[str, Knob] = {
     "max_model_len": K(
         204800,
         "200K context fits 121.6 GiB with one stream; at most the checkpoint's max_position_embeddings "
-        "(1,048,576) and what the unified memory left beside the model holds (control/profile.py)",
+        "(1,048,576) and what the unified memory left beside the model holds (control/rules.py)",
         int,
         low=4096,
         high=1048576,

@@ -17,15 +17,14 @@ import os
 import re
 from typing import Any
 
+from control.connection import is_pyinfra_key, looks_like_pyinfra_key
 from control.defaults import ENV_NAME, HOST_PATH, KNOBS, LISTEN, URL, Knob
+from control.inventory_checks import first_contact, placeholders
+from control.knob_check import check_value
 from control.profile import (
     Problem,
     Profile,
     ProfileError,
-    _check_value,
-    _first_contact,
-    _is_connector_key,
-    _placeholders,
     build,
     checked,
     current_host,
@@ -258,7 +257,7 @@ def fleet_problems(
     """Mistakes that make workers serve different things, or a gateway unable to reach them."""
     problems = []
     for key in shared:
-        if key not in KNOBS or _is_connector_key(key):
+        if key not in KNOBS or is_pyinfra_key(key) or looks_like_pyinfra_key(key):
             problems.append(Problem("(shared)", key, "is not a node setting", "control/defaults.py lists them"))
     for name, data in workers:
         for key, value in data.items():
@@ -314,7 +313,7 @@ def fleet_problems(
         )
     profiles = []
     for name, data in merged:
-        problems.extend(_first_contact(name, data))
+        problems.extend(first_contact(name, data))
         try:
             profiles.append(build(name, data))
         except ProfileError as e:
@@ -350,13 +349,13 @@ def gateway_profile(name: str, data: dict[str, Any]) -> Profile:
     """The gateway host's settings: GATEWAY_KNOBS defaults, then its inventory data."""
     problems, values = [], {k: knob.default for k, knob in GATEWAY_KNOBS.items()}
     for key, value in data.items():
-        if _is_connector_key(key):
+        if is_pyinfra_key(key) or looks_like_pyinfra_key(key):
             continue
         knob = GATEWAY_KNOBS.get(key)
         if knob is None:
             problems.append(Problem(name, key, "is not a gateway setting", "control/fleet.py GATEWAY_KNOBS lists them"))
             continue
-        problem = _check_value(name, key, knob, value)
+        problem = check_value(name, key, knob, value)
         if problem:
             problems.append(problem)
         else:
@@ -462,13 +461,13 @@ def fleet(
     merged = [(name, {**data, **shared}) for name, data in workers]
     problems += network_problems(shared, merged, gateway)
     for name, data in merged + ([gateway] if gateway else []):
-        problems.extend(_placeholders(name, data))
+        problems.extend(placeholders(name, data))
     if gateway is not None:
         name, data = gateway
         data = {**data, "gateway_workers": [worker_url(n, d) for n, d in merged]}
         if "fleet_network_private" in shared:  # the gateway's summary and profile say it too
             data["fleet_network_private"] = shared["fleet_network_private"]
-        problems.extend(_first_contact(name, data))
+        problems.extend(first_contact(name, data))
         if name in {n for n, _ in merged}:
             problems.append(
                 Problem(name, "(name)", "is both a worker and the gateway", "give the gateway its own host")

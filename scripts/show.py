@@ -20,8 +20,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from control.connection import is_pyinfra_key  # noqa: E402
 from control.defaults import KNOBS, PLATFORMS  # noqa: E402
-from control.profile import ProfileError, build, fail, is_pyinfra_key  # noqa: E402
+from control.profile import ProfileError, build, fail  # noqa: E402
 
 
 def hosts_of(inventory: str) -> list[tuple[str, dict]]:

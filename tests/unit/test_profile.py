@@ -5,7 +5,8 @@ import re
 import pytest
 
 from control.defaults import KNOBS, PLATFORMS
-from control.profile import AFTER, BEFORE, PLATFORM_RULES, ProfileError, build
+from control.profile import ProfileError, build
+from control.rules import AFTER, BEFORE, PLATFORM_RULES
 
 
 def problems(data, **kw):
@@ -146,7 +147,7 @@ def test_gpus_that_do_not_match_the_profile_are_named():
 
 
 def test_cross_check_rules_name_knobs_and_platforms():
-    """The rule tables of control/profile.py: each rule refuses a knob, each table is a platform's."""
+    """The rule tables of control/rules.py: each rule refuses a knob, each table is a platform's."""
     assert set(PLATFORM_RULES) <= set(PLATFORMS)
     rules = [*BEFORE, *AFTER, *(r for table in PLATFORM_RULES.values() for r in table)]
     # 20 refusals: five that check one knob alone moved into that knob's shape (issue #19); one

@@ -1,5 +1,5 @@
 """vLLM's CPU build serving the sandbox's tiny model (platform `cpu`: the sandbox only; a profile
-that requires a GPU is refused, control/profile.py).
+that requires a GPU is refused, control/rules.py).
 
 Why it exists: it is the one engine that starts on a machine without a GPU, so the suite runs a
 real engine under the deployed unit (its hardening, credentials, readiness, restarts, metrics),
