@@ -366,3 +366,32 @@ def test_an_owner_record_directory_others_could_change_is_not_used(tmp_path):
     assert not (state / "engine-checks").exists()
     (sp / "transformers/core.py").write_text("up = True\n\n")
     assert owner_ok(tmp_path, env) is False
+
+
+def test_the_environment_holds_the_unpacked_files_not_copies_of_them(tmp_path, mini, monkeypatch):
+    """uv unpacks each wheel into the install's own cache, then links the environment's files to
+    the unpacked ones (--link-mode hardlink): the set takes its size once on disk during the
+    install, not twice (11 GiB for the L40S set). Seen where it can differ: a file of the
+    environment has two links just before the cache is deleted (a copy would have one), and one
+    after (nothing shared with a deleted cache or another environment)."""
+    from tests.unit.test_engine_lock import host_tool
+
+    mod = host_tool()
+    uv = str(tools_bin() / "uv")
+    env_dir = tmp_path / "env"
+    subprocess.run([uv, "venv", "--quiet", "--no-config", "--python", base_python(), str(env_dir)], check=True)
+    site = next(env_dir.glob("lib/python*/site-packages"))
+    links_before_delete = []
+    real_rmtree = shutil.rmtree
+
+    def rmtree(path, *args, **kwargs):
+        if str(path).endswith(".glm-flash-uv-cache") and (site / "idna" / "__init__.py").exists():
+            links_before_delete.append((site / "idna" / "__init__.py").stat().st_nlink)
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    pins = mod.read_lock(str(mini["lock3"]))
+    mod.install(uv, str(env_dir), str(mini["wheelhouse"]), list(pins.values()))
+    assert links_before_delete == [2]
+    assert not (env_dir / ".glm-flash-uv-cache").exists()
+    assert (site / "idna" / "__init__.py").stat().st_nlink == 1
