@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import runpy
 import shlex
 import shutil
@@ -130,9 +131,24 @@ def sandbox_sh(command: str, check: bool = True, timeout: int = 1800) -> subproc
         text=True,
         timeout=timeout,
     )
-    if check:
-        assert r.returncode == 0, f"{command}: {r.stdout}{r.stderr}"
+    if check and r.returncode:
+        raise AssertionError(f"{command}: {r.stdout}{r.stderr}{start_failure(command)}")
     return r
+
+
+def start_failure(command: str) -> str:
+    """For a failed `systemctl start/restart UNIT`: what systemd says of the unit and what PID 1 logged
+    last (a result such as `resources` is told there only), so a failure seen once can be read."""
+    units = re.findall(r"systemctl (?:re)?start ([\w@.:-]+)", command)
+    if not units:
+        return ""
+    said = subprocess.run(
+        ["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox",
+         "; ".join(f"systemctl status --no-pager -l -n 0 {u}; journalctl -q --no-pager -n 30 -u {u}" for u in units)
+         + "; journalctl -q --no-pager -n 30 _PID=1"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    return f"\n--- what systemd says ---\n{said.stdout}{said.stderr}"
 
 
 def journal_end(sh=sandbox_sh) -> str:
