@@ -108,7 +108,7 @@ def mount(index: int, base: Path) -> Path:
             "overlay",
             "overlay",
             "-o",
-            f"lowerdir={base},upperdir={d / 'upper'},workdir={d / 'work'},{sb.OVERLAY_OPTIONS}",
+            f"lowerdir={base},upperdir={d / 'upper'},workdir={d / 'work'}",
             str(root),
         ]
     )

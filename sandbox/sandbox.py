@@ -662,13 +662,6 @@ def mounted(path: Path) -> bool:
     return subprocess.run(["mountpoint", "-q", str(path)]).returncode == 0
 
 
-# metacopy: a hard link to, or a chmod of, a file of the snapshot copies its metadata up, not its
-# data (tests/sandbox/test_uninstall.py links the 16 GB of environments and wheels aside: without it
-# overlayfs copied all of it into the upper layer; seen with 200 MB on this kernel: 201 MB, 1 MB with).
-# It implies redirect_dir, so a directory of the snapshot renames in place as on any filesystem.
-OVERLAY_OPTIONS = "metacopy=on"
-
-
 def overlay() -> None:
     """With a snapshot: ROOTFS is the overlay of it and of what the machine wrote since (mounted now if
     it is not: after this machine's reboot, or a reset)."""
@@ -677,15 +670,7 @@ def overlay() -> None:
     for path in (ROOTFS, UPPER, WORK):
         path.mkdir(exist_ok=True)
     run(
-        [
-            "mount",
-            "-t",
-            "overlay",
-            "overlay",
-            "-o",
-            f"lowerdir={SNAPSHOT},upperdir={UPPER},workdir={WORK},{OVERLAY_OPTIONS}",
-            str(ROOTFS),
-        ]
+        ["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={SNAPSHOT},upperdir={UPPER},workdir={WORK}", str(ROOTFS)]
     )
 
 
