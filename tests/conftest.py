@@ -142,12 +142,12 @@ def start_failure(command: str) -> str:
     units = re.findall(r"systemctl (?:re)?start ([\w@.:-]+)", command)
     if not units:
         return ""
-    said = subprocess.run(
-        ["ssh", "-F", str(REPO / ".sandbox/ssh_config"), "sandbox",
-         "; ".join(f"systemctl status --no-pager -l -n 0 {u}; journalctl -q --no-pager -n 30 -u {u}" for u in units)
-         + "; journalctl -q --no-pager -n 30 _PID=1"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    said = sandbox_sh(
+        "; ".join(f"systemctl status --no-pager -l -n 0 {u}; journalctl -q --no-pager -n 30 -u {u}" for u in units)
+        + "; journalctl -q --no-pager -n 30 _PID=1",
+        check=False,
+        timeout=60,
+    )
     return f"\n--- what systemd says ---\n{said.stdout}{said.stderr}"
 
 
