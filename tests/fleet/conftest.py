@@ -59,10 +59,10 @@ def kept(nodes: list[str], paths: list[str]):
 
 
 def shown(out: str) -> str:
-    """A failed run's output for the assertion: the errors before its summary, then the summary
-    (the summary alone says only "failed (see the errors above)")."""
-    cut = out.rfind("--> Summary")
-    return out[-6000:] if cut < 0 else out[:cut][-5000:] + out[cut:][-3000:]
+    """A failed run's output for the assertion: every line of it that says error or failed (a
+    host's error may come long before the tail, behind another host's output), then its tail."""
+    flagged = [line for line in out.splitlines() if "rror" in line or "failed" in line.lower()]
+    return "lines with an error:\n" + "\n".join(flagged)[-4000:] + "\n\nthe output's end:\n" + out[-5000:]
 
 
 def ssh(node: str, command: str, stdin: str | None = None) -> subprocess.CompletedProcess:
