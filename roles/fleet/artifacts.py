@@ -43,6 +43,7 @@ from roles.engines import dispatch
 from roles.facts.engine import WheelhouseFiles
 from roles.operations import packages, paths, sandboxing
 from roles.operations.checkpoint import peer_token_placed
+from roles.operations.job import name_released
 from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
 
@@ -168,7 +169,7 @@ def serving(
     props.append("IPAddressAllow=" + " ".join(allow))
     allowed = "".join(f" --allow {q(a)}" for a in allow)
     return [
-        f"systemctl stop {unit} 2>/dev/null; systemctl reset-failed {unit} 2>/dev/null; "
+        f"{name_released(unit + '.service')}; "
         f"systemd-run -q --collect --service-type=exec --unit {unit} "
         + " ".join(f"-p {q(p)}" for p in props)
         + f" -- /usr/bin/python3 {q(tool)} serve {q(root)} {q(mfile)} --bind {q(bind)} --port {PEER_PORT}"
@@ -217,7 +218,7 @@ def fetching(
     ]
     froms = "".join(f" --source {q(ip_url(s))}" for s in sources)
     return [
-        f"systemctl stop {unit} 2>/dev/null; systemctl reset-failed {unit} 2>/dev/null; "
+        f"{name_released(unit + '.service')}; "
         f"systemd-run --quiet --wait --pipe --collect --service-type=exec --unit {unit} "
         + " ".join(f"-p {q(p)}" for p in props)
         + f" -- /usr/bin/python3 {q(tool)} fetch {q(root)} {q(mfile)}{froms} --token-credential {CREDENTIAL}"

@@ -50,7 +50,7 @@ from roles.facts.accounts import Account
 from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive
 from roles.facts.system import HostPython
 from roles.operations import sandboxing
-from roles.operations.job import followed
+from roles.operations.job import followed, name_released
 from roles.operations.python import venv_commands
 from roles.operations.secrets import Secret, secret_commands
 
@@ -170,14 +170,16 @@ def download_unit_command(
             f"ExecStartPost=+/bin/rm -f {token_path}",
             f"ExecStopPost=+/bin/rm -f {token_path}",
         ]
-    parts = ["systemd-run", "--quiet", *(["--wait"] if wait else []), "--collect", "--service-type=exec"]
+    # the failure's log is this start's lines only: the unit's name is reused, its old runs are in the journal too
+    parts = ["since=$(date +%s);", "systemd-run", "--quiet", *(["--wait"] if wait else []), "--collect"]
+    parts.append("--service-type=exec")
     parts.append(q(f"--unit={unit}"))
     for p in props:
         parts += ["-p", q(p)]
     parts += ["--", q(hub_python), q(tool), *[q(a) for a in args]]
     return StringCommand(
         *parts,
-        "|| { journalctl --no-pager -o cat -n 40 -u",
+        '|| { journalctl --no-pager -o cat -n 40 --since "@$since" -u',
         q(unit),
         ">&2; echo",
         q(
@@ -395,11 +397,9 @@ def prepared_for(user: str, path: str, tool: str, unit: str) -> list[StringComma
     return [
         # A transfer from an earlier run (its SSH connection dropped): wait for it.
         StringCommand("while systemctl is-active --quiet", q(unit), "; do sleep 5; done"),
-        StringCommand("systemctl reset-failed", q(unit), "2>/dev/null || true"),
         # An ended transient unit systemd kept loaded (seen on systemd 257 after a receive of a few
-        # small files: "already loaded or has a fragment file" at the next systemd-run): a stop of
-        # the inactive unit lets systemd collect it.
-        StringCommand("systemctl stop", q(unit), "2>/dev/null || true"),
+        # small files: "already loaded or has a fragment file" at the next systemd-run).
+        StringCommand(name_released(f"{unit}.service")),
         StringCommand("mkdir -p", q(posixpath.dirname(path))),
         StringCommand("install -d -m 755 -o root -g root", q(path)),
         StringCommand("python3", q(tool), "unseal --dest", q(path), "--owner", q(user)),

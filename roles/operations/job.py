@@ -21,10 +21,36 @@ JOB_TOOL = "glm-flash-job"
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PROP_RE = re.compile(r"[A-Z][A-Za-z]*=[^\n]*")
+UNIT_RE = re.compile(r"[a-zA-Z0-9:_.@-]+")
 
 
 def unit(name: str) -> str:
     return f"glm-flash-job-{name}.service"
+
+
+RELEASE_S = 120  # a transient unit's name, waited for before systemd-run takes it again
+
+
+def name_released(unit_name: str, timeout: int = RELEASE_S) -> str:
+    """Shell that stops a unit of this name and waits until systemd has unloaded it, so the
+    systemd-run after it can take the name (files/glm-flash-job's released() for its own jobs).
+
+    systemd refuses a transient unit whose name it still holds ("already loaded or has a
+    fragment file"), and it unloads a stopped unit only when it next looks at it: seen on the
+    fleet sandbox under load, a peer server stopped in an earlier run and still loaded when the
+    next run started one of that name. Asked with list-units (lists loaded units only: a stop or
+    show of an unloaded transient name makes systemd log a load failure under it); while it is
+    listed, a stop and reset-failed every 5 s make systemd look at it again. After `timeout`
+    seconds the command fails and says so."""
+    if not UNIT_RE.fullmatch(unit_name):
+        raise OperationError(f"{unit_name!r} is not a unit name")
+    polls = int(timeout / 0.2)
+    return (
+        f"n=0; while systemctl list-units --all --plain --no-legend --full {unit_name} | grep -q .; do "
+        f"[ $((n % 25)) -eq 0 ] && {{ systemctl stop {unit_name}; systemctl reset-failed {unit_name}; }} 2>/dev/null; "
+        f"n=$((n + 1)); [ $n -le {polls} ] || {{ echo 'glm-flash: systemd still holds {unit_name} after "
+        f"{timeout} s: see systemctl status {unit_name}' >&2; exit 1; }}; sleep 0.2; done"
+    )
 
 
 def job_command(

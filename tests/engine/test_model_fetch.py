@@ -159,7 +159,8 @@ def test_download_unit_hands_the_token_as_a_credential_only():
         "https://huggingface.co",
         "/etc/glm-flash/secrets/hf-token-glm-flash-model-download",
     ).get_raw_value()
-    assert cmd.startswith("systemd-run --quiet --wait --collect")
+    assert cmd.startswith("since=$(date +%s); systemd-run --quiet --wait --collect")
+    assert 'journalctl --no-pager -o cat -n 40 --since "@$since" -u glm-flash-model-download' in cmd
     assert "-p User=glm-flash-fetch" in cmd and "-p LoadCredential=hf-token:/etc/glm-flash/secrets/hf-token-" in cmd
     # root deletes the file once systemd has read it, and again whatever way the unit ends
     assert "'ExecStartPost=+/bin/rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download'" in cmd

@@ -299,7 +299,7 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
         == f"/opt/glm-flash/engine/envs/{env}/lib/python3.12/site-packages/glm_flash_defaults.py"
     )
     drafter = plan.commands(f"Download of incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} into /srv/models/")
-    download = [c for c in drafter if c.startswith("systemd-run")]
+    download = [c for c in drafter if c.startswith("since=$(date +%s); systemd-run")]
     assert len(download) == 1 and "--repo incoai/GLM-5.3-Flash-DFlash2" in download[0]
     # waited for at once (the drafter is small): its progress streamed, then the tree sealed
     waited = plan.commands(f"Checkpoint incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} in /srv/models/")

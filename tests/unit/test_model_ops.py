@@ -227,7 +227,7 @@ def test_download_starts_in_the_background_with_the_token_as_a_credential():
         "python3 /opt/glm-flash/bin/glm-flash-model-fetch unseal --dest '/srv/models/GLM 5' --owner glm-flash-fetch"
     )
     assert unseal in cmds
-    run = [c for c in cmds if c.startswith("systemd-run")]
+    run = [c for c in cmds if c.startswith("since=$(date +%s); systemd-run")]
     assert len(run) == 1 and f"--revision {COMMIT}" in run[0] and "--requested main" in run[0]
     assert "--wait" not in run[0].split() and "--every 30" in run[0]  # started, not waited for: the run goes on
     assert "LoadCredential=hf-token:/etc/glm-flash/secrets/hf-token-glm-flash-model-download" in run[0]
