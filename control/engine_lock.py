@@ -20,6 +20,7 @@ It runs on the control machine only (stdlib, `packaging` and `requests`).
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import functools
 import hashlib
@@ -497,14 +498,44 @@ def fetch(
     return out
 
 
+@dataclass(frozen=True)
+class HostUv:
+    """The pinned uv executable for a host's machine, as its sha256 (from the wheel's RECORD, in the
+    wheel whose own sha256 was checked): a converged host is recognised without unpacking it."""
+
+    wheel: bytes  # the wheel's bytes, checked against locks/tools.txt
+    member: str
+    sha256: str
+
+    def read(self) -> bytes:
+        """The executable, unpacked from the checked bytes and held against its RECORD line."""
+        with zipfile.ZipFile(io.BytesIO(self.wheel)) as z:
+            data = z.read(self.member)
+        if hashlib.sha256(data).hexdigest() != self.sha256:
+            raise LockError(f"{self.member}: its sha256 is not the one its wheel's RECORD names")
+        return data
+
+
+def _record_sha256(record: str, member: str) -> str | None:
+    """The hex sha256 a wheel's RECORD gives `member` (RECORD: path,sha256=<urlsafe base64>,size)."""
+    for line in record.splitlines():
+        path, _, rest = line.partition(",")
+        digest = rest.split(",", 1)[0]
+        if path == member and digest.startswith("sha256="):
+            raw = base64.urlsafe_b64decode(digest[len("sha256=") :] + "=" * (-len(digest) % 4))
+            return raw.hex() if len(raw) == 32 else None
+    return None
+
+
 @functools.cache
-def host_uv(target: Target, fetch_missing: bool = True) -> bytes | None:
+def host_uv(target: Target, fetch_missing: bool = True) -> HostUv | None:
     """The uv executable pinned in locks/tools.txt, built for the machine of `target` (a host's own
     python3): the one builder of the hosts' Python environments (roles/operations/python.py).
     Its wheel is fetched into the cache once (sha256 checked); then it is read into memory and its
     sha256 checked again on those bytes, so a cache file changed since it was stamped is refused,
-    and the executable is taken from the bytes that were checked. `fetch_missing` False (a dry
-    run): None when the cache lacks it. LockError or FetchError when it cannot be had."""
+    and the executable is taken from the bytes that were checked (HostUv.read, only when it is
+    uploaded). `fetch_missing` False (a dry run): None when the cache lacks it. LockError or
+    FetchError when it cannot be had."""
     pin = pin_of(parse_lock(TOOLS_LOCK.read_text(), "locks/tools.txt"), "uv")
     if pin is None:
         raise LockError("locks/tools.txt pins no uv")
@@ -515,11 +546,17 @@ def host_uv(target: Target, fetch_missing: bool = True) -> bytes | None:
     data = wheel.read_bytes()
     if hashlib.sha256(data).hexdigest() not in pin.hashes:
         raise LockError(f"{wheel}: its sha256 is none locks/tools.txt allows (changed in the cache since its check)")
+    member = f"uv-{pin.version}.data/scripts/uv"
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
-            return z.read(f"uv-{pin.version}.data/scripts/uv")
+            record = z.read(f"uv-{pin.version}.dist-info/RECORD").decode("utf-8", "replace")
+            z.getinfo(member)
     except (zipfile.BadZipFile, KeyError) as e:
         raise LockError(f"{wheel.name}: no uv executable in it ({e})") from None
+    digest = _record_sha256(record, member)
+    if digest is None:
+        raise LockError(f"{wheel.name}: its RECORD gives no sha256 of {member}")
+    return HostUv(data, member, digest)
 
 
 def tools_bin() -> Path:

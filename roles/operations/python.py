@@ -16,7 +16,6 @@ wheels are), not `uname -m`: the GB10 sandbox's stand-in fakes that.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import re
 import shlex
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from pyinfra import host, state
 from pyinfra.api import QuoteString, StringCommand, operation
-from pyinfra.facts.files import File, Sha1File
+from pyinfra.facts.files import File, Sha256File
 from pyinfra.operations import files
 
 from control.engine_lock import LockError, Target, host_uv
@@ -87,22 +86,24 @@ def uv_installed(dest: str):
             )
         return
     try:
-        binary = host_uv(Target.of_interpreter(found), fetch_missing=not dry_run())
+        uv = host_uv(Target.of_interpreter(found), fetch_missing=not dry_run())
     except (LockError, FetchError) as e:
         yield refusal(
             f"uv (locks/tools.txt) for the host's python3: {e}; check this machine's access to "
             "PyPI (GLM_FLASH_PYPI_SIMPLE names a mirror), then deploy again"
         )
         return
-    if binary is None:
+    if uv is None:
         skipped("uploading uv", "dry run: the real run fetches it from PyPI into the cache")
         return
     there = memo.fact(host, File, path=dest)
-    if (
-        _owned(there, "root", "root", "755")
-        and memo.fact(host, Sha1File, path=dest) == hashlib.sha1(binary).hexdigest()
-    ):
+    if _owned(there, "root", "root", "755") and memo.fact(host, Sha256File, path=dest) == uv.sha256:
         host.noop(f"uv {dest} is the pinned one")
+        return
+    try:
+        binary = uv.read()
+    except LockError as e:
+        yield refusal(f"uv (locks/tools.txt): {e}; delete the cached wheel and deploy again")
         return
     yield from replaced_whole(io.BytesIO(binary), dest, user="root", group="root", mode="755")
 

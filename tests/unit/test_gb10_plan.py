@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from fakehost import F, FakeHost, on, render
-from pyinfra.facts.files import File, Sha1File
+from pyinfra.facts.files import File, Sha256File
 from pyinfra.facts.server import Arch
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
@@ -214,9 +214,9 @@ def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
     # uv (locks/tools.txt), the downloader's builder: its aarch64 build there once the downloader is
     uv, there = layout.host_uv(p), None
     if drafter_ok:
-        data = engine_lock.host_uv(engine_lock.Target.of_interpreter(fake.facts[HostPython]))
+        data = engine_lock.host_uv(engine_lock.Target.of_interpreter(fake.facts[HostPython])).read()
         there = {"user": "root", "group": "root", "mode": 755, "size": len(data)}
-        fake.facts[F(Sha1File, path=uv)] = hashlib.sha1(data).hexdigest()
+        fake.facts[F(Sha256File, path=uv)] = hashlib.sha256(data).hexdigest()
     fake.facts[F(File, path=uv)] = there
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from fakehost import F, FakeHost, on
 from pyinfra.api import FileUploadCommand, FunctionCommand
-from pyinfra.facts.files import File, Sha1File
+from pyinfra.facts.files import File, Sha256File
 
 from control import engine_lock
 from roles.facts.system import HostPython
@@ -75,12 +75,12 @@ def test_the_pinned_uv_already_there_is_left_alone():
     data = uploaded(DEBIAN)
     there = {"user": "root", "group": "root", "mode": 755, "size": len(data)}
     fake = FakeHost(
-        {HostPython: DEBIAN, F(File, path=DEST): there, F(Sha1File, path=DEST): hashlib.sha1(data).hexdigest()}
+        {HostPython: DEBIAN, F(File, path=DEST): there, F(Sha256File, path=DEST): hashlib.sha256(data).hexdigest()}
     )
     with on(fake):
         assert list(python.uv_installed._inner(dest=DEST)) == []
     assert fake.noops == [f"uv {DEST} is the pinned one"]
-    other = FakeHost({**fake.facts, F(Sha1File, path=DEST): "0" * 40})  # another uv there: replaced
+    other = FakeHost({**fake.facts, F(Sha256File, path=DEST): "0" * 64})  # another uv there: replaced
     with on(other):
         assert any(isinstance(c, FileUploadCommand) for c in python.uv_installed._inner(dest=DEST))
 
@@ -112,3 +112,25 @@ def test_a_cached_wheel_that_is_not_the_locked_one_is_refused(monkeypatch, tmp_p
         assert "none locks/tools.txt allows" in refused(DEBIAN)
     finally:
         engine_lock.host_uv.cache_clear()
+
+
+def test_the_executable_is_known_by_its_record_line_and_held_against_it_when_unpacked():
+    """A converged host is recognised by the sha256 the wheel's RECORD names (nothing unpacked);
+    the bytes uploaded are held against that line: an executable that differs from it is refused."""
+    import hashlib
+    import io
+    import zipfile
+
+    uv = engine_lock.host_uv(engine_lock.Target.of_interpreter(DEBIAN))
+    assert uv.sha256 == hashlib.sha256(uv.read()).hexdigest()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(uv.wheel)) as z, zipfile.ZipFile(buf, "w") as out:
+        for info in z.infolist():
+            data = z.read(info)
+            out.writestr(info.filename, data + b"\0" if info.filename == uv.member else data)
+    changed = engine_lock.HostUv(buf.getvalue(), uv.member, uv.sha256)
+    with pytest.raises(engine_lock.LockError, match="not the one its wheel's RECORD names"):
+        changed.read()
+    record = "a,sha256=x,1\n" + f"{uv.member},sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU,0\n"
+    assert engine_lock._record_sha256(record, uv.member) == hashlib.sha256(b"").hexdigest()
+    assert engine_lock._record_sha256(record, "other") is None
