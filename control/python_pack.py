@@ -184,17 +184,43 @@ def managed_tree(release: str, log=progress) -> Path:
 
 
 def _identify(source: Path, python_version: str) -> tuple[dict, list[str], str, Path, Path]:
-    """(description, entries, artifact name, tarball, its metadata) of a source tree: read-only."""
-    info = _describe(source)
+    """(description, entries, artifact name, tarball, its metadata) of a source tree: read-only.
+    The tree is walked every time (its entries' sizes, times and modes are its fingerprint); it is
+    run (_describe) only when no packing of this fingerprint from this tree is recorded: a
+    converged deploy starts no interpreter of the control machine's."""
+    out_dir = cache_root() / "python"
+    entries = _walk(source, python_version)
+    fp = fingerprint(source, entries)
+    info = _recorded(out_dir, source, fp, python_version) or _describe(source)
     major_minor = ".".join(info["version"].split(".")[:2])
     if info["impl"] != "cpython" or major_minor != python_version:
         raise PythonSourceError(
             f"{source} is {info['impl']} {info['version']}, the profile wants CPython {python_version}"
         )
-    entries = _walk(source, major_minor)
-    name = f"cpython-{info['version']}-{fingerprint(source, entries)[:12]}"
-    out_dir = cache_root() / "python"
+    name = f"cpython-{info['version']}-{fp[:12]}"
     return info, entries, name, out_dir / f"{name}.tar.gz", out_dir / f"{name}.json"
+
+
+def _recorded(out_dir: Path, source: Path, fp: str, python_version: str) -> dict | None:
+    """What _describe said of `source` when it was packed with fingerprint `fp` (the metadata
+    beside the tarball, in a file and directory only this user may write), else None."""
+    if not out_dir.is_dir() or distrust(os.stat(out_dir)):
+        return None
+    for meta in out_dir.glob(f"cpython-{python_version}.*-{fp[:12]}.json"):
+        try:
+            st = os.lstat(meta)
+            m = json.loads(meta.read_text()) if not os.path.islink(meta) and not distrust(st) else None
+        except (OSError, ValueError):
+            continue
+        if isinstance(m, dict) and m.get("fingerprint") == fp and m.get("source") == str(source):
+            if isinstance(m.get("version"), str) and isinstance(m.get("source_prefix"), str):
+                return {"version": m["version"], "prefix": m["source_prefix"], "impl": "cpython"}
+    return None
+
+
+def _identity(st: os.stat_result) -> str:
+    """A file's identity for its recorded sha256: any write to it or replacement of it changes its ctime."""
+    return f"{st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}"
 
 
 # sha256 of a tarball by its identity (size, inode, mtime, ctime), hashed once per process.
@@ -222,11 +248,14 @@ def _packed(info: dict, name: str, tarball: Path, meta: Path, log=progress) -> A
         m = json.loads(meta.read_text())
     except ValueError:
         return None
-    st = tarball.stat()
-    key = (str(tarball), f"{st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}")
-    digest = _HASHED.get(key) or sha256_file(tarball)
+    if not isinstance(m, dict):
+        return None
+    ident = _identity(tarball.stat())
+    key = (str(tarball), ident)
+    # hashed again unless it is the very file whose hash was recorded when it was packed
+    digest = _HASHED.get(key) or (m.get("sha256") if m.get("identity") == ident else None) or sha256_file(tarball)
     _HASHED[key] = digest
-    if not isinstance(m, dict) or m.get("sha256") != digest:
+    if m.get("sha256") != digest:
         log(f"{tarball}: sha256 {digest} is not the one recorded when it was packed: packing again")
         return None
     return Artifact(name, tarball, digest, info["version"], info["prefix"])
@@ -239,6 +268,8 @@ def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
     major_minor = ".".join(info["version"].split(".")[:2])
     done = _packed(info, name, tarball, meta, log)
     if done:
+        if "identity" not in json.loads(meta.read_text()):  # recorded by an older version: add it
+            _write_meta(meta, tarball, done.sha256, fingerprint(source, entries), info, source)
         return done
     out_dir = tarball.parent
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -282,22 +313,25 @@ def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
                 raise PythonSourceError(f"packing {source} failed (tar {tar.returncode}, gzip {gz.returncode})")
         digest = sha256_file(part)
         part.replace(tarball)
-    tmp_meta = meta.with_name(f".{meta.name}.{os.getpid()}")
-    tmp_meta.write_text(
-        json.dumps(
-            {
-                "sha256": digest,
-                "size": tarball.stat().st_size,
-                "version": info["version"],
-                "source": str(source),
-                "source_prefix": info["prefix"],
-            },
-            indent=1,
-        )
-        + "\n"
-    )
-    tmp_meta.replace(meta)
+    _write_meta(meta, tarball, digest, fingerprint(source, entries), info, source)
     return Artifact(name, tarball, digest, info["version"], info["prefix"])
+
+
+def _write_meta(meta: Path, tarball: Path, digest: str, fp: str, info: dict, source: Path) -> None:
+    """The tarball's record beside it, replaced whole: its sha256 and the identity of the file it
+    was taken of, and what _describe said of the tree of fingerprint `fp`."""
+    record = {
+        "sha256": digest,
+        "size": tarball.stat().st_size,
+        "identity": _identity(tarball.stat()),
+        "fingerprint": fp,
+        "version": info["version"],
+        "source": str(source),
+        "source_prefix": info["prefix"],
+    }
+    tmp_meta = meta.with_name(f".{meta.name}.{os.getpid()}")
+    tmp_meta.write_text(json.dumps(record, indent=1) + "\n")
+    tmp_meta.replace(meta)
 
 
 def _relocate(stage: Path, major_minor: str, prefix: str) -> None:

@@ -268,6 +268,49 @@ def test_a_packed_python_is_trusted_by_its_sha256_not_its_size(tmp_path):
         _packed(info, "cpython-3.11.7-abc", tarball, meta, said.append)
 
 
+def test_a_converged_pack_runs_no_interpreter_and_hashes_nothing_it_recorded(tmp_path, monkeypatch):
+    """A deploy that changes nothing asks for the packed CPython too: the tree is walked (its
+    fingerprint), but neither run (its version and prefix are recorded by fingerprint) nor its
+    tarball hashed again (the file whose hash was recorded: same size, inode, mtime and ctime).
+    An edit to the tree, or to the tarball with its size and times put back, is still seen."""
+    from control import python_pack
+    from control.pypi_cache import sha256_file
+
+    monkeypatch.setenv("GLM_FLASH_CACHE", str(tmp_path / "cache"))
+    src, runs = tmp_path / "src", tmp_path / "runs"
+    (src / "bin").mkdir(parents=True)
+    (src / "lib" / "python3.11").mkdir(parents=True)
+    exe = src / "bin" / "python3"  # stands in for the interpreter: says what _describe asks, counts its runs
+    exe.write_text(
+        f"#!/bin/sh\necho run >> {runs}\n"
+        """echo '{"version": "3.11.7", "prefix": "/src", "impl": "cpython"}'\n"""
+    )
+    exe.chmod(0o755)
+    (src / "lib" / "python3.11" / "os.py").write_text("x = 1\n")
+    hashed = []
+    monkeypatch.setattr(python_pack, "sha256_file", lambda p: hashed.append(p) or sha256_file(p))
+    first = pack(src, "3.11")
+    assert runs.read_text().split() == ["run"] and first.version == "3.11.7" and first.source_prefix == "/src"
+    python_pack._HASHED.clear()  # as a new process
+    hashed.clear()
+    assert pack(src, "3.11") == first
+    assert runs.read_text().split() == ["run"] and hashed == []
+    # the tree changed: another fingerprint, run again, packed again
+    (src / "lib" / "python3.11" / "os.py").write_text("x = 2\n")
+    second = pack(src, "3.11")
+    assert second.name != first.name and runs.read_text().split() == ["run", "run"]
+    # the tarball changed in place, its size and times put back: hashed, found changed, packed again
+    python_pack._HASHED.clear()
+    hashed.clear()
+    st = second.path.stat()
+    data = bytearray(second.path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    second.path.write_bytes(bytes(data))
+    os.utime(second.path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    third = pack(src, "3.11")
+    assert hashed and third.sha256 == second.sha256 == sha256_file(second.path)
+
+
 def test_the_artifacts_are_the_same_list_whether_the_interpreter_is_installed_or_not(tmp_path, monkeypatch):
     """A fleet's transfer list (roles/fleet/artifacts.py) is the engine's artifacts(): when it left out
     the CPython archive on a host that had it installed, a worker added later asked the fleet for a
