@@ -3,8 +3,8 @@
 The GB10 box is aarch64. Its deploy stopped at the model role: the control machine sent it x86_64
 wheels, which its pip refuses. The wheels are now chosen from what the host's own python3 says of
 itself (roles/facts/system.py HostPython). Here that is done on a Debian 13 arm64 root
-(tests/gb10/arm64_root.py: mmdebstrap --arch=arm64, every program emulated by qemu-user), in the
-deploy's own steps:
+(tests/gb10/arm64_root.py: mmdebstrap, an arm64 userland whose programs qemu-user emulates, with
+the amd64 build of systemd as PID 1), in the deploy's own steps:
 
 1. the HostPython fact's command runs in the root and is parsed as the deploy parses it;
 2. the model role chooses the downloader's wheels from it (roles/model.py downloader_wheels, the
@@ -14,9 +14,11 @@ deploy's own steps:
    its aarch64 build, chosen from the same fact), the system user, the wheelhouse, `uv venv` with
    the root's python3 (which has no ensurepip: `python3 -m venv` fails there), `uv pip install --require-hashes
    --only-binary :all: --no-index --find-links`, `import huggingface_hub`, the marker;
-4. the installed downloader does its job: files/glm-flash-model-fetch downloads a small repo from a
-   fake hub on loopback (sandbox/fake_hub.py) with that venv's python, and its native wheels load
-   (hf_xet's Rust extension, PyYAML's C loader);
+4. the installed downloader does its job: its native wheels load (hf_xet's Rust extension, PyYAML's
+   C loader); then, the root booted, files/glm-flash-model-fetch downloads a small repo from a fake
+   hub on loopback (sandbox/fake_hub.py) with that venv's python in the deploy's own download unit
+   (download_unit_command: systemd-run, the downloader's user, the unit's sandbox), as the deploy
+   runs it;
 5. the broken case, what was sent before (the same lock's files chosen for x86_64): the host's uv
    refuses them for the downloader's python (a resolution, `--dry-run`).
 
@@ -166,17 +168,30 @@ def test_the_downloader_installs_and_runs_on_aarch64_from_the_wheels_chosen_for_
     shutil.copy(FETCH, root / "usr/local/bin/glm-flash-model-fetch")
     # the deploy installs the host tools' shared module beside each tool (roles/operations/uploads.py)
     shutil.copy(FETCH.parent / layout.HOST_MODULE, root / "usr/local/bin" / layout.HOST_MODULE)
-    with FakeHub(REPO_ID, files) as hub:
-        r = arm64_root.run(
-            root,
-            f"{python} /usr/local/bin/glm-flash-model-fetch download --dest /srv/model --repo {REPO_ID} "
-            f"--revision {hub.commit}",
-            env={"HF_ENDPOINT": hub.endpoint, "HF_HOME": "/srv/hf-home", "HF_HUB_DISABLE_TELEMETRY": "1"},
-        )
+    # The download as the deploy runs it: the root booted, systemd-run with the download unit's
+    # user, properties and sandbox (roles/operations/checkpoint.py download_unit_command).
+    unit = "glm-flash-model-download"
+    with FakeHub(REPO_ID, files) as hub, arm64_root.booted(root) as machine:
+        args = ["download", "--dest", "/srv/model", "--repo", REPO_ID, "--revision", hub.commit]
+        command = checkpoint.download_unit_command(
+            unit, USER, python, "/usr/local/bin/glm-flash-model-fetch", args, "/srv/model", hub.endpoint, None
+        ).get_raw_value()
+        r = machine.sh(f"install -d -m 755 -o {USER} -g {USER} /srv/model && {command}")
         assert r.returncode == 0, r.stdout + r.stderr
         assert len(hub.downloads()) == len(files)
+        # it ran as that unit (its journal), on a userland that calls itself aarch64
+        said = machine.sh(f"journalctl --sync; journalctl -u {unit} -o cat --no-pager").stdout
+        assert f"verified {len(files)} files of {REPO_ID}@{hub.commit}" in said, said
+        assert machine.sh("uname -m; dpkg --print-architecture").stdout.split() == ["aarch64", "arm64"]
+    # written by the downloader's user (User= of the unit), byte for byte the hub's
+    uid = next(
+        int(line.split(":")[2])
+        for line in (root / "etc/passwd").read_text().splitlines()
+        if line.startswith(USER + ":")
+    )
     for name, data in files.items():
         assert (root / "srv/model" / name).read_bytes() == data
+        assert (root / "srv/model" / name).stat().st_uid == uid, name
     assert json.loads((root / "srv/model/.glm-flash-model.json").read_text())["commit"] == hub.commit
 
     # The broken case: the same lock's files chosen for x86_64 (what every host got before), which
