@@ -669,9 +669,11 @@ def overlay() -> None:
         return
     for path in (ROOTFS, UPPER, WORK):
         path.mkdir(exist_ok=True)
-    run(
-        ["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={SNAPSHOT},upperdir={UPPER},workdir={WORK}", str(ROOTFS)]
-    )
+    # redirect_dir=on: a directory of the snapshot renamed inside the machine is a redirect in the
+    # upper layer, not a copy of everything under it (tests/sandbox/test_uninstall.py moves the
+    # 16 GB of engine environments aside and back; without it `mv` copies them)
+    options = f"lowerdir={SNAPSHOT},upperdir={UPPER},workdir={WORK},redirect_dir=on"
+    run(["mount", "-t", "overlay", "overlay", "-o", options, str(ROOTFS)])
 
 
 def snapshot() -> None:

@@ -10,12 +10,15 @@ machine's keys: RUNTIME). Whatever is left must lie under a path the uninstall n
 Users and unit files are compared the same way.
 
 Simulated, to keep CI within its time: the engine environment is not rebuilt after the uninstall.
-The fixture keeps a hard-linked copy of `/opt/glm-flash/engine/envs` and its wheelhouse under
-/root (outside every scanned root) before uninstalling, and the redeploy test puts it back first,
-so that deploy re-creates everything else (users, units, tools, state, keys, the switch to the
-environment) but not the 11 GB environment the first deploy of the session already built and
-checked from the same lock (building it again is 10 minutes of pip on the CI machine). On a real
-host a deploy after the uninstall builds it again.
+The fixture moves `/opt/glm-flash/engine/envs` and its wheelhouse to /root (outside every scanned
+root) before uninstalling, and the redeploy test moves them back first, so that deploy re-creates
+everything else (users, units, tools, state, keys, the switch to the environment) but not the 11 GB
+environment the first deploy of the session already built and checked from the same lock (building
+it again is 10 minutes of pip on the CI machine). So the uninstall here removes the rest of
+/opt/glm-flash/engine, not those two directories; on a real host it removes them with the rest
+(the same `rm` of the install root). The move is a rename: on the sandbox's overlay of its snapshot
+(mounted with redirect_dir=on) nothing under them is copied. It was a hard-linked copy, which on
+the overlay copied all 16 GB into the upper layer (the run's lowest free disk, 15-17 GB of 71).
 """
 
 from __future__ import annotations
@@ -87,8 +90,8 @@ SNAPSHOT = "/root/glm-flash-engine-snapshot"  # /root: outside every root host_p
 
 @pytest.fixture(scope="module")
 def uninstalled(sandbox):
-    # The environments and the wheelhouse, hard-linked (same filesystem: no copy of the 11 GB).
-    sandbox_sh(f"rm -rf {SNAPSHOT} && mkdir -p {SNAPSHOT} && cp -al {ENGINE}/envs {ENGINE}/wheelhouse {SNAPSHOT}/")
+    # The environments and the wheelhouse, moved aside (a rename: nothing under them copied).
+    sandbox_sh(f"rm -rf {SNAPSHOT} && mkdir -p {SNAPSHOT} && mv {ENGINE}/envs {ENGINE}/wheelhouse {SNAPSHOT}/")
     first = uninstall()
     assert first.returncode == 0, first.stderr[-6000:]
     state = {
