@@ -191,7 +191,7 @@ def _identify(source: Path, python_version: str) -> tuple[dict, list[str], str, 
     out_dir = cache_root() / "python"
     entries = _walk(source, python_version)
     fp = fingerprint(source, entries)
-    info = _recorded(out_dir, source, fp, python_version) or _describe(source)
+    info = {**(_recorded(out_dir, source, fp, python_version) or _describe(source)), "fingerprint": fp}
     major_minor = ".".join(info["version"].split(".")[:2])
     if info["impl"] != "cpython" or major_minor != python_version:
         raise PythonSourceError(
@@ -269,7 +269,7 @@ def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
     done = _packed(info, name, tarball, meta, log)
     if done:
         if "identity" not in json.loads(meta.read_text()):  # recorded by an older version: add it
-            _write_meta(meta, tarball, done.sha256, fingerprint(source, entries), info, source)
+            _write_meta(meta, tarball, done.sha256, info, source)
         return done
     out_dir = tarball.parent
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -313,18 +313,18 @@ def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
                 raise PythonSourceError(f"packing {source} failed (tar {tar.returncode}, gzip {gz.returncode})")
         digest = sha256_file(part)
         part.replace(tarball)
-    _write_meta(meta, tarball, digest, fingerprint(source, entries), info, source)
+    _write_meta(meta, tarball, digest, info, source)
     return Artifact(name, tarball, digest, info["version"], info["prefix"])
 
 
-def _write_meta(meta: Path, tarball: Path, digest: str, fp: str, info: dict, source: Path) -> None:
+def _write_meta(meta: Path, tarball: Path, digest: str, info: dict, source: Path) -> None:
     """The tarball's record beside it, replaced whole: its sha256 and the identity of the file it
-    was taken of, and what _describe said of the tree of fingerprint `fp`."""
+    was taken of, and what _describe said of the tree (of info's fingerprint)."""
     record = {
         "sha256": digest,
         "size": tarball.stat().st_size,
         "identity": _identity(tarball.stat()),
-        "fingerprint": fp,
+        "fingerprint": info["fingerprint"],
         "version": info["version"],
         "source": str(source),
         "source_prefix": info["prefix"],

@@ -171,9 +171,8 @@ def download_unit_command(
             f"ExecStopPost=+/bin/rm -f {token_path}",
         ]
     # the failure's log is this start's lines only: the unit's name is reused, its old runs are in the journal too
-    parts = ["since=$(date +%s);", "systemd-run", "--quiet", *(["--wait"] if wait else []), "--collect"]
-    parts.append("--service-type=exec")
-    parts.append(q(f"--unit={unit}"))
+    parts = ["since=$(date +%s);", "systemd-run", "--quiet", *(["--wait"] if wait else [])]
+    parts += ["--collect", "--service-type=exec", q(f"--unit={unit}")]
     for p in props:
         parts += ["-p", q(p)]
     parts += ["--", q(hub_python), q(tool), *[q(a) for a in args]]

@@ -49,6 +49,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from control.pypi_cache import cache_root  # noqa: E402
+from sandbox.sandbox import nspawn  # noqa: E402
 
 MIRROR = os.environ.get("GLM_FLASH_SANDBOX_MIRROR", "http://deb.debian.org/debian")  # as sandbox/sandbox.py
 PACKAGES = ["python3", "openssh-server", "sudo", "iproute2", "ca-certificates"]
@@ -177,16 +178,9 @@ def booted(root: Path):
     dropin = root / QEMU_DROPIN
     dropin.parent.mkdir(parents=True, exist_ok=True)
     dropin.write_text("# qemu-user (tests/gb10/arm64_root.py)\n[Service]\nMemoryDenyWriteExecute=no\n")
-    log = open(root.parent / f"{root.name}.boot.log", "ab")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        ["systemd-nspawn", "-b", "-D", str(root), "-M", f"glm-flash-arm64-{os.getpid()}", "--register=no"]
-        + ["--keep-unit", "--console=passive", "--resolv-conf=copy-host"],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-        env=dict(os.environ, SYSTEMD_NSPAWN_UNIFIED_HIERARCHY="1"),
-        start_new_session=True,
-    )
+    log = root.parent / f"{root.name}.boot.log"
+    # the sandbox's own boot (its nspawn flags), of this root
+    proc = nspawn(root, f"glm-flash-arm64-{os.getpid()}", log, root.parent / f"{root.name}.pid")
     machine = None
     try:
         deadline, state = time.monotonic() + BOOT_S, ""
@@ -199,7 +193,7 @@ def booted(root: Path):
                     break
             time.sleep(0.5)
         else:
-            raise Unavailable(f"the arm64 root did not boot in {BOOT_S} s (state {state!r}; log {log.name})")
+            raise Unavailable(f"the arm64 root did not boot in {BOOT_S} s (state {state!r}; log {log})")
         yield machine
     finally:
         if machine is not None:  # its PID 1: every process of the machine goes with it
@@ -208,4 +202,3 @@ def booted(root: Path):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        log.close()
