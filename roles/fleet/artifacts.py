@@ -52,11 +52,13 @@ IDLE_S = 120  # a server with no request for this long stops itself (a killed de
 # The longest a server lives: one copy of 306 GiB at 1 Gbit/s takes about 45 min; a transfer cut
 # here fails its run, and the next run resumes it (aria2 keeps what it received).
 RUNTIME_MAX_S = 3600
+LISTEN_S = 90  # a server's start, until its socket listens (listening())
 CREDENTIAL = "peer-token"
 FETCH_UNIT = "glm-flash-peer-fetch"  # -<name> of the set; its StateDirectory= too
 # glm-flash-peer's DEADLINE_S and FLOOR_BPS (the fetch's own deadline), and a margin past it
 FETCH_DEADLINE_S, FETCH_FLOOR_BPS, FETCH_SLACK_S = 900, 4 << 20, 300
-PACKAGES = ["python3", "aria2"]  # glm-flash-peer and the multi-source downloader it drives
+# glm-flash-peer, the multi-source downloader it drives, and ss (listening(): a server's socket waited for)
+PACKAGES = ["python3", "aria2", "iproute2"]
 # The server's unit: its own dynamic user, nothing writable, no privileges (systemd-analyze security
 # rates it; tests/fleet/test_peer_server.py holds the figure).
 SERVER_PROPERTIES = sandboxing.peer_server()
@@ -169,12 +171,31 @@ def serving(
     props.append("IPAddressAllow=" + " ".join(allow))
     allowed = "".join(f" --allow {q(a)}" for a in allow)
     return [
-        f"{name_released(unit + '.service')}; "
+        f"{name_released(unit + '.service')} && since=$(date +%s) && "
         f"systemd-run -q --collect --service-type=exec --unit {unit} "
         + " ".join(f"-p {q(p)}" for p in props)
         + f" -- /usr/bin/python3 {q(tool)} serve {q(root)} {q(mfile)} --bind {q(bind)} --port {PEER_PORT}"
-        f" --token-credential {CREDENTIAL} --idle {int(idle)}{allowed}"
+        f" --token-credential {CREDENTIAL} --idle {int(idle)}{allowed} && " + listening(unit, bind, PEER_PORT)
     ]
+
+
+def listening(unit: str, bind: str, port: int, timeout: int = LISTEN_S) -> str:
+    """Shell that returns once the server's socket listens (ss, the kernel's own table), so no
+    receiver of this run meets a server still starting: `--service-type=exec` returns once Python
+    is running, before it binds (a receiver found a worker's port closed for 30 s on a loaded CI
+    machine). A server that ended first fails the operation with its own journal lines; one still
+    not listening after `timeout` seconds fails it too. (Readiness by sd_notify would need AF_UNIX,
+    which the server's sandbox denies.)"""
+    where = shlex.quote(f"[{bind}]:{port}" if ":" in bind else f"{bind}:{port}")
+    why = f"glm-flash: the peer server {unit}"
+    log = f"journalctl -u {unit} --since @$since -o cat --no-pager >&2"
+    return (
+        f"n=0; until ss -Hltn src {where} | grep -q .; do "
+        f"if ! systemctl -q is-active {unit}.service; then "
+        f"echo '{why} ended before it listened on '{where}': its log:' >&2; journalctl --sync; {log}; exit 1; fi; "
+        f"n=$((n + 1)); [ $n -le {timeout * 5} ] || {{ echo '{why} does not listen on '{where}' after {timeout} s' >&2; "
+        f"{log}; exit 1; }}; sleep 0.2; done"
+    )
 
 
 def stopping(unit: str, token_file: str = "") -> list[str]:
@@ -249,7 +270,7 @@ def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root:
         dest=mfile,
         mode="644",
     )
-    packages.installed(PACKAGES, name="python3 and aria2 for glm-flash-peer", update=True)
+    packages.installed(PACKAGES, name="python3, aria2 and iproute2 for glm-flash-peer", update=True)
     lacks = {h: {e.rel for e in lacking(h, root, entries)} for h in workers}
     # Files nobody holds come from the control machine to the first reached worker, only to it.
     nobody = [e for e in entries if all(e.rel in lacks[h] for h in workers)]
