@@ -15,7 +15,7 @@ downloads sharing --rate-mib MiB/s, the shape of a real box's link to the hub (3
    user's second box), then the deploy with hf_endpoint and model_revision pointed at that hub:
    timed from start to end.
 2. On that deployed machine, the download alone: the same downloader, user and unit
-   (roles/operations/checkpoint.py download_unit_command) into an empty scratch directory,
+   (roles/operations/checkpoint.py download_unit_text) into an empty scratch directory,
    timed. Then both times and their ratio are printed.
 Not a test: it measures, it does not pass or fail on time. Pick --size-mib and --rate-mib so the
 download takes longer than the rest of a cold sandbox deploy, as on a real box.
@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from control import layout  # noqa: E402
 from roles import model  # noqa: E402
-from roles.operations.checkpoint import download_unit_command  # noqa: E402
+from roles.operations.checkpoint import download_unit_text  # noqa: E402
 from sandbox import fake_model  # noqa: E402
 from sandbox.fake_hub import FakeHub, read_dir  # noqa: E402
 from tests.conftest import SANDBOX_INVENTORY, inventory_hosts, sandbox_sh  # noqa: E402
@@ -119,17 +119,16 @@ def download_alone(hub: FakeHub, commit: str, files: dict[str, bytes]) -> float:
 
     profile = build(name, {**hostdata, "hf_endpoint": hub.endpoint}, api_key_present=False)
     unit = "glm-flash-bench-cold-download"
+    tool = layout.tool(profile, model.FETCH)
     args = ["download", "--dest", SCRATCH, "--repo", model_repo_id(), "--revision", commit]
-    cmd = download_unit_command(
-        unit,
-        model.fetch_user(profile),
-        f"{layout.hub_venv(profile)}/bin/python",
-        layout.tool(profile, model.FETCH),
-        args,
-        SCRATCH,
-        hub.endpoint,
-        None,
-    ).get_raw_value()
+    python = f"{layout.hub_venv(profile)}/bin/python"
+    text = download_unit_text(model.fetch_user(profile), [python, tool, *args], SCRATCH, hub.endpoint, None, "bench")
+    unit_file = f"/etc/systemd/system/{unit}.service"
+    cmd = (
+        f"printf %s {shlex.quote(text)} > {unit_file} && systemctl daemon-reload && systemctl start {unit} && "
+        f"python3 {tool} wait --unit {unit} --dest {SCRATCH} --repo {model_repo_id()} --revision {commit}; "
+        f"rc=$?; rm -f {unit_file}; systemctl daemon-reload; exit $rc"
+    )
     q = shlex.quote(SCRATCH)
     sandbox_sh(f"rm -rf {q} && install -d -m 755 -o {shlex.quote(model.fetch_user(profile))} {q}")
     print("bench-cold: the download alone, same downloader and unit, into an empty directory", flush=True)

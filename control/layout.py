@@ -18,12 +18,13 @@ LOCKS = REPO / "locks"
 SBIN = "/usr/local/sbin"  # links to our host tools, on root's PATH
 CONF_DIR = "/etc/glm-flash"  # root-owned; the service user may read, never write
 STATUS_FILE = f"{CONF_DIR}/status.json"
-# Root only (0700): secrets staged before their rename into place, the hub token until the
-# download unit has read it (roles/operations/secrets.py, checkpoint.py).
+# Root only (0700): secrets staged before their rename into place, the hub token while the
+# download's unit exists (it reads it at every start; roles/operations/secrets.py, checkpoint.py).
 SECRETS_DIR = f"{CONF_DIR}/secrets"
 ENV_FILE = f"{CONF_DIR}/glm-flash.env"  # the engine's environment, read by the unit
 LAUNCH_SPEC = f"{CONF_DIR}/launch.json"  # the engine's command line, as glm-flash-engine runs it
 API_KEY = f"{CONF_DIR}/api-key"
+SYSTEMD_DIR = "/etc/systemd/system"
 UNIT = "/etc/systemd/system/glm-flash.service"
 GPU_UNIT = "/etc/systemd/system/glm-flash-gpu.service"
 LOG_DIR = "/var/log/glm-flash"

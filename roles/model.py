@@ -58,6 +58,8 @@ __all__ = ["ModelCheck", "apply", "read_token", "ready"]
 
 REPO = layout.REPO
 FETCH = "glm-flash-model-fetch"
+# The download units (a unit file each while its checkpoint is not complete): the model's, the GB10 drafter's.
+MODEL_UNIT, DRAFTER_UNIT = "glm-flash-model-download", "glm-flash-drafter-download"
 REQUIREMENTS = REPO / "files" / "hf-hub-requirements.txt"
 
 
@@ -105,8 +107,8 @@ def fetch_user(profile: Profile) -> str:
     return f"{profile.service_user}-fetch"
 
 
-def token_path(profile: Profile, unit: str = "glm-flash-model-download") -> str:
-    """Where the hub token sits (root-only) between its upload and the download unit's start."""
+def token_path(profile: Profile, unit: str = MODEL_UNIT) -> str:
+    """Where the hub token sits (root-only) while the download's unit exists."""
     return f"{layout.SECRETS_DIR}/hf-token-{unit}"
 
 
@@ -231,7 +233,7 @@ def hub_version(requirements: str) -> str | None:
     return m.group(1) if m else None
 
 
-def apply(profile: Profile, unit: str = "glm-flash-model-download") -> None:
+def apply(profile: Profile, unit: str = MODEL_UNIT) -> None:
     """Early in the run: the downloader installed and the download started in the background
     (deploy.py calls ready() where the checkpoint is needed, so the driver, toolkit and engine
     work goes on while it runs)."""

@@ -39,6 +39,7 @@ from roles import cuda_header, headless, model, service
 from roles.facts.apt import LEGACY_SOURCES
 from roles.facts.leftovers import Leftovers
 from roles.operations import driver as driver_ops
+from roles.operations.checkpoint import download_unit_path
 from roles.operations.toolkit import toolkit_package
 
 LOG_DIR = os.path.dirname(cuda_header.HOOK_LOG)
@@ -67,6 +68,8 @@ def checkpoints(profile: Profile) -> list[str]:
 def removed_paths(profile: Profile) -> list[str]:
     """What the uninstall deletes, files and whole directories, always."""
     units = [service.UNIT, service.GPU_UNIT, layout.GATEWAY_UNIT, layout.FRONT_UNIT]
+    # a download's unit, there until its checkpoint is complete (roles/operations/checkpoint.py)
+    units += [download_unit_path(u) for u in (model.MODEL_UNIT, model.DRAFTER_UNIT)]
     return [
         *units,
         *(f"{u}.d" for u in units),

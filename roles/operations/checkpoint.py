@@ -11,14 +11,17 @@ HostPython fact; the host needs no package index). A marker in the venv holds th
 of the requirements it was built from; it is written after the install and its check, so a
 killed build is rebuilt on the next run.
 
-checkpoint_present: `glm-flash-model-fetch check` (a fact) says whether the commit is there
-and verified. When it is not, the tree is handed to the downloader's user, the download runs
-as a transient systemd unit (journal: `journalctl -u UNIT`; it survives a dropped SSH
-connection and a re-run waits for a running one instead of starting a second), then the tree
-is sealed: root's, read-only to everyone else (the engine only reads it). The hub token, when
-one is needed, is put root-only by secret_commands and handed to the unit with LoadCredential=;
-once the downloader has started, the unit (as root) deletes the file, again when the unit stops,
-and systemd removes the credential when the unit ends however it ends (SIGTERM, SIGKILL, failure).
+checkpoint_download_started, checkpoint_present: `glm-flash-model-fetch check` (a fact) says
+whether the commit is there and verified. When it is not, the tree is handed to the downloader's
+user and the download runs as a real unit (templates/glm-flash-model-download.service.j2, the
+NixOS shape): systemd restarts a failed download with a growing wait, bounded, and a reboot
+resumes it (journal: `journalctl -u UNIT`; it survives a dropped SSH connection and a re-run
+waits for a running one instead of starting a second). Once the checkpoint is complete the unit
+file goes and the tree is sealed: root's, read-only to everyone else (the engine only reads it).
+The hub token, when one is needed, is put root-only (0600 in a 0700 directory) by secret_commands
+and handed to the unit with LoadCredential=: systemd reads it at each start (a restart, a boot),
+so root's file stays while the unit does, and goes with it. systemd removes the credential from
+/run whenever the unit stops, however it stops (SIGTERM, SIGKILL, failure).
 
 In a fleet the checkpoint crosses the outside link once (roles/fleet/checkpoint.py): the seed
 downloads it with checkpoint_present, checkpoint_exported reads its verified marker over the
@@ -39,6 +42,7 @@ from collections.abc import Callable
 
 from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, QuoteString, StringCommand, operation
+from pyinfra.api.util import get_template
 from pyinfra.facts.files import File
 
 from control import layout, model_lock, run_record
@@ -51,6 +55,7 @@ from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive
 from roles.facts.system import HostPython
 from roles.operations import sandboxing
 from roles.operations.job import followed, name_released
+from roles.operations.paths import replaced_whole
 from roles.operations.python import venv_commands
 from roles.operations.secrets import Secret, secret_commands
 
@@ -134,6 +139,18 @@ def downloader_installed(
     )
 
 
+def _download_properties(dest: str, endpoint: str) -> list[str]:
+    """The download's and the receive's unit settings but their user: the cache, the hub, the
+    sandbox (roles/operations/sandboxing.py) that lets it write `dest` only."""
+    return [
+        f"CacheDirectory={layout.FETCH_CACHE.rsplit('/', 1)[1]}",
+        f"Environment=HF_HOME={layout.FETCH_CACHE}",
+        "Environment=HF_HUB_DISABLE_TELEMETRY=1",
+        f"Environment=HF_ENDPOINT={endpoint}",
+        *sandboxing.fetch_unit([dest]),
+    ]
+
+
 def download_unit_command(
     unit: str,
     user: str,
@@ -143,36 +160,18 @@ def download_unit_command(
     dest: str,
     endpoint: str,
     token_path: str | None,
-    wait: bool = True,
     credential: str = "hf-token",
-    remove_token: bool = True,
 ):
-    """systemd-run for the download: its own user, sandboxed (roles/operations/sandboxing.py), the token
-    as a credential, journal output. wait False: it returns once the unit has started (the download
-    runs on in the background)."""
+    """systemd-run --wait of a transfer that runs once, inside the deploy (the fleet's receive): its
+    own user, sandboxed, the token a credential (the caller removes root's file once the unit has
+    ended), journal output; its journal lines when it fails."""
     q = QuoteString
-    props = [
-        f"User={user}",
-        f"Group={user}",
-        f"CacheDirectory={layout.FETCH_CACHE.rsplit('/', 1)[1]}",
-        f"Environment=HF_HOME={layout.FETCH_CACHE}",
-        "Environment=HF_HUB_DISABLE_TELEMETRY=1",
-        f"Environment=HF_ENDPOINT={endpoint}",
-        *sandboxing.fetch_unit([dest]),
-    ]
+    props = [f"User={user}", f"Group={user}", *_download_properties(dest, endpoint)]
     if token_path:
         props.append(f"LoadCredential={credential}:{token_path}")
-    if token_path and remove_token:
-        props += [
-            # root (+), once the downloader runs: the token's only copy is then the unit's credential.
-            # Not ExecStartPre: systemd 257 reads the credential again for every step, and the main
-            # process would fail to start (243/CREDENTIALS) on the removed file.
-            f"ExecStartPost=+/bin/rm -f {token_path}",
-            f"ExecStopPost=+/bin/rm -f {token_path}",
-        ]
     # the failure's log is this start's lines only: the unit's name is reused, its old runs are in the journal too
-    parts = ["since=$(date +%s);", "systemd-run", "--quiet", *(["--wait"] if wait else [])]
-    parts += ["--collect", "--service-type=exec", q(f"--unit={unit}")]
+    parts = ["since=$(date +%s);", "systemd-run", "--quiet", "--wait", "--collect", "--service-type=exec"]
+    parts.append(q(f"--unit={unit}"))
     for p in props:
         parts += ["-p", q(p)]
     parts += ["--", q(hub_python), q(tool), *[q(a) for a in args]]
@@ -181,10 +180,45 @@ def download_unit_command(
         '|| { journalctl --no-pager -o cat -n 40 --since "@$since" -u',
         q(unit),
         ">&2; echo",
-        q(
-            f"glm-flash: the {args[0] if args else tool} {'failed' if wait else 'did not start'}; its log: journalctl -u {unit}"
-        ),
+        q(f"glm-flash: the {args[0] if args else tool} failed; its log: journalctl -u {unit}"),
         ">&2; exit 1; }",
+    )
+
+
+# systemd's restart backoff of the download unit (templates/glm-flash-model-download.service.j2):
+# 10 s after the first failure, growing over 6 restarts to 10 min; the 11th start within 4 h is refused.
+# About 40 min of waits before the unit gives up, as long as the hub may be away.
+RESTART = dict(restart_sec="10s", steps=6, max_delay="10min", interval="4h", burst=10)
+
+
+def download_unit_path(unit: str) -> str:
+    return f"{layout.SYSTEMD_DIR}/{unit}.service"
+
+
+def _exec_word(arg: str) -> str:
+    """`arg` as one word of ExecStart= (systemd.service(5), "Command lines"): % and $ doubled (no
+    specifier, no variable), double-quoted with backslash escapes when it holds a blank or a quote."""
+    arg = arg.replace("%", "%%").replace("$", "$$")
+    if re.fullmatch(r"[A-Za-z0-9_./:@+=,-]+", arg):
+        return arg
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def download_unit_text(
+    user: str, command: list[str], dest: str, endpoint: str, token_path: str | None, what: str
+) -> str:
+    """The download's unit file (the NixOS shape: a real unit, systemd's restart backoff, enabled so
+    a reboot resumes it): `command` as `user` in the fetch sandbox writing `dest` only, the token a
+    credential systemd reads from root's `token_path` at each start. `what`: its description."""
+    props = _download_properties(dest, endpoint)
+    if token_path:
+        props.append(f"LoadCredential=hf-token:{token_path}")
+    return get_template(str(layout.TEMPLATES / "glm-flash-model-download.service.j2")).render(
+        what=what,
+        user=user,
+        exec_start=" ".join(_exec_word(a) for a in command),
+        properties=[p.replace("%", "%%") for p in props],
+        **RESTART,
     )
 
 
@@ -201,29 +235,42 @@ def _running(unit: str) -> bool:
     return memo.fact(host, UnitActive, unit=unit) in ("active", "activating", "deactivating")
 
 
-STARTED_DIR = layout.RUN_DIR  # tmpfs: a reboot empties it
-
-
-def started_marker(unit: str) -> str:
-    """Root's note that the download unit was started in this boot (a reboot, such as the driver
-    role's, kills the unit and removes the note: the wait then starts it again)."""
-    return f"{STARTED_DIR}/{unit}.started"
-
-
-def start_commands(
-    repo_id, commit, path, tool, hub_python, fetch_user, secrets_dir, requested, token, endpoint, unit, every
-) -> list[StringCommand]:
-    """The download unit started in the background (the token, if any, uploaded just before by
-    the caller): the tree handed to the downloader's user, a note in /run, systemd-run."""
-    q = QuoteString
+def _download_args(repo_id: str, commit: str, path: str, requested: str, every: int) -> list[str]:
     args = ["download", "--dest", path, "--repo", repo_id, "--revision", commit, "--every", str(int(every))]
-    if requested:
-        args += ["--requested", requested]
-    token_path = f"{secrets_dir}/hf-token-{unit}" if token is not None else None
+    return args + ["--requested", requested] if requested else args
+
+
+def _unit_written(d: dict) -> list:
+    """The download's unit file as `d` (the operation's arguments) says, and systemd told of it."""
+    token_path = f"{d['secrets_dir']}/hf-token-{d['unit']}" if d["token"] is not None else None
+    args = _download_args(d["repo_id"], d["commit"], d["path"], d["requested"], d["every"])
+    what = f"{d['repo_id']}@{d['commit']} into {d['path']}"
+    text = download_unit_text(
+        d["fetch_user"], [d["hub_python"], d["tool"], *args], d["path"], d["endpoint"], token_path, what
+    )
     return [
-        *prepared_for(fetch_user, path, tool, unit),
-        StringCommand("install -d -m 700", q(STARTED_DIR), "&& touch", q(started_marker(unit))),
-        download_unit_command(unit, fetch_user, hub_python, tool, args, path, endpoint, token_path, wait=False),
+        *replaced_whole(io.StringIO(text), download_unit_path(d["unit"]), user="root", group="root", mode="644"),
+        StringCommand("systemctl daemon-reload"),
+    ]
+
+
+def _start(d: dict) -> list[StringCommand]:
+    """The tree handed to the downloader's user, then the unit enabled and started (in the
+    background: `enable --now` returns once the tool runs); its lines when it does not start."""
+    q, unit = QuoteString, d["unit"]
+    return [
+        *prepared_for(d["fetch_user"], d["path"], d["tool"], unit),
+        StringCommand(
+            "systemctl reset-failed",
+            q(unit),
+            "2>/dev/null; since=$(date +%s); systemctl enable --now --quiet",
+            q(f"{unit}.service"),
+            '|| { journalctl --no-pager -o cat -n 40 --since "@$since" -u',
+            q(unit),
+            ">&2; echo",
+            q(f"glm-flash: the download did not start; its log: journalctl -u {unit}"),
+            ">&2; exit 1; }",
+        ),
     ]
 
 
@@ -242,9 +289,11 @@ def checkpoint_download_started(
     unit: str = "glm-flash-model-download",
     every: int = 30,
 ):
-    """The download of repo_id at commit into path runs, or is not needed: the transient unit
-    `unit` is started in the background when the checkpoint is incomplete and no download runs
-    (a re-run while one runs starts no second). checkpoint_present waits for it later.
+    """The download of repo_id at commit into path runs, or is not needed: the unit `unit` is
+    written, enabled and started in the background when the checkpoint is incomplete and no
+    download runs (a re-run while one runs starts no second). checkpoint_present waits for it
+    later. The unit is a real one (templates/glm-flash-model-download.service.j2): systemd restarts
+    a failed download with a growing wait, and a reboot resumes it.
 
     + repo_id: the hub repository (zai-org/GLM-5.3-Flash)
     + commit: the full commit the checkpoint is pinned to
@@ -252,16 +301,17 @@ def checkpoint_download_started(
     + tool: files/glm-flash-model-fetch on the host
     + hub_python: the downloader environment's python, which runs the tool in the unit
     + fetch_user: the account the download runs as (it owns path until the seal)
-    + secrets_dir: root's directory for the token's file while the unit starts
+    + secrets_dir: root's directory for the token's file while the unit exists
     + requested: the revision name the commit was locked from (main), for the download's record
     + token: the hub token, wrapped in Secret; handed to the unit as a credential only
     + endpoint: the hub's URL (hf_endpoint)
-    + unit: the transient unit's name
+    + unit: the download unit's name
     + every: seconds between the download's progress lines (its journal, followed by the wait)
     """
     _checked(repo_id, commit, path, unit)
-    state = memo.fact(host, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit)
-    if state["exit"] == 0:
+    d = dict(locals())
+    check = memo.fact(host, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit)
+    if check["exit"] == 0:
         host.noop(f"{repo_id}@{commit} is in {path}, verified")
         return
     if _running(unit):
@@ -269,20 +319,8 @@ def checkpoint_download_started(
         return
     if token is not None:
         yield from secret_commands(token, f"{secrets_dir}/hf-token-{unit}", secrets_dir, "root", "root", "600")
-    yield from start_commands(
-        repo_id,
-        commit,
-        path,
-        tool,
-        hub_python,
-        fetch_user,
-        secrets_dir,
-        requested,
-        token,
-        endpoint,
-        unit,
-        every,
-    )
+    yield from _unit_written(d)
+    yield from _start(d)
 
 
 @operation()
@@ -300,65 +338,62 @@ def checkpoint_present(
     unit: str = "glm-flash-model-download",
     every: int = 30,
 ):
-    """path holds repo_id at commit, verified, root's and read-only to others; no token left.
+    """path holds repo_id at commit, verified, root's and read-only to others; no token left, and
+    no download unit.
 
     The download was started by checkpoint_download_started (earlier in the run, or in an
-    earlier run that was stopped): this waits for its unit, printing its journal lines
-    (progress, retries) as they come, and fails with its log when it ended without a complete
-    checkpoint. When the unit is gone and its note in /run too (the host rebooted since it
-    started, as after a driver install), the download is started again first: the files that
-    finished are kept.
+    earlier run that was stopped): this waits for its unit through systemd's restarts, printing
+    its journal lines (progress, failures, restarts) as they come, and fails with its log when it
+    ended without a complete checkpoint. A unit that is neither running nor failed while the
+    checkpoint is incomplete (stopped by hand, or started by an older deploy as a transient unit)
+    is started again first: the files that finished are kept. Once the checkpoint is complete the
+    unit and the token's file go, then the tree is sealed.
 
     + repo_id, commit, path, tool, hub_python, fetch_user: as checkpoint_download_started's
     + secrets_dir, requested, token, endpoint, unit, every: the same (a restart is the same download)
     """
     _checked(repo_id, commit, path, unit)
-    token_path = f"{secrets_dir}/hf-token-{unit}"
-    state = memo.fact(host, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit)
-    token_left = memo.fact(host, File, path=token_path)
+    d = dict(locals())
+    token_path, unit_path = f"{secrets_dir}/hf-token-{unit}", download_unit_path(unit)
+    check = memo.fact(host, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit)
+    leftovers = memo.fact(host, File, path=token_path) or memo.fact(host, File, path=unit_path)
     running = _running(unit)
-    if state["exit"] == 0 and state["sealed"] and not token_left and not running:
+    if check["exit"] == 0 and check["sealed"] and not leftovers and not running:
         host.noop(f"{repo_id}@{commit} is in {path}, verified and sealed")
         return
     q = QuoteString
-    if state["exit"] != 0 or running:
-        if token is not None:  # for a restart after a reboot; removed below either way
+    if check["exit"] != 0 or running:
+        if token is not None:  # systemd reads it at each start; removed below once complete
             yield from secret_commands(token, token_path, secrets_dir, "root", "root", "600")
-        check = ["check", "--dest", path, "--repo", repo_id, "--revision", commit]
-        restart = start_commands(
-            repo_id,
-            commit,
-            path,
-            tool,
-            hub_python,
-            fetch_user,
-            secrets_dir,
-            requested,
-            token,
-            endpoint,
-            unit,
-            every,
-        )
-        joined = []
-        for c in restart:
-            joined += [c, "&&"]
+        yield from _unit_written(d)
+        again = [c for cmd in _start(d) for c in (cmd, "&&")][:-1]
         yield StringCommand(
             "if ! systemctl is-active --quiet",
             q(unit),
-            "&& [ ! -e",
-            q(started_marker(unit)),
-            "] && ! python3",
+            "&& ! systemctl is-failed --quiet",
+            q(unit),
+            "&& ! python3",
             q(tool),
-            *[q(a) for a in check],
+            "check --dest",
+            q(path),
+            "--repo",
+            q(repo_id),
+            "--revision",
+            q(commit),
             ">/dev/null; then echo",
-            q(f"glm-flash: {unit} is not running since the host rebooted: starting it again (finished files are kept)"),
+            q(
+                f"glm-flash: {unit} is not running and the checkpoint is incomplete: starting it again (finished files are kept)"
+            ),
             ">&2 &&",
-            *joined[:-1],
+            *again,
             "; fi",
         )
         argv = ["wait", "--unit", unit, "--dest", path, "--repo", repo_id, "--revision", commit]
         yield followed(unit, StringCommand("python3", q(tool), *[q(a) for a in argv]))
-    yield StringCommand("rm -f", q(token_path), q(started_marker(unit)))
+    yield StringCommand(
+        "systemctl disable --now --quiet", q(f"{unit}.service"), "2>/dev/null; rm -f", q(unit_path), q(token_path)
+    )
+    yield StringCommand("systemctl daemon-reload")
     yield StringCommand("python3", q(tool), "seal --dest", q(path), "--owner", q(fetch_user))
 
 
@@ -396,9 +431,6 @@ def prepared_for(user: str, path: str, tool: str, unit: str) -> list[StringComma
     return [
         # A transfer from an earlier run (its SSH connection dropped): wait for it.
         StringCommand("while systemctl is-active --quiet", q(unit), "; do sleep 5; done"),
-        # An ended transient unit systemd kept loaded (seen on systemd 257 after a receive of a few
-        # small files: "already loaded or has a fragment file" at the next systemd-run).
-        StringCommand(name_released(f"{unit}.service")),
         StringCommand("mkdir -p", q(posixpath.dirname(path))),
         StringCommand("install -d -m 755 -o root -g root", q(path)),
         StringCommand("python3", q(tool), "unseal --dest", q(path), "--owner", q(user)),
@@ -549,6 +581,9 @@ def checkpoint_received(
     yield FunctionCommand(_put_marker, (path, marker, seed), {})
     yield StringCommand("chown root:root", q(marker), "&& chmod 644", q(marker))
     yield from prepared_for(fetch_user, path, tool, unit)
+    # An ended transient unit systemd kept loaded (seen on systemd 257 after a receive of a few
+    # small files: "already loaded or has a fragment file" at the next systemd-run).
+    yield StringCommand(name_released(f"{unit}.service"))
     args = ["receive", "--dest", path, "--repo", repo_id, "--revision", commit, "--marker", marker]
     for source in sources:
         args += ["--source", source]
@@ -570,7 +605,6 @@ def checkpoint_received(
             "",
             token_file,
             credential="peer-token",
-            remove_token=False,
         ),
     )
     yield StringCommand("python3", q(tool), "seal --dest", q(path), "--owner", q(fetch_user))

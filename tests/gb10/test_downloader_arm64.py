@@ -17,8 +17,8 @@ the amd64 build of systemd as PID 1), in the deploy's own steps:
 4. the installed downloader does its job: its native wheels load (hf_xet's Rust extension, PyYAML's
    C loader); then, the root booted, files/glm-flash-model-fetch downloads a small repo from a fake
    hub on loopback (sandbox/fake_hub.py) with that venv's python in the deploy's own download unit
-   (download_unit_command: systemd-run, the downloader's user, the unit's sandbox), as the deploy
-   runs it;
+   (download_unit_text: the unit file, the downloader's user, the unit's sandbox), waited for by
+   the tool's `wait`, as the deploy runs it;
 5. the broken case, what was sent before (the same lock's files chosen for x86_64): the host's uv
    refuses them for the downloader's python (a resolution, `--dry-run`).
 
@@ -168,15 +168,18 @@ def test_the_downloader_installs_and_runs_on_aarch64_from_the_wheels_chosen_for_
     shutil.copy(FETCH, root / "usr/local/bin/glm-flash-model-fetch")
     # the deploy installs the host tools' shared module beside each tool (roles/operations/uploads.py)
     shutil.copy(FETCH.parent / layout.HOST_MODULE, root / "usr/local/bin" / layout.HOST_MODULE)
-    # The download as the deploy runs it: the root booted, systemd-run with the download unit's
-    # user, properties and sandbox (roles/operations/checkpoint.py download_unit_command).
-    unit = "glm-flash-model-download"
+    # The download as the deploy runs it: the root booted, the download's unit file (its user,
+    # properties, sandbox and restart backoff: roles/operations/checkpoint.py download_unit_text)
+    # started, and waited for by the tool's own `wait`.
+    unit, tool = "glm-flash-model-download", "/usr/local/bin/glm-flash-model-fetch"
     with FakeHub(REPO_ID, files) as hub, arm64_root.booted(root) as machine:
         args = ["download", "--dest", "/srv/model", "--repo", REPO_ID, "--revision", hub.commit]
-        command = checkpoint.download_unit_command(
-            unit, USER, python, "/usr/local/bin/glm-flash-model-fetch", args, "/srv/model", hub.endpoint, None
-        ).get_raw_value()
-        r = machine.sh(f"install -d -m 755 -o {USER} -g {USER} /srv/model && {command}")
+        text = checkpoint.download_unit_text(USER, [python, tool, *args], "/srv/model", hub.endpoint, None, REPO_ID)
+        (root / f"etc/systemd/system/{unit}.service").write_text(text)
+        r = machine.sh(
+            f"install -d -m 755 -o {USER} -g {USER} /srv/model && systemctl daemon-reload && systemctl start {unit}"
+            f" && python3 {tool} wait --unit {unit} --dest /srv/model --repo {REPO_ID} --revision {hub.commit}"
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         assert len(hub.downloads()) == len(files)
         # it ran as that unit (its journal), on a userland that calls itself aarch64

@@ -15,6 +15,7 @@ import pytest
 from control import layout
 from control.model_lock import commit_for
 from roles import model
+from roles.operations.checkpoint import download_unit_path
 
 
 @pytest.fixture
@@ -70,6 +71,10 @@ def test_no_token_left_and_secrets_root_only(host, profile):
         assert host.run(f"ls -A {shlex.quote(layout.SECRETS_DIR)}").stdout.strip() == ""
     assert not host.file(model.token_path(profile)).exists
     assert host.run("systemctl is-active glm-flash-model-download").stdout.strip() != "active"
+    # the download's unit goes with its token once the checkpoint is complete: none is left enabled
+    # to fetch again at the next boot
+    for unit in (model.MODEL_UNIT, model.DRAFTER_UNIT):
+        assert not host.file(download_unit_path(unit)).exists, f"{unit}.service is left after the download"
     key = host.file(f"{layout.CONF_DIR}/api-key")
     if key.exists:
         assert key.user == "root" and key.mode == 0o600

@@ -6,10 +6,10 @@ it (roles/operations/sandboxing.py, through the same functions the roles call):
 - a root engine build (glm-flash-job): at most 5. The build here is real: glm-flash-engine
   builds an environment of one pin from the deployed wheelhouse with uv, under the sandbox
   (the deploy's own engine build ran under it too). Inside, no network and a read-only system.
-- the download and receive units (the downloader's user): at most 3. The rating is taken of
-  the unit running `sleep`, as the deploy builds it (the properties decide the rating, not the
-  command); a real download from the stand-in hub (sandbox/fake_hub.py, simulated: the hub)
-  into a scratch directory then runs under the same properties and verifies.
+- the download's unit and the receive's transient unit (the downloader's user): at most 3. The
+  rating is taken of the unit running `sleep`, as the deploy makes it (the properties decide the
+  rating, not the command); a real download from the stand-in hub (sandbox/fake_hub.py,
+  simulated: the hub) into a scratch directory then runs under the same unit file and verifies.
 """
 
 from __future__ import annotations
@@ -101,52 +101,60 @@ def test_root_build_job_has_no_network_and_a_read_only_system(sandbox, profile):
     assert "etc-writable" not in out and "network-reached" not in out, out
 
 
+def download_unit_started(unit: str, user: str, command: list[str], dest: str, endpoint: str, token) -> None:
+    """The download's unit file as the deploy writes it (checkpoint.download_unit_text), started."""
+    text = checkpoint.download_unit_text(user, command, dest, endpoint, token, "a test")
+    sh(f"printf %s {shlex.quote(text)} > /etc/systemd/system/{unit}.service && systemctl daemon-reload")
+    sh(f"systemctl start {unit}")
+
+
+def removed(unit: str) -> str:
+    return (
+        f"systemctl stop {unit}; systemctl reset-failed {unit}; rm -f /etc/systemd/system/{unit}.service "
+        f"{layout.SECRETS_DIR}/hf-token-{unit}; systemctl daemon-reload; true"
+    )
+
+
 @pytest.mark.parametrize("kind", ["download", "receive"])
 def test_fetch_units_are_rated_at_most_3(sandbox, profile, kind):
-    """Each as the deploy builds it (the download with its token credential), running sleep."""
+    """Each as the deploy makes it (the download a unit file with its token credential, the receive
+    a transient unit), running sleep."""
     unit = f"glm-flash-hardening-{kind}"
-    token = f"{layout.SECRETS_DIR}/hf-token-{unit}" if kind == "download" else None
-    endpoint = profile.hf_endpoint if kind == "download" else ""
-    cmd = checkpoint.download_unit_command(
-        unit, model.fetch_user(profile), "/usr/bin/sleep", "300", [], "/var/tmp", endpoint, token
-    ).get_raw_value()
-    if token:
-        sh(f"install -d -m 700 {layout.SECRETS_DIR} && umask 077 && printf x > {token}")
-    sh(f"nohup sh -c {shlex.quote(cmd)} >/dev/null 2>&1 &")
+    user = model.fetch_user(profile)
     try:
+        if kind == "download":
+            token = f"{layout.SECRETS_DIR}/hf-token-{unit}"
+            sh(f"install -d -m 700 {layout.SECRETS_DIR} && umask 077 && printf x > {token}")
+            download_unit_started(unit, user, ["/usr/bin/sleep", "300"], "/var/tmp", profile.hf_endpoint, token)
+        else:
+            cmd = checkpoint.download_unit_command(unit, user, "/usr/bin/sleep", "300", [], "/var/tmp", "", None)
+            sh(f"nohup sh -c {shlex.quote(cmd.get_raw_value())} >/dev/null 2>&1 &")
         wait_active(unit)
         level = exposure(f"{unit}.service")
     finally:
-        sh(f"systemctl stop {unit}; rm -f {layout.SECRETS_DIR}/hf-token-{unit}; true")
+        sh(removed(unit))
     assert level <= FETCH_UNIT_MAX, f"systemd-analyze security rates {unit} {level} (goal: <= {FETCH_UNIT_MAX})"
 
 
 def test_a_real_download_runs_under_the_fetch_sandbox(sandbox, profile):
+    """The download's unit file with the real downloader, waited for by the tool's `wait` as the
+    deploy waits."""
     user, dest = model.fetch_user(profile), "/srv/sandboxing-test/model"
     unit = "glm-flash-hardening-real"
     commit = model.commit_for(profile.model_id, profile.model_revision)
+    tool = layout.tool(profile, "glm-flash-model-fetch")
     args = ["download", "--dest", dest, "--repo", profile.model_id, "--revision", commit]
-    cmd = checkpoint.download_unit_command(
-        unit,
-        user,
-        f"{layout.hub_venv(profile)}/bin/python",
-        layout.tool(profile, "glm-flash-model-fetch"),
-        args,
-        dest,
-        profile.hf_endpoint,
-        None,
-    ).get_raw_value()
     sh(
         f"rm -rf /srv/sandboxing-test && install -d -m 755 /srv/sandboxing-test && install -d -o {user} -g {user} {dest}"
     )
     try:
-        r = sh(cmd, check=False)
-        assert r.returncode == 0, r.stdout + r.stderr
-        check = sh(
-            f"python3 {layout.tool(profile, 'glm-flash-model-fetch')} check --dest {dest} "
-            f"--repo {profile.model_id} --revision {commit}",
-            check=False,
+        download_unit_started(
+            unit, user, [f"{layout.hub_venv(profile)}/bin/python", tool, *args], dest, profile.hf_endpoint, None
         )
+        r = sh(f"python3 {tool} wait --unit {unit} --dest {dest} --repo {profile.model_id} --revision {commit}", False)
+        assert r.returncode == 0, r.stdout + r.stderr
+        check = sh(f"python3 {tool} check --dest {dest} --repo {profile.model_id} --revision {commit}", check=False)
         assert check.returncode == 0 and json.loads(check.stdout)["state"] == "complete", check.stdout
+        assert sh(f"systemctl show -p Result -p NRestarts --value {unit}").stdout.split() == ["success", "0"]
     finally:
-        sh(f"systemctl stop {unit}; rm -rf /srv/sandboxing-test; true")
+        sh(removed(unit) + "; rm -rf /srv/sandboxing-test")

@@ -37,6 +37,7 @@ from roles.facts.service import ServiceStart, ServiceStartState, SystemdVersion
 from roles.facts.status import Answers, HostStatus
 from roles.facts.system import CudaToolkits, DefaultTarget, GpuProcesses, Gpus, HostPython, NumaNodes, UnitFiles
 from roles.operations import driver as driver_ops
+from roles.operations.checkpoint import download_unit_path
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -207,8 +208,9 @@ def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
     fake.facts[DownloaderMarker] = hashlib.sha256(requirements).hexdigest() if drafter_ok else ""
     fetch = AccountInfo("/nonexistent", "/usr/sbin/nologin", f"{p.service_user}-fetch", frozenset())
     fake.facts[F(Account, user=f"{p.service_user}-fetch")] = fetch if drafter_ok else None
-    fake.facts[F(File, path=model.token_path(p, "glm-flash-drafter-download"))] = None
-    fake.facts[F(File, path=model.token_path(p, "glm-flash-model-download"))] = None
+    for unit in (model.DRAFTER_UNIT, model.MODEL_UNIT):
+        fake.facts[F(File, path=model.token_path(p, unit))] = None
+        fake.facts[F(File, path=download_unit_path(unit))] = None
     fake.facts[UnitActive] = "inactive"
     fake.facts[check] = missing
     # uv (locks/tools.txt), the downloader's builder: its aarch64 build there once the downloader is
@@ -299,8 +301,9 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
         == f"/opt/glm-flash/engine/envs/{env}/lib/python3.12/site-packages/glm_flash_defaults.py"
     )
     drafter = plan.commands(f"Download of incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} into /srv/models/")
-    download = [c for c in drafter if c.startswith("since=$(date +%s); systemd-run")]
-    assert len(download) == 1 and "--repo incoai/GLM-5.3-Flash-DFlash2" in download[0]
+    (unit,) = [c for c in drafter if c.startswith("upload ") and "[Service]" in c]
+    assert "ExecStart=" in unit and "--repo incoai/GLM-5.3-Flash-DFlash2" in unit and "Restart=on-failure" in unit
+    assert any("systemctl enable --now --quiet glm-flash-drafter-download.service" in c for c in drafter)
     # waited for at once (the drafter is small): its progress streamed, then the tree sealed
     waited = plan.commands(f"Checkpoint incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} in /srv/models/")
     assert "function _follow" in waited and waited[-1].endswith(

@@ -187,7 +187,9 @@ STARTED = dict(
     fetch_user="glm-flash-fetch",
     secrets_dir="/etc/glm-flash/secrets",
 )
-PRESENT = STARTED  # the same arguments: the wait starts the download again after a reboot
+PRESENT = STARTED  # the same arguments: the wait starts the download again when it is not running
+UNIT_FILE = "/etc/systemd/system/glm-flash-model-download.service"
+TOKEN_FILE = "/etc/glm-flash/secrets/hf-token-glm-flash-model-download"
 
 
 def started(facts, **kw):
@@ -198,12 +200,27 @@ def present(facts, **kw):
     return commands(checkpoint.checkpoint_present, facts, **{**PRESENT, **kw})
 
 
-def check_facts(exit_code=0, sealed=True, token_left=None, active="inactive"):
+def check_facts(exit_code=0, sealed=True, token_left=None, active="inactive", unit_file=None):
     return {
         ModelCheck: {"exit": exit_code, "state": "x", "reason": "", "sealed": sealed},
-        F(File, path="/etc/glm-flash/secrets/hf-token-glm-flash-model-download"): token_left,
+        F(File, path=TOKEN_FILE): token_left,
+        F(File, path=UNIT_FILE): unit_file,
         UnitActive: active,
     }
+
+
+def unit_text(cmds) -> str:
+    (upload,) = [c for c in cmds if c.startswith("upload ") and "[Service]" in c]
+    return upload.split("\n", 1)[1]
+
+
+def unit_settings(text: str) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            found.setdefault(key, []).append(value)
+    return found
 
 
 def test_checkpoint_present_is_a_noop_when_verified_and_sealed():
@@ -212,50 +229,82 @@ def test_checkpoint_present_is_a_noop_when_verified_and_sealed():
 
 
 def test_checkpoint_present_seals_and_clears_without_downloading():
-    assert started(check_facts(sealed=False, token_left={"mode": 600})) == []
-    cmds = present(check_facts(sealed=False, token_left={"mode": 600}))
-    assert cmds == [
-        "rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download /run/glm-flash/glm-flash-model-download.started",
-        # the downloader's units are stopped first (the tool's --owner)
-        "python3 /opt/glm-flash/bin/glm-flash-model-fetch seal --dest '/srv/models/GLM 5' --owner glm-flash-fetch",
-    ]
+    for leftover in (dict(token_left={"mode": 600}), dict(unit_file={"mode": 644})):
+        assert started(check_facts(sealed=False, **leftover)) == []
+        cmds = present(check_facts(sealed=False, **leftover))
+        assert cmds == [
+            f"systemctl disable --now --quiet glm-flash-model-download.service 2>/dev/null; rm -f {UNIT_FILE} "
+            f"{TOKEN_FILE}",
+            "systemctl daemon-reload",
+            # the downloader's units are stopped first (the tool's --owner)
+            "python3 /opt/glm-flash/bin/glm-flash-model-fetch seal --dest '/srv/models/GLM 5' --owner glm-flash-fetch",
+        ]
 
 
-def test_download_starts_in_the_background_with_the_token_as_a_credential():
+def test_download_starts_in_the_background_as_a_unit_with_systemds_restart_backoff():
     cmds = started(check_facts(exit_code=1, sealed=False), token=secrets.Secret(KEY))
     unseal = (
         "python3 /opt/glm-flash/bin/glm-flash-model-fetch unseal --dest '/srv/models/GLM 5' --owner glm-flash-fetch"
     )
     assert unseal in cmds
-    run = [c for c in cmds if c.startswith("since=$(date +%s); systemd-run")]
-    assert len(run) == 1 and f"--revision {COMMIT}" in run[0] and "--requested main" in run[0]
-    assert "--wait" not in run[0].split() and "--every 30" in run[0]  # started, not waited for: the run goes on
-    assert "LoadCredential=hf-token:/etc/glm-flash/secrets/hf-token-glm-flash-model-download" in run[0]
-    assert cmds.index(unseal) < cmds.index(run[0]) == len(cmds) - 1
-    assert "touch /run/glm-flash/glm-flash-model-download.started" in cmds[-2]  # a reboot removes it
-    assert [c for c in cmds if KEY in c] == [c for c in cmds if c.startswith("upload ")]
+    text = unit_text(cmds)
+    unit = unit_settings(text)
+    (start,) = unit["ExecStart"]
+    assert start == (
+        "/opt/glm-flash/tools/hf-hub/bin/python /opt/glm-flash/bin/glm-flash-model-fetch download "
+        f'--dest "/srv/models/GLM 5" --repo zai-org/GLM-5.3-Flash --revision {COMMIT} --every 30 --requested main'
+    )
+    # restarted by systemd, each wait longer, bounded; not for the exits a restart cannot mend
+    assert unit["Restart"] == ["on-failure"] and unit["RestartSec"] == ["10s"] and unit["RestartSteps"] == ["6"]
+    assert unit["RestartMaxDelaySec"] == ["10min"] and unit["RestartPreventExitStatus"] == ["3 4"]
+    assert unit["StartLimitIntervalSec"] == ["4h"] and unit["StartLimitBurst"] == ["10"]
+    assert unit["WantedBy"] == ["multi-user.target"]  # a reboot resumes it
+    assert unit["User"] == unit["Group"] == ["glm-flash-fetch"] and unit["Type"] == ["exec"]
+    assert unit["LoadCredential"] == [f"hf-token:{TOKEN_FILE}"]
+    assert 'ReadWritePaths="/srv/models/GLM 5"' in text.splitlines() and "NoNewPrivileges=yes" in text.splitlines()
+    assert KEY not in text
+    # written, systemd told, then enabled and started: after the tree is the downloader's
+    upload = next(i for i, c in enumerate(cmds) if c.startswith("upload ") and "[Service]" in c)
+    (moved,) = [i for i, c in enumerate(cmds) if c.endswith(f" {UNIT_FILE} && sync /etc/systemd/system")]
+    (enable,) = [c for c in cmds if "systemctl enable --now --quiet glm-flash-model-download.service" in c]
+    assert upload < moved < cmds.index("systemctl daemon-reload") < cmds.index(unseal) < cmds.index(enable)
+    assert cmds.index(enable) == len(cmds) - 1
+    assert "--wait" not in enable and "systemd-run" not in enable
+    # the token goes by the secret's own function (compared by hash, never shown), in no command
+    assert "function _written" in cmds and not [c for c in cmds if KEY in c]
     # a running download (an earlier run's SSH dropped) is not started twice
     assert started(check_facts(exit_code=1, sealed=False, active="active"), token=secrets.Secret(KEY)) == []
+    # no token: no credential
+    assert "LoadCredential" not in unit_settings(unit_text(started(check_facts(exit_code=1, sealed=False))))
     with pytest.raises(OperationError, match="not a commit"):
         started(check_facts(exit_code=1), commit="main")
 
 
-def test_checkpoint_present_waits_for_the_download_then_seals():
-    facts = check_facts(exit_code=1, sealed=False)
+def test_exec_start_words_are_quoted_for_systemd():
+    word = checkpoint._exec_word
+    assert word("/srv/models/GLM-5.3") == "/srv/models/GLM-5.3"
+    assert word("/srv/a b") == '"/srv/a b"'
+    assert word('/srv/a"b\\c') == '"/srv/a\\"b\\\\c"'
+    assert word("/srv/100%$HOME") == '"/srv/100%%$$HOME"'  # no specifier, no variable
+
+
+def test_checkpoint_present_waits_for_the_download_then_removes_its_unit_and_seals():
+    facts = check_facts(exit_code=1, sealed=False, unit_file={"mode": 644})
     with on(FakeHost(facts)):
         cmds = list(checkpoint.checkpoint_present._inner(**PRESENT, token=secrets.Secret(KEY)))
     rendered = [render(c) for c in cmds]
     assert "function _written" in rendered  # the token, for a restart; removed below
-    # started again only when the unit is gone and its note in /run too (the host rebooted since)
+    assert unit_text(rendered)  # the unit file as this run says (an older deploy's transient unit has none)
+    # started again only when the unit neither runs nor failed, and the checkpoint is incomplete
     restart = [c for c in rendered if c.startswith("if ")]
     assert len(restart) == 1
     assert restart[0].startswith(
         "if ! systemctl is-active --quiet glm-flash-model-download "
-        "&& [ ! -e /run/glm-flash/glm-flash-model-download.started ] "
+        "&& ! systemctl is-failed --quiet glm-flash-model-download "
         "&& ! python3 /opt/glm-flash/bin/glm-flash-model-fetch check --dest '/srv/models/GLM 5' "
     )
-    assert "systemd-run --quiet --collect" in restart[0] and restart[0].endswith("; fi")
-    assert "touch /run/glm-flash/glm-flash-model-download.started" in restart[0]
+    assert "systemctl enable --now --quiet glm-flash-model-download.service" in restart[0]
+    assert restart[0].endswith("; fi") and "systemd-run" not in restart[0]
     follow = cmds[rendered.index(restart[0]) + 1]
     assert isinstance(follow, FunctionCommand)  # streamed to the deploy's output as the lines come
     wait = follow.args[1].get_raw_value()
@@ -263,11 +312,12 @@ def test_checkpoint_present_waits_for_the_download_then_seals():
         "python3 /opt/glm-flash/bin/glm-flash-model-fetch wait --unit glm-flash-model-download "
         f"--dest '/srv/models/GLM 5' --repo zai-org/GLM-5.3-Flash --revision {COMMIT}"
     )
-    assert rendered[-2:] == [
-        "rm -f /etc/glm-flash/secrets/hf-token-glm-flash-model-download /run/glm-flash/glm-flash-model-download.started",
+    assert rendered[-3:] == [
+        f"systemctl disable --now --quiet glm-flash-model-download.service 2>/dev/null; rm -f {UNIT_FILE} {TOKEN_FILE}",
+        "systemctl daemon-reload",
         "python3 /opt/glm-flash/bin/glm-flash-model-fetch seal --dest '/srv/models/GLM 5' --owner glm-flash-fetch",
     ]
-    assert [c for c in rendered if KEY in c] == [c for c in rendered if c.startswith("upload ")]
+    assert not [c for c in rendered if KEY in c]
     with pytest.raises(OperationError, match="not a commit"):
         present(check_facts(exit_code=1), commit="main")
 

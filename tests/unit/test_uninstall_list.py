@@ -24,6 +24,7 @@ NOT_CREATED = {
     "/usr/local/cuda",  # the link the toolkit's owner chooses (files/glm-flash-nvidia-repo never sets it)
     "/usr/local/cuda-",  # prefix of the toolkit directory
     "/etc/systemd/",  # prefix, in roles/uninstall.py itself
+    "/etc/systemd/system",  # systemd's directory of unit files (control/layout.py SYSTEMD_DIR), Debian's own
     "/usr/local/sbin",  # the links' directory (Debian's own)
     "/usr/local/bin",  # on PATH in the service environment (roles/toolkit.py)
     "/usr/local/cuda-X.Y",  # the toolkit directory, in prose

@@ -213,9 +213,7 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
 
     logger.warning(f"[{host.name}] licence: {license_notice(profile)}")
     checkpoint_ready()  # the model (downloading since early in the run), then the drafter
-    model.checkpoint(
-        profile, profile.drafter_model, profile.drafter_revision, profile.drafter_path, "glm-flash-drafter-download"
-    )
+    model.checkpoint(profile, profile.drafter_model, profile.drafter_revision, profile.drafter_path, model.DRAFTER_UNIT)
 
     spec = launch.launch_spec(profile)
     # The flags against the patched engine's own parser, and the fork's settings against the
