@@ -29,6 +29,29 @@ def status() -> tuple[int, dict[str, dict]]:
     return r.returncode, {it["item"]: it for it in json.loads(r.stdout)["items"]}
 
 
+MIN_FREE_GIB = 20  # files/glm-flash MIN_FREE_GIB: under it, the disk item is a problem
+
+
+def free_gib() -> float:
+    """What the sandbox's / has free now (df, not the tool under test): the machine's own disk,
+    which this checkout's other lanes share."""
+    return int(sh("df -B1 --output=avail / | tail -n 1").stdout) / (1 << 30)
+
+
+def only_the_disk_may_be_low(rc: int, items: dict[str, dict]) -> None:
+    """Every item but the disk is not a problem; the disk item is one exactly when the disk is low
+    (within 1 GiB of the bound, both answers hold: the lanes beside this one write while it reads),
+    and the exit status follows. A machine with little disk fails no test of status for it."""
+    problems = sorted(name for name, it in items.items() if it["state"] == "problem")
+    assert problems in ([], ["disk"]), json.dumps(items, indent=1)
+    free = free_gib()
+    if problems:
+        assert free < MIN_FREE_GIB + 1, (free, items["disk"])
+    else:
+        assert free >= MIN_FREE_GIB - 1, (free, items["disk"])
+    assert rc == (1 if problems else 0), (rc, problems)
+
+
 def problem_line(text: str, name: str) -> str:
     lines = [line for line in text.splitlines() if line.startswith("PROBLEM") and f" {name}: " in line]
     assert len(lines) == 1, text
@@ -37,7 +60,7 @@ def problem_line(text: str, name: str) -> str:
 
 def test_sandbox_is_ok_and_gpu_items_not_applicable(sandbox):
     rc, items = status()
-    assert rc == 0, json.dumps(items, indent=1)
+    only_the_disk_may_be_low(rc, items)
     for name in GPU_ITEMS:
         assert items[name]["state"] == "n/a" and "no NVIDIA GPU" in items[name]["detail"], items[name]
     # The unit is enabled but its preflight refuses to start it here: not applicable, never ok.
@@ -51,7 +74,6 @@ def test_sandbox_is_ok_and_gpu_items_not_applicable(sandbox):
         "engine environment",
         "patch sets",
         "model",
-        "disk",
     ):
         assert items[name]["state"] == "ok", items[name]
     assert f"cuDNN {KNOBS['cudnn_version'].default}" in items["engine"]["detail"]
@@ -113,4 +135,5 @@ def test_a_disabled_service_is_a_problem_and_the_deploy_converges_back(sandbox):
         "glm-flash.service started from the files on disk",
     ]
     rc, items = status()
-    assert rc == 0 and items["service"]["state"] == "n/a", items["service"]
+    only_the_disk_may_be_low(rc, items)
+    assert items["service"]["state"] == "n/a", items["service"]
