@@ -395,9 +395,12 @@ def test_bench_quick_and_eval_floor_run_against_it(served, tmp_path):
 
 def test_a_killed_engine_is_restarted_and_ready_again(served):
     before = unit_state()
+    since = sh("date +%s").stdout.strip()
     sh(f"kill -9 {before['MainPID']}")
     after = wait_active(before["InvocationID"])
-    assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1, (before, after)
+    # once, and its journal when not (seen once, on a machine loaded past this suite's own: 2)
+    said = sh(f"journalctl --sync; journalctl -u {UNIT} --since @{since} -o short-iso --no-pager | tail -n 60").stdout
+    assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1, (before, after, said)
     assert chat(0)
 
 
