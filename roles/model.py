@@ -50,6 +50,7 @@ from roles.operations.checkpoint import (
     checkpoint_present,
     checkpoint_staged,
     downloader_installed,
+    token_file,
 )
 from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
@@ -109,7 +110,7 @@ def fetch_user(profile: Profile) -> str:
 
 def token_path(profile: Profile, unit: str = MODEL_UNIT) -> str:
     """Where the hub token sits (root-only) while the download's unit exists."""
-    return f"{layout.SECRETS_DIR}/hf-token-{unit}"
+    return token_file(layout.SECRETS_DIR, unit)
 
 
 def _vault_password(environ) -> bytes:

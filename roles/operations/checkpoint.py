@@ -195,6 +195,11 @@ def download_unit_path(unit: str) -> str:
     return f"{layout.SYSTEMD_DIR}/{unit}.service"
 
 
+def token_file(secrets_dir: str, unit: str) -> str:
+    """Root's file of the hub token while the download unit `unit` exists (its LoadCredential= source)."""
+    return f"{secrets_dir}/hf-token-{unit}"
+
+
 def _exec_word(arg: str) -> str:
     """`arg` as one word of ExecStart= (systemd.service(5), "Command lines"): % and $ doubled (no
     specifier, no variable), double-quoted with backslash escapes when it holds a blank or a quote."""
@@ -242,7 +247,7 @@ def _download_args(repo_id: str, commit: str, path: str, requested: str, every: 
 
 def _unit_written(d: dict) -> list:
     """The download's unit file as `d` (the operation's arguments) says, and systemd told of it."""
-    token_path = f"{d['secrets_dir']}/hf-token-{d['unit']}" if d["token"] is not None else None
+    token_path = token_file(d["secrets_dir"], d["unit"]) if d["token"] is not None else None
     args = _download_args(d["repo_id"], d["commit"], d["path"], d["requested"], d["every"])
     what = f"{d['repo_id']}@{d['commit']} into {d['path']}"
     text = download_unit_text(
@@ -318,7 +323,7 @@ def checkpoint_download_started(
         host.noop(f"the download of {repo_id}@{commit} runs already ({unit}): the deploy waits for it later")
         return
     if token is not None:
-        yield from secret_commands(token, f"{secrets_dir}/hf-token-{unit}", secrets_dir, "root", "root", "600")
+        yield from secret_commands(token, token_file(secrets_dir, unit), secrets_dir, "root", "root", "600")
     yield from _unit_written(d)
     yield from _start(d)
 
@@ -354,7 +359,7 @@ def checkpoint_present(
     """
     _checked(repo_id, commit, path, unit)
     d = dict(locals())
-    token_path, unit_path = f"{secrets_dir}/hf-token-{unit}", download_unit_path(unit)
+    token_path, unit_path = token_file(secrets_dir, unit), download_unit_path(unit)
     check = memo.fact(host, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit)
     leftovers = memo.fact(host, File, path=token_path) or memo.fact(host, File, path=unit_path)
     running = _running(unit)

@@ -242,7 +242,7 @@ def test_the_download_unit_is_restarted_by_systemd_and_its_token_reaches_each_st
         sandbox_sh(
             f"install -d -m 700 {layout.SECRETS_DIR} && (umask 077 && printf %s {shlex.quote(KILL_TOKEN)} > {token_file})"
             f" && rm -rf {dest} && install -d -o {user} -g {user} {dest}"
-            f" && printf %s {shlex.quote(text)} > /etc/systemd/system/{unit}.service && systemctl daemon-reload"
+            f" && printf %s {shlex.quote(text)} > {checkpoint.download_unit_path(unit)} && systemctl daemon-reload"
         )
 
     try:
@@ -275,7 +275,7 @@ def test_the_download_unit_is_restarted_by_systemd_and_its_token_reaches_each_st
         assert state["ActiveState"] == "failed" and state["NRestarts"] == "0" and state["Result"] == "exit-code", state
     finally:
         sandbox_sh(
-            f"systemctl stop {unit}; systemctl reset-failed {unit}; rm -rf /etc/systemd/system/{unit}.service "
+            f"systemctl stop {unit}; systemctl reset-failed {unit}; rm -rf {checkpoint.download_unit_path(unit)} "
             f"{token_file} {dest}; systemctl daemon-reload; true"
         )
     assert sandbox_sh(f"grep -rlaF {shlex.quote(KILL_TOKEN)} /run /etc /var /tmp", check=False).stdout == ""

@@ -104,13 +104,13 @@ def test_root_build_job_has_no_network_and_a_read_only_system(sandbox, profile):
 def download_unit_started(unit: str, user: str, command: list[str], dest: str, endpoint: str, token) -> None:
     """The download's unit file as the deploy writes it (checkpoint.download_unit_text), started."""
     text = checkpoint.download_unit_text(user, command, dest, endpoint, token, "a test")
-    sh(f"printf %s {shlex.quote(text)} > /etc/systemd/system/{unit}.service && systemctl daemon-reload")
+    sh(f"printf %s {shlex.quote(text)} > {checkpoint.download_unit_path(unit)} && systemctl daemon-reload")
     sh(f"systemctl start {unit}")
 
 
 def removed(unit: str) -> str:
     return (
-        f"systemctl stop {unit}; systemctl reset-failed {unit}; rm -f /etc/systemd/system/{unit}.service "
+        f"systemctl stop {unit}; systemctl reset-failed {unit}; rm -f {checkpoint.download_unit_path(unit)} "
         f"{layout.SECRETS_DIR}/hf-token-{unit}; systemctl daemon-reload; true"
     )
 

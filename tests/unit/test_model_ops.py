@@ -21,6 +21,7 @@ from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive
 from roles.facts.system import HostPython
 from roles.operations import checkpoint, secrets
 from sandbox.fake_hub import FakeHub
+from tests.unit.test_render import directives
 
 FETCH_ACCOUNT = AccountInfo("/nonexistent", "/usr/sbin/nologin", "glm-flash-fetch", frozenset())
 
@@ -214,15 +215,6 @@ def unit_text(cmds) -> str:
     return upload.split("\n", 1)[1]
 
 
-def unit_settings(text: str) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        if "=" in line and not line.startswith("#"):
-            key, _, value = line.partition("=")
-            found.setdefault(key, []).append(value)
-    return found
-
-
 def test_checkpoint_present_is_a_noop_when_verified_and_sealed():
     assert present(check_facts()) == []
     assert started(check_facts()) == []
@@ -248,7 +240,7 @@ def test_download_starts_in_the_background_as_a_unit_with_systemds_restart_backo
     )
     assert unseal in cmds
     text = unit_text(cmds)
-    unit = unit_settings(text)
+    unit = directives(text)
     (start,) = unit["ExecStart"]
     assert start == (
         "/opt/glm-flash/tools/hf-hub/bin/python /opt/glm-flash/bin/glm-flash-model-fetch download "
@@ -275,7 +267,7 @@ def test_download_starts_in_the_background_as_a_unit_with_systemds_restart_backo
     # a running download (an earlier run's SSH dropped) is not started twice
     assert started(check_facts(exit_code=1, sealed=False, active="active"), token=secrets.Secret(KEY)) == []
     # no token: no credential
-    assert "LoadCredential" not in unit_settings(unit_text(started(check_facts(exit_code=1, sealed=False))))
+    assert "LoadCredential" not in directives(unit_text(started(check_facts(exit_code=1, sealed=False))))
     with pytest.raises(OperationError, match="not a commit"):
         started(check_facts(exit_code=1), commit="main")
 
