@@ -25,8 +25,8 @@ TOOL = Path(__file__).resolve().parents[2] / "files" / "glm-flash-ready"
 NO_NINJA = {"object": "error", "message": "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'"}
 
 
-def serve(address: str, message, sampled_fails: bool = False):
-    """An engine stand-in on `address`, port 0 (the kernel's choice, read back from the socket);
+def serve(address: str, message, sampled_fails: bool = False, port: int = 0):
+    """An engine stand-in on `address`, `port` (0: the kernel's choice, read back from the socket);
     with `sampled_fails`, a request with a temperature above 0 gets a 500 (NO_NINJA)."""
 
     class Engine(BaseHTTPRequestHandler):
@@ -50,7 +50,7 @@ def serve(address: str, message, sampled_fails: bool = False):
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer((address, 0), Engine)
+    server = ThreadingHTTPServer((address, port), Engine)
     server.requests = []
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
@@ -116,15 +116,22 @@ def test_an_empty_answer_is_not_ready_and_says_why(engine):
     assert "answered with an empty message" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("engine", [("127.0.0.7", {"content": "OK"})], indirect=True)
-def test_an_engine_on_one_address_is_asked_there(engine):
-    port = engine.server_address[1]
-    assert ready("127.0.0.7", port, "--once").returncode == 0
+def test_an_engine_on_one_address_is_asked_there():
     # the old probe (always 127.0.0.1) finds nothing there: the same port on 127.0.0.1 bound by the
-    # test and not listening, so nothing else can answer it meanwhile
+    # test and not listening, so nothing else can answer it meanwhile. Held first, on a port the
+    # kernel chose free on 127.0.0.1; the engine then takes it on 127.0.0.7 (the other order had to
+    # hope that the engine's port was free on 127.0.0.1 too)
     with socket.socket() as held:
-        held.bind(("127.0.0.1", port))
-        missed = ready("127.0.0.1", port, "--once")
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        engine = serve("127.0.0.7", {"content": "OK"}, port=port)
+        try:
+            found = ready("127.0.0.7", port, "--once")
+            missed = ready("127.0.0.1", port, "--once")
+        finally:
+            engine.shutdown()
+            engine.server_close()
+    assert found.returncode == 0, found.stderr
     assert missed.returncode == 1 and "no completion from http://127.0.0.1:" in missed.stderr
 
 
