@@ -36,11 +36,14 @@ import pytest
 from sandbox.sandbox import current_ports
 from tests.conftest import REPO, changed_operations, sandbox_sh
 from tests.sandbox.test_prometheus_scrape import packages, query, sandbox_scrape_config
+from tests.sandbox.test_status import only_the_disk_may_be_low
+from tests.sandbox.test_status import status as status_items
 from tests.sandbox.test_unit_hardening import exposure, put
 from tests.unit.test_observability import panel_metrics
 
 pytestmark = pytest.mark.sandbox
 INVENTORY = "inventory/sandbox_cpu.py"
+STATUS_CHECK = "tests/host/test_glm_flash_status.py::test_every_item_is_ok_or_not_applicable"
 KEY = "sk-cpu-canary-7d2e91"  # a canary: never in argv or the journal
 UNIT = "glm-flash.service"
 MODEL = "glm-5.3-flash"  # served_model_name's default: what the README's curl sends
@@ -136,6 +139,19 @@ def test_the_deploy_ends_serving(served):
     assert versions.stdout.split() == ["0.32.0", "2.13.0+cpu"]
 
 
+def said_problems(output: str) -> list[str]:
+    """The items tests/host/test_glm_flash_status.py's failure names (pytest's `E` lines after its
+    "found problems:")."""
+    lines = output[output.index("AssertionError: glm-flash status found problems:") :].splitlines()[1:]
+    items = []
+    for line in lines:
+        text = line.removeprefix("E").strip()
+        if not line.startswith("E") or not text or text.startswith("assert"):
+            break
+        items.append(text.split(":", 1)[0])
+    return items
+
+
 def test_the_host_checks_hold_against_the_real_engine(served):
     """`make check INVENTORY=inventory/sandbox_cpu.py` (the README's host checks, what an operator
     runs on a real box) against this engine: every check passes or is not applicable, and the ones
@@ -149,8 +165,16 @@ def test_the_host_checks_hold_against_the_real_engine(served):
         text=True,
         timeout=900,
     )
-    assert r.returncode == 0, r.stdout[-6000:]
     passed = {line.split()[1].split("[")[0] for line in r.stdout.splitlines() if line.startswith("PASSED ")}
+    failed = {line.split()[1].split("[")[0] for line in r.stdout.splitlines() if line.startswith("FAILED ")}
+    # This machine's / is the CI machine's disk, which the lanes beside this one fill and empty: the
+    # status check may fail on the disk item alone, and only while df agrees the disk is low.
+    if failed == {STATUS_CHECK}:
+        assert said_problems(r.stdout) == ["disk"], r.stdout[-6000:]
+        only_the_disk_may_be_low(*status_items())
+    else:
+        assert r.returncode == 0, r.stdout[-6000:]
+        assert STATUS_CHECK in passed
     for name in (
         "test_unit_active_and_listening",
         "test_a_completion_answers",
@@ -159,7 +183,6 @@ def test_the_host_checks_hold_against_the_real_engine(served):
         "test_without_gpu_the_service_refuses_fast_and_says_why",
     ):
         assert f"tests/host/test_service.py::{name}" in passed, r.stdout[-4000:]
-    assert "tests/host/test_glm_flash_status.py::test_every_item_is_ok_or_not_applicable" in passed
 
 
 def test_the_listener_check_names_a_socket_the_engine_opens_beyond_loopback(served):
