@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 from control import layout  # noqa: E402
 from roles import model  # noqa: E402
 from roles.operations.checkpoint import download_unit_path, download_unit_text  # noqa: E402
+from roles.operations.job import JOB_TOOL  # noqa: E402
 from sandbox import fake_model  # noqa: E402
 from sandbox.fake_hub import FakeHub, read_dir  # noqa: E402
 from tests.conftest import SANDBOX_INVENTORY, inventory_hosts, sandbox_sh  # noqa: E402
@@ -126,7 +127,8 @@ def download_alone(hub: FakeHub, commit: str, files: dict[str, bytes]) -> float:
     unit_file = download_unit_path(unit)
     cmd = (
         f"printf %s {shlex.quote(text)} > {unit_file} && systemctl daemon-reload && systemctl start {unit} && "
-        f"python3 {tool} wait --unit {unit} --dest {SCRATCH} --repo {model_repo_id()} --revision {commit}; "
+        f"{layout.tool(profile, JOB_TOOL)} follow {unit}.service && "
+        f"python3 {tool} check --dest {SCRATCH} --repo {model_repo_id()} --revision {commit}; "
         f"rc=$?; rm -f {unit_file}; systemctl daemon-reload; exit $rc"
     )
     q = shlex.quote(SCRATCH)

@@ -52,6 +52,7 @@ from roles.operations.checkpoint import (
     downloader_installed,
     token_file,
 )
+from roles.operations.job import JOB_TOOL
 from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
 
@@ -346,6 +347,7 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
         hub_python=f"{venv}/bin/python",
         fetch_user=fetch_user(profile),
         secrets_dir=layout.SECRETS_DIR,
+        job_tool=layout.tool(profile, JOB_TOOL),
         token=Secret(token) if token else None,
         endpoint=profile.hf_endpoint,
         unit=unit,

@@ -288,6 +288,7 @@ def checkpoint_download_started(
     hub_python: str,
     fetch_user: str,
     secrets_dir: str,
+    job_tool: str,
     requested: str = "",
     token: Secret | None = None,
     endpoint: str = "https://huggingface.co",
@@ -312,6 +313,7 @@ def checkpoint_download_started(
     + endpoint: the hub's URL (hf_endpoint)
     + unit: the download unit's name
     + every: seconds between the download's progress lines (its journal, followed by the wait)
+    + job_tool: files/glm-flash-job on the host (checkpoint_present follows the unit with it)
     """
     _checked(repo_id, commit, path, unit)
     d = dict(locals())
@@ -337,6 +339,7 @@ def checkpoint_present(
     hub_python: str,
     fetch_user: str,
     secrets_dir: str,
+    job_tool: str,
     requested: str = "",
     token: Secret | None = None,
     endpoint: str = "https://huggingface.co",
@@ -356,6 +359,7 @@ def checkpoint_present(
 
     + repo_id, commit, path, tool, hub_python, fetch_user: as checkpoint_download_started's
     + secrets_dir, requested, token, endpoint, unit, every: the same (a restart is the same download)
+    + job_tool: files/glm-flash-job on the host: `follow` prints the unit's lines through its restarts
     """
     _checked(repo_id, commit, path, unit)
     d = dict(locals())
@@ -393,8 +397,15 @@ def checkpoint_present(
             *again,
             "; fi",
         )
-        argv = ["wait", "--unit", unit, "--dest", path, "--repo", repo_id, "--revision", commit]
-        yield followed(unit, StringCommand("python3", q(tool), *[q(a) for a in argv]))
+        yield followed(unit, StringCommand(q(job_tool), "follow", q(f"{unit}.service")))
+        yield StringCommand(
+            *("python3", q(tool), "check --dest", q(path), "--repo", q(repo_id), "--revision", q(commit)),
+            ">&2 || { echo",
+            q(
+                f"glm-flash: the download ended without a complete checkpoint (its reason above); its log: journalctl -u {unit}"
+            ),
+            ">&2; exit 1; }",
+        )
     yield StringCommand(
         "systemctl disable --now --quiet", q(f"{unit}.service"), "2>/dev/null; rm -f", q(unit_path), q(token_path)
     )

@@ -17,8 +17,8 @@ the amd64 build of systemd as PID 1), in the deploy's own steps:
 4. the installed downloader does its job: its native wheels load (hf_xet's Rust extension, PyYAML's
    C loader); then, the root booted, files/glm-flash-model-fetch downloads a small repo from a fake
    hub on loopback (sandbox/fake_hub.py) with that venv's python in the deploy's own download unit
-   (download_unit_text: the unit file, the downloader's user, the unit's sandbox), waited for by
-   the tool's `wait`, as the deploy runs it;
+   (download_unit_text: the unit file, the downloader's user, the unit's sandbox), followed by
+   `glm-flash-job follow` and checked, as the deploy runs it;
 5. the broken case, what was sent before (the same lock's files chosen for x86_64): the host's uv
    refuses them for the downloader's python (a resolution, `--dry-run`).
 
@@ -166,11 +166,12 @@ def test_the_downloader_installs_and_runs_on_aarch64_from_the_wheels_chosen_for_
     files = {"config.json": b'{"architectures": ["Glm5NextForConditionalGeneration"]}', shard: bytes(range(256)) * 64}
     files["model.safetensors.index.json"] = json.dumps(index).encode()
     shutil.copy(FETCH, root / "usr/local/bin/glm-flash-model-fetch")
+    shutil.copy(FETCH.parent / "glm-flash-job", root / "usr/local/bin/glm-flash-job")
     # the deploy installs the host tools' shared module beside each tool (roles/operations/uploads.py)
     shutil.copy(FETCH.parent / layout.HOST_MODULE, root / "usr/local/bin" / layout.HOST_MODULE)
     # The download as the deploy runs it: the root booted, the download's unit file (its user,
     # properties, sandbox and restart backoff: roles/operations/checkpoint.py download_unit_text)
-    # started, and waited for by the tool's own `wait`.
+    # started, and followed by glm-flash-job as the deploy follows it.
     unit, tool = "glm-flash-model-download", "/usr/local/bin/glm-flash-model-fetch"
     with FakeHub(REPO_ID, files) as hub, arm64_root.booted(root) as machine:
         args = ["download", "--dest", "/srv/model", "--repo", REPO_ID, "--revision", hub.commit]
@@ -178,7 +179,8 @@ def test_the_downloader_installs_and_runs_on_aarch64_from_the_wheels_chosen_for_
         (root / f"etc/systemd/system/{unit}.service").write_text(text)
         r = machine.sh(
             f"install -d -m 755 -o {USER} -g {USER} /srv/model && systemctl daemon-reload && systemctl start {unit}"
-            f" && python3 {tool} wait --unit {unit} --dest /srv/model --repo {REPO_ID} --revision {hub.commit}"
+            f" && python3 /usr/local/bin/glm-flash-job follow {unit}.service"
+            f" && python3 {tool} check --dest /srv/model --repo {REPO_ID} --revision {hub.commit}"
         )
         assert r.returncode == 0, r.stdout + r.stderr
         assert len(hub.downloads()) == len(files)

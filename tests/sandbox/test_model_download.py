@@ -300,7 +300,8 @@ def test_a_hub_outage_during_the_deploys_download_is_outlasted_by_systemds_resta
     assert left == [], "the hub never failed: the test proves nothing"
     assert "glm-flash-model-fetch: download failed: " in out, out[-4000:]
     assert "Scheduled restart job, restart counter is at 1" in out, out[-4000:]
-    assert "glm-flash-model-fetch: " + f"{info['repo']}@{info['commit']} is complete and verified" in out
+    assert f"glm-flash-model-fetch: verified {len(files)} files of {info['repo']}@{info['commit']}" in out, out[-4000:]
+    assert "glm-flash-job: glm-flash-model-download.service succeeded" in out, out[-4000:]
     unit_file = ROOTFS / "etc/systemd/system/glm-flash-model-download.service"
     assert not unit_file.exists() and not list((ROOTFS / layout.SECRETS_DIR.lstrip("/")).iterdir())
     again = deploy("--json")
@@ -332,7 +333,7 @@ def test_the_deploy_prints_the_download_progress(sandbox, profile):
     assert [p.rsplit("/", 1)[1] for p in served] == sorted(shards)  # only what was missing
     out = run.stdout + run.stderr
     # the deploy reached the wait (a few seconds after the start) while the shards trickled in
-    assert "glm-flash-model-fetch: waiting for the download in glm-flash-model-download" in out, out[-4000:]
+    assert "glm-flash-job: following glm-flash-model-download.service" in out, out[-4000:]
     lines = [line for line in out.splitlines() if PROGRESS.search(line)]
     assert lines, out[-4000:]
     assert re.search(r"glm-flash-model-fetch: fetched 32 B in 0 min \d\d s", out), out[-4000:]

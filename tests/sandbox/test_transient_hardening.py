@@ -137,8 +137,8 @@ def test_fetch_units_are_rated_at_most_3(sandbox, profile, kind):
 
 
 def test_a_real_download_runs_under_the_fetch_sandbox(sandbox, profile):
-    """The download's unit file with the real downloader, waited for by the tool's `wait` as the
-    deploy waits."""
+    """The download's unit file with the real downloader, followed by `glm-flash-job follow` as the
+    deploy follows it."""
     user, dest = model.fetch_user(profile), "/srv/sandboxing-test/model"
     unit = "glm-flash-hardening-real"
     commit = model.commit_for(profile.model_id, profile.model_revision)
@@ -151,7 +151,7 @@ def test_a_real_download_runs_under_the_fetch_sandbox(sandbox, profile):
         download_unit_started(
             unit, user, [f"{layout.hub_venv(profile)}/bin/python", tool, *args], dest, profile.hf_endpoint, None
         )
-        r = sh(f"python3 {tool} wait --unit {unit} --dest {dest} --repo {profile.model_id} --revision {commit}", False)
+        r = sh(f"{layout.tool(profile, 'glm-flash-job')} follow {unit}.service", False)
         assert r.returncode == 0, r.stdout + r.stderr
         check = sh(f"python3 {tool} check --dest {dest} --repo {profile.model_id} --revision {commit}", check=False)
         assert check.returncode == 0 and json.loads(check.stdout)["state"] == "complete", check.stdout

@@ -187,6 +187,7 @@ STARTED = dict(
     hub_python="/opt/glm-flash/tools/hf-hub/bin/python",
     fetch_user="glm-flash-fetch",
     secrets_dir="/etc/glm-flash/secrets",
+    job_tool="/opt/glm-flash/bin/glm-flash-job",
 )
 PRESENT = STARTED  # the same arguments: the wait starts the download again when it is not running
 UNIT_FILE = "/etc/systemd/system/glm-flash-model-download.service"
@@ -299,11 +300,14 @@ def test_checkpoint_present_waits_for_the_download_then_removes_its_unit_and_sea
     assert restart[0].endswith("; fi") and "systemd-run" not in restart[0]
     follow = cmds[rendered.index(restart[0]) + 1]
     assert isinstance(follow, FunctionCommand)  # streamed to the deploy's output as the lines come
-    wait = follow.args[1].get_raw_value()
-    assert wait == (
-        "python3 /opt/glm-flash/bin/glm-flash-model-fetch wait --unit glm-flash-model-download "
-        f"--dest '/srv/models/GLM 5' --repo zai-org/GLM-5.3-Flash --revision {COMMIT}"
+    # followed through systemd's restarts by the job tool, then checked: its reason said when incomplete
+    assert follow.args[1].get_raw_value() == "/opt/glm-flash/bin/glm-flash-job follow glm-flash-model-download.service"
+    checked = rendered[rendered.index(restart[0]) + 2]
+    assert checked.startswith(
+        "python3 /opt/glm-flash/bin/glm-flash-model-fetch check --dest '/srv/models/GLM 5' "
+        f"--repo zai-org/GLM-5.3-Flash --revision {COMMIT} >&2 || {{ echo "
     )
+    assert "without a complete checkpoint" in checked and checked.endswith("exit 1; }")
     assert rendered[-3:] == [
         f"systemctl disable --now --quiet glm-flash-model-download.service 2>/dev/null; rm -f {UNIT_FILE} {TOKEN_FILE}",
         "systemctl daemon-reload",
