@@ -10,20 +10,36 @@ from pyinfra.api import FactBase, QuoteString, StringCommand
 from roles.facts import ParsedFact
 
 
+def check_as_owner(tool: str, dest: str, repo: str = "", revision: str = "") -> StringCommand:
+    """`glm-flash-model-fetch check` of `dest` as the user who owns it (its top directory), root only
+    for root's tree: while the downloader's user owns the checkpoint (from unseal to seal), root
+    neither opens its files nor parses its JSON; the check runs with that user's ids, no supplementary
+    group, no new privileges, a clean environment and `python3 -E -s` (no variable, no user site:
+    nothing that user wrote is imported). It cannot be steered by the download either: the download's
+    unit has its own user namespace and no ptrace (roles/operations/sandboxing.py fetch_unit)."""
+    q = QuoteString
+    argv = [q(tool), "check --dest", q(dest), *(["--repo", q(repo), "--revision", q(revision)] if repo else [])]
+    return StringCommand(
+        "o=$(stat -c %u:%g --",
+        q(dest),
+        '2>/dev/null); case "$o" in ""|0:*) python3',
+        *argv,
+        ';; *) setpriv --reuid="${o%:*}" --regid="${o#*:}" --clear-groups --no-new-privs --reset-env python3 -E -s',
+        *argv,
+        ";; esac",
+    )
+
+
 class ModelCheck(ParsedFact):
-    """`glm-flash-model-fetch check` with the host's python3:
-    {"exit", "state", "reason", "commit", "sealed"} (exit None: the tool is not there yet)."""
+    """`glm-flash-model-fetch check` (check_as_owner): {"exit", "state", "reason", "commit", "sealed"}
+    (exit None: the tool is not there yet)."""
 
     def command(self, tool: str, dest: str, repo: str = "", revision: str = ""):
-        extra = ["--repo", QuoteString(repo), "--revision", QuoteString(revision)] if repo else []
         return StringCommand(
             "if [ -e",
             QuoteString(tool),
-            "]; then python3",
-            QuoteString(tool),
-            "check --dest",
-            QuoteString(dest),
-            *extra,
+            "]; then",
+            check_as_owner(tool, dest, repo, revision),
             '; echo "exit=$?"; else echo missing; fi',
         )
 

@@ -51,7 +51,7 @@ from pyinfra_ext import memo
 from pyinfra_ext.host_args import connector_arguments
 from pyinfra_ext.refusal import refusal
 from roles.facts.accounts import Account
-from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive
+from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive, check_as_owner
 from roles.facts.system import HostPython
 from roles.operations import sandboxing
 from roles.operations.job import followed, name_released
@@ -381,15 +381,9 @@ def checkpoint_present(
             q(unit),
             "&& ! systemctl is-failed --quiet",
             q(unit),
-            "&& ! python3",
-            q(tool),
-            "check --dest",
-            q(path),
-            "--repo",
-            q(repo_id),
-            "--revision",
-            q(commit),
-            ">/dev/null; then echo",
+            "&& ! {",
+            check_as_owner(tool, path, repo_id, commit),
+            "; } >/dev/null; then echo",
             q(
                 f"glm-flash: {unit} is not running and the checkpoint is incomplete: starting it again (finished files are kept)"
             ),
@@ -399,8 +393,9 @@ def checkpoint_present(
         )
         yield followed(unit, StringCommand(q(job_tool), "follow", q(f"{unit}.service")))
         yield StringCommand(
-            *("python3", q(tool), "check --dest", q(path), "--repo", q(repo_id), "--revision", q(commit)),
-            ">&2 || { echo",
+            "{",
+            check_as_owner(tool, path, repo_id, commit),
+            "; } >&2 || { echo",
             q(
                 f"glm-flash: the download ended without a complete checkpoint (its reason above); its log: journalctl -u {unit}"
             ),

@@ -294,7 +294,11 @@ def test_checkpoint_present_waits_for_the_download_then_removes_its_unit_and_sea
     assert restart[0].startswith(
         "if ! systemctl is-active --quiet glm-flash-model-download "
         "&& ! systemctl is-failed --quiet glm-flash-model-download "
-        "&& ! python3 /opt/glm-flash/bin/glm-flash-model-fetch check --dest '/srv/models/GLM 5' "
+        "&& ! { o=$(stat -c %u:%g -- '/srv/models/GLM 5' 2>/dev/null); "
+    )
+    assert (
+        f"glm-flash-model-fetch check --dest '/srv/models/GLM 5' --repo zai-org/GLM-5.3-Flash --revision {COMMIT}"
+        in restart[0]
     )
     assert "systemctl enable --now --quiet glm-flash-model-download.service" in restart[0]
     assert restart[0].endswith("; fi") and "systemd-run" not in restart[0]
@@ -303,10 +307,9 @@ def test_checkpoint_present_waits_for_the_download_then_removes_its_unit_and_sea
     # followed through systemd's restarts by the job tool, then checked: its reason said when incomplete
     assert follow.args[1].get_raw_value() == "/opt/glm-flash/bin/glm-flash-job follow glm-flash-model-download.service"
     checked = rendered[rendered.index(restart[0]) + 2]
-    assert checked.startswith(
-        "python3 /opt/glm-flash/bin/glm-flash-model-fetch check --dest '/srv/models/GLM 5' "
-        f"--repo zai-org/GLM-5.3-Flash --revision {COMMIT} >&2 || {{ echo "
-    )
+    assert checked.startswith("{ o=$(stat -c %u:%g -- '/srv/models/GLM 5' 2>/dev/null); case")
+    assert "setpriv" in checked and checked.count("glm-flash-model-fetch check --dest '/srv/models/GLM 5'") == 2
+    assert "; } >&2 || { echo " in checked
     assert "without a complete checkpoint" in checked and checked.endswith("exit 1; }")
     assert rendered[-3:] == [
         f"systemctl disable --now --quiet glm-flash-model-download.service 2>/dev/null; rm -f {UNIT_FILE} {TOKEN_FILE}",
