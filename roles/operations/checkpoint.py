@@ -425,15 +425,7 @@ def checkpoint_staged(tool: str, path: str):
         f"glm-flash: model_download is false, so the checkpoint must be staged in {path} (config.json, "
         "model.safetensors.index.json and its shards). Copy it there, or set model_download: true."
     )
-    yield StringCommand(
-        "python3",
-        QuoteString(tool),
-        "check --dest",
-        QuoteString(path),
-        ">&2 || { echo",
-        QuoteString(message),
-        ">&2; exit 1; }",
-    )
+    yield StringCommand("{", check_as_owner(tool, path), "; } >&2 || { echo", QuoteString(message), ">&2; exit 1; }")
 
 
 def prepared_for(user: str, path: str, tool: str, unit: str) -> list[StringCommand]:
