@@ -1,6 +1,6 @@
 """Root's walk of a checkpoint tree the downloader's user wrote (files/glm-flash-model-fetch).
 
-`check` (root, every deploy) and `seal`/`unseal` (root) read and chown a tree another user could
+`check` (every deploy; as the tree's owner since check_as_owner, root for root's tree) and `seal`/`unseal` (root) read and chown a tree another user could
 fill while it was unsealed. Planted here, as that user could: a FIFO where a file should be (the
 old tool's open() waited for a writer forever and hung the deploy), links to files outside the
 tree (followed by the old tool), a directory of the tree swapped for a link, a sparse huge
@@ -167,3 +167,27 @@ def test_a_sparse_huge_marker_is_refused_unread(tree):
         f.truncate(1 << 40)  # 1 TiB of holes: read whole, it exhausts root's memory
     state, took = check(tree)
     assert state["state"] == "incomplete" and took < TIMEOUT, state
+
+
+def test_a_seal_cut_short_leaves_the_top_directory_the_downloaders(tree, monkeypatch):
+    """The deploy checks a tree as the owner of its top directory (check_as_owner): seal makes the
+    top root's last, so a seal that stops midway leaves a tree still checked as its user, never a
+    root-owned top over files that user wrote."""
+    mod = tool()
+    calls = []
+
+    def fchown(fd, uid, gid):
+        calls.append(fd)
+        if len(calls) == 3:
+            raise OSError("cut short")
+        os.chown(f"/proc/self/fd/{fd}", uid, gid)
+
+    monkeypatch.setattr(mod.os, "fchown", fchown)
+    with pytest.raises(OSError, match="cut short"):
+        mod.seal(type("A", (), {"dest": str(tree), "owner": None})())
+    assert os.stat(tree).st_uid == NOBODY
+    assert any(os.lstat(p).st_uid == 0 for p in tree.rglob("*"))  # it did begin
+    monkeypatch.undo()
+    r, _ = run("seal", "--dest", str(tree))
+    assert r.returncode == 0, r.stderr
+    assert {os.lstat(p).st_uid for p in [tree, *tree.rglob("*")]} == {0}
