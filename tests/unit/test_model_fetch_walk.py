@@ -1,7 +1,7 @@
 """Root's walk of a checkpoint tree the downloader's user wrote (files/glm-flash-model-fetch).
 
-`check` (every deploy; as the tree's owner since check_as_owner, root for root's tree) and `seal`/`unseal` (root) read and chown a tree another user could
-fill while it was unsealed. Planted here, as that user could: a FIFO where a file should be (the
+`check` (every deploy: as the tree's owner, root for root's own tree) and `seal`/`unseal` (root)
+read and chown a tree another user could fill while it was unsealed. Planted here, as that user could: a FIFO where a file should be (the
 old tool's open() waited for a writer forever and hung the deploy), links to files outside the
 tree (followed by the old tool), a directory of the tree swapped for a link, a sparse huge
 marker (read whole into root's memory before). Each is refused within seconds, and nothing
