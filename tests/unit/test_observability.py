@@ -280,6 +280,32 @@ def test_the_failed_runs_lines_are_its_own_and_those_journald_could_not_tag(tmp_
 
 
 @needs_root
+def test_lines_journald_stores_after_the_sync_are_waited_for(tmp_path):
+    """A journald too busy to accept the unit's output connection before the unit ended stores its
+    lines after the notifier's first sync (a cold CI run's record held systemd's lines only): while
+    only systemd's own lines (PID 1) are there, the notifier asks again. Here the stand-in journal
+    shows the unit's line from its third read on."""
+    mine = "0" * 31 + "a"
+    systemd = {"__CURSOR": "s=1;i=0", "__REALTIME_TIMESTAMP": str(T0 * 10**6), "_HOSTNAME": "gpu1"}
+    systemd |= {"SYSLOG_IDENTIFIER": "systemd", "_PID": "1", "MESSAGE": "Starting x", "INVOCATION_ID": mine}
+    own = {"__CURSOR": "s=1;i=1", "__REALTIME_TIMESTAMP": str((T0 + 1) * 10**6), "_HOSTNAME": "gpu1"}
+    own |= {"SYSLOG_IDENTIFIER": "sh", "_PID": "42", "MESSAGE": "why it failed"}
+    reads = tmp_path / "reads"
+    journal = (
+        '[ "$1" = --sync ] && exit 0\n'
+        f"n=$(cat {reads} 2>/dev/null || echo 0); echo $((n + 1)) > {reads}\n"
+        f"echo '{json.dumps(systemd)}'\n"
+        f"[ $n -ge 2 ] && echo '{json.dumps(own)}'\n"
+        "exit 0\n"
+    )
+    _, record, _ = notify(
+        tmp_path, "glm-flash.service", "failed", "failed", command=False, journal=journal, invocation=mine
+    )
+    assert [line.split(" ", 2)[2] for line in record["lines"]] == ["systemd[1]: Starting x", "sh[42]: why it failed"]
+    assert reads.read_text().strip() == "3"
+
+
+@needs_root
 def test_a_unit_that_gave_up_is_told_once_to_command_and_webhook(tmp_path, webhook):
     url, posts = webhook
     r, record, told = notify(tmp_path, "glm-flash.service", "failed", "failed", url)
