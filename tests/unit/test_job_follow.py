@@ -68,6 +68,14 @@ def props(active: str, sub: str, result: str = "success", code: str = "1", statu
     }
 
 
+def load_job_tool():
+    """files/glm-flash-job as a module (its directory on sys.path for glm_flash_host: the caller's)."""
+    loader = importlib.machinery.SourceFileLoader("glm_flash_job", str(REPO / "files" / "glm-flash-job"))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("glm_flash_job", loader))
+    loader.exec_module(module)
+    return module
+
+
 @pytest.fixture
 def follow(tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
@@ -78,9 +86,7 @@ def follow(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     monkeypatch.setenv("STATE", str(tmp_path))
     monkeypatch.syspath_prepend(str(REPO / "files"))
-    loader = importlib.machinery.SourceFileLoader("glm_flash_job", str(REPO / "files" / "glm-flash-job"))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("glm_flash_job", loader))
-    loader.exec_module(module)
+    module = load_job_tool()
 
     def run(states: list[dict], journal: list[str] = ()) -> int:
         (tmp_path / "states").write_text(json.dumps(states))
@@ -88,6 +94,7 @@ def follow(tmp_path, monkeypatch):
         args = type("Args", (), {"name": "glm-flash-model-download.service"})()
         return module.cmd_follow(args, poll=0.01)
 
+    run.module = module
     yield run
     sys.modules.pop("glm_flash_job", None)
 
@@ -153,10 +160,5 @@ def test_no_such_unit_is_not_a_success(follow, capsys):
 
 
 def test_the_command_line_takes_a_service_name_only(follow, capsys):
-    module = sys.modules.get("glm_flash_job")
-    loader = importlib.machinery.SourceFileLoader("glm_flash_job_cli", str(REPO / "files" / "glm-flash-job"))
-    cli = importlib.util.module_from_spec(importlib.util.spec_from_loader("glm_flash_job_cli", loader))
-    loader.exec_module(cli)
-    assert cli.main(["follow", "x.service; rm -rf /"]) == 2
+    assert follow.module.main(["follow", "x.service; rm -rf /"]) == 2
     assert "is not a service unit's name" in capsys.readouterr().err
-    del module

@@ -5,8 +5,6 @@ stand-in models what two cold CI runs met: systemd keeps a stopped transient uni
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import os
 import stat
 import sys
@@ -14,6 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO
+from tests.unit.test_job_follow import load_job_tool
 
 STANDIN = r"""#!/bin/sh
 echo "$*" >> "$STATE/calls"
@@ -40,9 +39,7 @@ def job(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("STATE", str(tmp_path))
     monkeypatch.syspath_prepend(str(REPO / "files"))
-    loader = importlib.machinery.SourceFileLoader("glm_flash_job", str(REPO / "files" / "glm-flash-job"))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("glm_flash_job", loader))
-    loader.exec_module(module)
+    module = load_job_tool()
     yield module, tmp_path
     sys.modules.pop("glm_flash_job", None)
 
