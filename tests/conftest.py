@@ -338,12 +338,12 @@ def background_rank(item) -> int | None:
     return None
 
 
-# Each run beside the session is a session of its own (setsid): with the kernel's autogroup
-# scheduling (sched_autogroup_enabled, on by default in Debian's and Ubuntu's kernels) the CPU is
-# shared between sessions first, so in one session with the runs beside it, the session's own
-# pyinfra runs, the critical path of `make test`, got a share of one group split four ways with
-# their work (the emulated aarch64 root, pip, their own deploys). Apart, each run is a group.
-# An interrupt of the session reaches them through stop(): SIGINT, as a terminal's Ctrl-C did,
+# Each run beside the session is a session of its own (setsid). With the kernel's autogroup
+# scheduling (/proc/sys/kernel/sched_autogroup_enabled, on in Debian's and Ubuntu's kernels) the
+# CPU is shared between sessions first: in the session's own group, the runs' control-side work
+# (the emulated aarch64 root, pip, their deploys) would take the share of the session's pyinfra
+# runs, which are the critical path of `make test`. Apart, each run is a group of its own.
+# An interrupt of the session reaches them through stop(): SIGINT, as a terminal's Ctrl-C would,
 # so their fixtures tear down; what is left after the grace is killed with its whole group.
 STOP_GRACE_S = 120
 
