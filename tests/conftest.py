@@ -15,7 +15,6 @@ import re
 import runpy
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -338,28 +337,6 @@ def background_rank(item) -> int | None:
     return None
 
 
-# Each run beside the session is a session of its own (setsid). With the kernel's autogroup
-# scheduling (/proc/sys/kernel/sched_autogroup_enabled, on in Debian's and Ubuntu's kernels) the
-# CPU is shared between sessions first: in the session's own group, the runs' control-side work
-# (the emulated aarch64 root, pip, their deploys) would take the share of the session's pyinfra
-# runs, which are the critical path of `make test`. Apart, each run is a group of its own.
-# An interrupt of the session reaches them through stop(): SIGINT, as a terminal's Ctrl-C would,
-# so their fixtures tear down; what is left after the grace is killed with its whole group.
-STOP_GRACE_S = 120
-
-
-def stopped(proc: subprocess.Popen) -> None:
-    """`proc` (a session leader of its own) interrupted, then its process group killed after STOP_GRACE_S."""
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 class PytestRun:
     """A pytest of its own beside the session, over `nodeids`, its output in `log`; started by start()
     (now, or when the sandbox build has ended), joined at the session's end."""
@@ -383,7 +360,7 @@ class PytestRun:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--durations=10", *self.args, *self.nodeids],
                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                env=dict(os.environ, PYTHONUNBUFFERED="1", **self.env), start_new_session=True,
+                env=dict(os.environ, PYTHONUNBUFFERED="1", **self.env),
             )  # fmt: skip
         # its own time, taken when it ends (the session joins it only at its own end)
         self.waiter.start()
@@ -403,8 +380,12 @@ class PytestRun:
         return self.proc.returncode
 
     def stop(self) -> None:
-        if self.proc is not None:
-            stopped(self.proc)
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
 
 
 # tests/served: in a run that has other tests too, on a sandbox of its own beside the session. A
@@ -436,14 +417,7 @@ class CheckoutRun:
 
     def _step(self, args: list[str], log) -> int:
         self.proc = subprocess.Popen(
-            args,
-            cwd=self.root,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env=self.env,
-            start_new_session=True,
+            args, cwd=self.root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=self.env
         )
         return self.proc.wait()
 
@@ -496,7 +470,7 @@ class CheckoutRun:
     def stop(self) -> None:
         self.stopped = True
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # pytest tears its tests down; the destroy step still runs
+            self.proc.terminate()  # pytest ends its tests; the destroy step still runs
         if self.thread.ident is not None:
             self.thread.join(timeout=300)
 
