@@ -9,6 +9,8 @@ reaches it (`--hosts` still overrides them).
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import json
 import os
 import re
@@ -110,6 +112,15 @@ def inventory_hosts(path: str) -> list[tuple[str, dict]]:
         return runpy.run_path(str(REPO / path))["hosts"]
     finally:
         os.chdir(old)
+
+
+def host_tool(name: str, module: str):
+    """files/NAME (a host tool: no .py suffix) loaded as the Python module MODULE. A tool that imports
+    glm_flash_host needs files/ on sys.path (the caller's monkeypatch or sys.path)."""
+    loader = importlib.machinery.SourceFileLoader(module, str(REPO / "files" / name))
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(module, loader))
+    loader.exec_module(mod)
+    return mod
 
 
 def pyinfra(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess:

@@ -26,6 +26,8 @@ import pytest
 from test_fork_patch import ENVS, NEW_MODULE, SCHEDULER, standin_patch
 from vllm_wheel import release_python
 
+from tests.conftest import host_tool
+
 REPO = Path(__file__).resolve().parents[2]
 LOCK = REPO / "locks" / "vllm" / "0.24.0-aarch64.txt"
 PATCH = "patch/vllm-moet-v0.24.0.patch"
@@ -33,10 +35,7 @@ KERNELS = "kernels/cubins-sm120"
 
 
 def tool():
-    loader = importlib.machinery.SourceFileLoader("glm_flash_vllm_build", str(REPO / "files" / "glm-flash-vllm-build"))
-    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
-    loader.exec_module(mod)
-    return mod
+    return host_tool("glm-flash-vllm-build", "glm_flash_vllm_build")
 
 
 @pytest.fixture(scope="module")

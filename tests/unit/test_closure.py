@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
-
 from roles.summary import closures, host_summary
-from tests.conftest import REPO
+from tests.conftest import host_tool
 
 
 def _load():
-    loader = importlib.machinery.SourceFileLoader("glm_flash_closure", str(REPO / "files" / "glm-flash"))
-    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("glm_flash_closure", loader))
-    loader.exec_module(mod)
-    return mod
+    return host_tool("glm-flash", "glm_flash_closure")
 
 
 st = _load()

@@ -6,8 +6,6 @@ real PyPI filenames. No network."""
 from __future__ import annotations
 
 import hashlib
-import importlib.machinery
-import importlib.util
 import json
 import os
 import platform
@@ -33,17 +31,14 @@ from control.engine_lock import (
     wheel_fits,
 )
 from roles.facts.engine import EngineEnvs, PythonArtifact, WheelhouseFiles
+from tests import conftest
 
 REPO = Path(__file__).resolve().parents[2]
 H1, H2, H3 = ("a" * 64), ("b" * 64), ("c" * 64)
 
 
 def host_tool():
-    loader = importlib.machinery.SourceFileLoader("glm_flash_engine", str(REPO / "files" / "glm-flash-engine"))
-    spec = importlib.util.spec_from_loader("glm_flash_engine", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    return conftest.host_tool("glm-flash-engine", "glm_flash_engine")
 
 
 # --- the committed locks -------------------------------------------------------------------

@@ -10,8 +10,6 @@ host in tests/host/test_service.py (`gpu`).
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import os
 import shutil
@@ -23,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from control.profile import build
+from tests.conftest import host_tool
 from tests.unit.test_render import unit as render_unit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,11 +32,7 @@ NVCC = '#!/bin/sh\n# stand-in nvcc (TEST ONLY)\n[ "$1" = --version ] && { echo "
 
 
 def tool_module():
-    loader = importlib.machinery.SourceFileLoader("glm_flash_gpu_check", str(TOOL))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return host_tool("glm-flash-gpu-check", "glm_flash_gpu_check")
 
 
 def probe(env: dict) -> tuple[int, dict]:

@@ -8,15 +8,13 @@ stays), and journalctl prints the journal lines written so far, after the cursor
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import stat
 import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, host_tool
 
 SYSTEMCTL = r"""#!/usr/bin/env python3
 import json, os, sys
@@ -70,10 +68,7 @@ def props(active: str, sub: str, result: str = "success", code: str = "1", statu
 
 def load_job_tool():
     """files/glm-flash-job as a module (its directory on sys.path for glm_flash_host: the caller's)."""
-    loader = importlib.machinery.SourceFileLoader("glm_flash_job", str(REPO / "files" / "glm-flash-job"))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("glm_flash_job", loader))
-    loader.exec_module(module)
-    return module
+    return host_tool("glm-flash-job", "glm_flash_job")
 
 
 @pytest.fixture

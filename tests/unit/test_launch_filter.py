@@ -4,20 +4,15 @@ one, docs/sources.md) or as a JSON string. A real child process writes into the 
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import host_tool
 
-loader = importlib.machinery.SourceFileLoader("glm_flash_launch", str(REPO / "files" / "glm-flash-launch"))
-spec = importlib.util.spec_from_loader(loader.name, loader)
-launch = importlib.util.module_from_spec(spec)
-loader.exec_module(launch)
+launch = host_tool("glm-flash-launch", "glm_flash_launch")
 
 
 def filtered(key: str, lines: list[str]) -> list[str]:

@@ -12,8 +12,6 @@ a timeout: a hang fails the test instead of stalling it).
 from __future__ import annotations
 
 import hashlib
-import importlib.machinery
-import importlib.util
 import json
 import os
 import subprocess
@@ -24,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from control import layout
+from tests.conftest import host_tool
 
 FETCH = Path(layout.FILES) / "glm-flash-model-fetch"
 NOBODY = 65534
@@ -31,11 +30,7 @@ TIMEOUT = 20  # seconds; the tool answers in well under one
 
 
 def tool():
-    loader = importlib.machinery.SourceFileLoader("glm_flash_model_fetch", str(FETCH))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    return host_tool("glm-flash-model-fetch", "glm_flash_model_fetch")
 
 
 def run(*args: str) -> tuple[subprocess.CompletedProcess, float]:

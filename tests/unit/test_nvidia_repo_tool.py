@@ -5,8 +5,6 @@ repository runs in the sandbox (tests/sandbox/test_nvidia_sources.py)."""
 from __future__ import annotations
 
 import hashlib
-import importlib.machinery
-import importlib.util
 import subprocess
 import tempfile
 from pathlib import Path
@@ -14,16 +12,13 @@ from pathlib import Path
 import pytest
 
 from sandbox.nvidia_standin import runfile, signing_key
+from tests.conftest import host_tool
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def load_tool():
-    loader = importlib.machinery.SourceFileLoader("glm_flash_nvidia_repo", str(REPO / "files/glm-flash-nvidia-repo"))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return host_tool("glm-flash-nvidia-repo", "glm_flash_nvidia_repo")
 
 
 tool = load_tool()

@@ -5,24 +5,20 @@ nvidia-smi, on the field boxes) and with that output changed where a host would 
 from __future__ import annotations
 
 import copy
-import importlib.machinery
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from control.defaults import KNOBS, PLATFORMS
+from tests.conftest import host_tool
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
 
 def _load():
-    loader = importlib.machinery.SourceFileLoader("glm_flash_status", str(REPO / "files" / "glm-flash"))
-    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("glm_flash_status", loader))
-    loader.exec_module(mod)
-    return mod
+    return host_tool("glm-flash", "glm_flash_status")
 
 
 st = _load()
