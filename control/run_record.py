@@ -4,7 +4,7 @@ at module level that carry it sideways.
 What one run writes here: the steps a host skipped and why (control/report.py), why a host was
 refused (pyinfra_ext/refusal.py), which seed a fleet worker received files from and the transfers' tokens (roles/fleet/),
 the model download each host started (roles/model.py) and how the run shares checkpoints, the
-seed's verified marker a receiving worker checks against (roles/operations/checkpoint.py), and
+seed's verified marker a receiving worker checks against (roles/operations/fleet_transfer.py), and
 the summary's planned and gathered values (roles/summary.py).
 
 The record is keyed per pyinfra State, as pyinfra_ext/memo.py keys the facts it keeps: two runs
@@ -44,7 +44,7 @@ class Record:
     engine_roll: Any = None
     # transfer set name -> its random token, shared by the set's servers and receivers (roles/fleet/artifacts.py)
     peer_tokens: dict[str, Any] = field(default_factory=dict)
-    # checkpoint path -> the seed's verified marker, read on a receiving worker (roles/operations/checkpoint.py)
+    # checkpoint path -> the seed's verified marker, read on a receiving worker (roles/operations/fleet_transfer.py)
     relayed: dict[str, str] = field(default_factory=dict)
     # host name -> the profile values the summary names / what its last operation read (roles/summary.py)
     planned: dict[str, dict] = field(default_factory=dict)

@@ -10,24 +10,15 @@ from pyinfra.api import FactBase, QuoteString, StringCommand
 from roles.facts import ParsedFact
 
 
-def check_as_owner(tool: str, dest: str, repo: str = "", revision: str = "") -> StringCommand:
-    """`glm-flash-model-fetch check` of `dest` as the user who owns it (its top directory), root only
-    for root's tree: while the downloader's user owns the checkpoint (from unseal to seal), root
-    neither opens its files nor parses its JSON; the check runs with that user's ids, no supplementary
-    group, no new privileges, a clean environment and `python3 -E -s` (no variable, no user site:
-    nothing that user wrote is imported). It cannot be steered by the download either: the download's
-    unit has its own user namespace and no ptrace (roles/operations/sandboxing.py fetch_unit)."""
+def check_as_owner(tool: str, dest: str, repo: str = "", revision: str = "", hint: str = "") -> StringCommand:
+    """`glm-flash-model-fetch check` of `dest` as root starts it. The tool checks with the rights of
+    the user who owns the tree's top directory (root only for root's tree): while the downloader's
+    user owns the checkpoint (from unseal to seal), root neither opens its files nor parses its
+    JSON (the tool's check says how). `hint`: what the tool says on stderr when the check fails."""
     q = QuoteString
-    argv = [q(tool), "check --dest", q(dest), *(["--repo", q(repo), "--revision", q(revision)] if repo else [])]
-    return StringCommand(
-        "o=$(stat -c %u:%g --",
-        q(dest),
-        '2>/dev/null); case "$o" in ""|0:*) python3',
-        *argv,
-        ';; *) setpriv --reuid="${o%:*}" --regid="${o#*:}" --clear-groups --no-new-privs --reset-env python3 -E -s',
-        *argv,
-        ";; esac",
-    )
+    argv = ["python3 -E -s", q(tool), "check --dest", q(dest)]
+    argv += ["--repo", q(repo), "--revision", q(revision)] if repo else []
+    return StringCommand(*argv, *(["--hint", q(hint)] if hint else []))
 
 
 class ModelCheck(ParsedFact):

@@ -42,7 +42,7 @@ from pyinfra_ext import memo
 from roles.engines import dispatch
 from roles.facts.engine import WheelhouseFiles
 from roles.operations import packages, paths, sandboxing
-from roles.operations.checkpoint import peer_token_placed
+from roles.operations.fleet_transfer import peer_token_placed
 from roles.operations.job import name_released
 from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool

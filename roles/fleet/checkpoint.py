@@ -1,7 +1,7 @@
 """The checkpoint crosses the outside link once per fleet: the seed is a worker that already holds
 it verified, else the first reached worker, which downloads it from the hub as a single host does;
 the workers that lack it receive it from the seed, checked against the seed's verified marker
-(roles/operations/checkpoint.py says how it travels and who writes), over the same server as the
+(roles/operations/fleet_transfer.py says how it travels and who writes), over the same server as the
 fleet's artifacts (roles/fleet/artifacts.py).
 
 The model role (roles/model.py) knows nothing of a fleet: it downloads alone unless the run has
@@ -35,7 +35,7 @@ from roles.fleet.artifacts import (
     token_placed,
     url,
 )
-from roles.operations.checkpoint import checkpoint_exported, checkpoint_received
+from roles.operations.fleet_transfer import checkpoint_exported, checkpoint_received
 from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
 

@@ -22,14 +22,7 @@ The hub token, when one is needed, is put root-only (0600 in a 0700 directory) b
 and handed to the unit with LoadCredential=: systemd reads it at each start (a restart, a boot),
 so root's file stays while the unit does, and goes with it. systemd removes the credential from
 /run whenever the unit stops, however it stops (SIGTERM, SIGKILL, failure).
-
-In a fleet the checkpoint crosses the outside link once (roles/fleet/checkpoint.py): the seed
-downloads it with checkpoint_present, checkpoint_exported reads its verified marker over the
-seed's SSH connection (root's, so neither the engine's user on the seed nor the local network
-has a say in it), and checkpoint_received puts that marker on each worker that lacks the
-checkpoint (root's file) and runs `glm-flash-model-fetch receive` as the downloader's user in a
-transient unit, like the download: the engine's user steers nothing root writes, and every file
-is checked against the seed's verified hashes. Then the tree is sealed as after a download.
+In a fleet the seed downloads with these operations; the others receive (roles/operations/fleet_transfer.py).
 """
 
 from __future__ import annotations
@@ -45,16 +38,15 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, Quot
 from pyinfra.api.util import get_template
 from pyinfra.facts.files import File
 
-from control import layout, model_lock, run_record
+from control import layout
 from control.report import skipped
 from pyinfra_ext import memo
-from pyinfra_ext.host_args import connector_arguments
 from pyinfra_ext.refusal import refusal
 from roles.facts.accounts import Account
 from roles.facts.model import DownloaderMarker, ModelCheck, UnitActive, check_as_owner
 from roles.facts.system import HostPython
 from roles.operations import sandboxing
-from roles.operations.job import followed, name_released
+from roles.operations.job import followed
 from roles.operations.paths import replaced_whole
 from roles.operations.python import venv_commands
 from roles.operations.secrets import Secret, secret_commands
@@ -236,8 +228,11 @@ def _checked(repo_id: str, commit: str, path: str, unit: str):
         raise OperationError(f"checkpoint: bad path {path!r} or unit {unit!r}")
 
 
+RUNNING = ("active", "activating", "deactivating")  # activating: waiting to be restarted too
+
+
 def _running(unit: str) -> bool:
-    return memo.fact(host, UnitActive, unit=unit) in ("active", "activating", "deactivating")
+    return memo.fact(host, UnitActive, unit=unit) in RUNNING
 
 
 def _download_args(repo_id: str, commit: str, path: str, requested: str, every: int) -> list[str]:
@@ -260,23 +255,18 @@ def _unit_written(d: dict) -> list:
 
 
 def _start(d: dict) -> list[StringCommand]:
-    """The tree handed to the downloader's user, then the unit enabled and started (in the
-    background: `enable --now` returns once the tool runs); its lines when it does not start."""
-    q, unit = QuoteString, d["unit"]
+    """The tree handed to the downloader's user, then the unit enabled and started in the background
+    by `glm-flash-job start` (its lines when it does not start)."""
+    unit = f"{d['unit']}.service"
     return [
-        *prepared_for(d["fetch_user"], d["path"], d["tool"], unit),
-        StringCommand(
-            "systemctl reset-failed",
-            q(unit),
-            "2>/dev/null; since=$(date +%s); systemctl enable --now --quiet",
-            q(f"{unit}.service"),
-            '|| { journalctl --no-pager -o cat -n 40 --since "@$since" -u',
-            q(unit),
-            ">&2; echo",
-            q(f"glm-flash: the download did not start; its log: journalctl -u {unit}"),
-            ">&2; exit 1; }",
-        ),
+        *prepared_for(d["fetch_user"], d["path"], d["tool"], d["unit"]),
+        StringCommand(QuoteString(d["job_tool"]), "start", QuoteString(unit)),
     ]
+
+
+def _told(state, host, text: str) -> bool:  # pyinfra passes state and host
+    logger.warning(f"[{host.name}] {text}")
+    return True
 
 
 @operation()
@@ -357,8 +347,18 @@ def checkpoint_present(
     is started again first: the files that finished are kept. Once the checkpoint is complete the
     unit and the token's file go, then the tree is sealed.
 
-    + repo_id, commit, path, tool, hub_python, fetch_user: as checkpoint_download_started's
-    + secrets_dir, requested, token, endpoint, unit, every: the same (a restart is the same download)
+    + repo_id: the hub repository, as checkpoint_download_started's (a restart is the same download)
+    + commit: the full commit the checkpoint is pinned to
+    + path: the checkpoint's directory on the host
+    + tool: files/glm-flash-model-fetch on the host
+    + hub_python: the downloader environment's python (the unit file, written again as this run says)
+    + fetch_user: the account the download runs as (the tree is sealed away from it at the end)
+    + secrets_dir: root's directory for the token's file while the unit exists
+    + requested: the revision name the commit was locked from (main)
+    + token: the hub token, wrapped in Secret; handed to the unit as a credential only
+    + endpoint: the hub's URL (hf_endpoint)
+    + unit: the download unit's name
+    + every: seconds between the download's progress lines
     + job_tool: files/glm-flash-job on the host: `follow` prints the unit's lines through its restarts
     """
     _checked(repo_id, commit, path, unit)
@@ -366,7 +366,8 @@ def checkpoint_present(
     token_path, unit_path = token_file(secrets_dir, unit), download_unit_path(unit)
     check = memo.fact(host, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit)
     leftovers = memo.fact(host, File, path=token_path) or memo.fact(host, File, path=unit_path)
-    running = _running(unit)
+    unit_state = memo.fact(host, UnitActive, unit=unit)
+    running = unit_state in RUNNING
     if check["exit"] == 0 and check["sealed"] and not leftovers and not running:
         host.noop(f"{repo_id}@{commit} is in {path}, verified and sealed")
         return
@@ -375,32 +376,14 @@ def checkpoint_present(
         if token is not None:  # systemd reads it at each start; removed below once complete
             yield from secret_commands(token, token_path, secrets_dir, "root", "root", "600")
         yield from _unit_written(d)
-        again = [c for cmd in _start(d) for c in (cmd, "&&")][:-1]
-        yield StringCommand(
-            "if ! systemctl is-active --quiet",
-            q(unit),
-            "&& ! systemctl is-failed --quiet",
-            q(unit),
-            "&& ! {",
-            check_as_owner(tool, path, repo_id, commit),
-            "; } >/dev/null; then echo",
-            q(
-                f"glm-flash: {unit} is not running and the checkpoint is incomplete: starting it again (finished files are kept)"
-            ),
-            ">&2 &&",
-            *again,
-            "; fi",
-        )
+        if not running and unit_state != "failed" and check["exit"] != 0:
+            # stopped by hand, or an older deploy's transient unit: a failed one is followed to its end
+            text = f"glm-flash: {unit} is not running and the checkpoint is incomplete: starting it again"
+            yield FunctionCommand(_told, (f"{text} (finished files are kept)",), {})
+            yield from _start(d)
         yield followed(unit, StringCommand(q(job_tool), "follow", q(f"{unit}.service")))
-        yield StringCommand(
-            "{",
-            check_as_owner(tool, path, repo_id, commit),
-            "; } >&2 || { echo",
-            q(
-                f"glm-flash: the download ended without a complete checkpoint (its reason above); its log: journalctl -u {unit}"
-            ),
-            ">&2; exit 1; }",
-        )
+        hint = f"glm-flash: the download ended without a complete checkpoint (its reason above); its log: journalctl -u {unit}"
+        yield check_as_owner(tool, path, repo_id, commit, hint=hint)
     yield StringCommand(
         "systemctl disable --now --quiet", q(f"{unit}.service"), "2>/dev/null; rm -f", q(unit_path), q(token_path)
     )
@@ -425,7 +408,7 @@ def checkpoint_staged(tool: str, path: str):
         f"glm-flash: model_download is false, so the checkpoint must be staged in {path} (config.json, "
         "model.safetensors.index.json and its shards). Copy it there, or set model_download: true."
     )
-    yield StringCommand("{", check_as_owner(tool, path), "; } >&2 || { echo", QuoteString(message), ">&2; exit 1; }")
+    yield check_as_owner(tool, path, hint=message)
 
 
 def prepared_for(user: str, path: str, tool: str, unit: str) -> list[StringCommand]:
@@ -438,176 +421,3 @@ def prepared_for(user: str, path: str, tool: str, unit: str) -> list[StringComma
         StringCommand("install -d -m 755 -o root -g root", q(path)),
         StringCommand("python3", q(tool), "unseal --dest", q(path), "--owner", q(user)),
     ]
-
-
-def _read_marker(state, host, path: str, command: StringCommand, hub: dict) -> bool:  # pyinfra passes state and host
-    """The seed's marker, read over SSH and held against the hub's own file list at the commit,
-    which the control machine asks the hub for (control/model_lock.py checked_by_hub): what the
-    receivers get comes from the hub, never from a worker alone."""
-    ok, output = host.run_shell_command(command, print_input=False, **connector_arguments(host))
-    if not ok:
-        logger.error(f"[{host.name}] {path}: no verified checkpoint to send: {output.stdout or output.stderr}")
-        return False
-    token = hub["token"].reveal().decode() if hub["token"] else None
-    try:
-        files = model_lock.hub_files(hub["endpoint"], hub["repo_id"], hub["commit"], token)
-        run_record.of(state).relayed[path] = model_lock.checked_by_hub(
-            output.stdout, files, hub["repo_id"], hub["commit"]
-        )
-    except model_lock.ModelLockError as e:
-        logger.error(
-            f"[{host.name}] {path}: this worker's checkpoint is not sent to the others: {e}. The control machine "
-            "checks a seed's files against the hub's list (it must reach hf_endpoint); a worker whose files differ "
-            "from the hub's is not trusted: remove its checkpoint directory and deploy again"
-        )
-        return False
-    return True
-
-
-def _put_marker(state, host, path: str, dest: str, seed: str) -> bool:
-    marker = run_record.of(state).relayed.get(path)
-    if marker is None:
-        logger.error(
-            f"[{host.name}] the fleet's seed {seed} sent no verified checkpoint in this run (it failed or was "
-            "unreachable before it had one); deploy again"
-        )
-        return False
-    return host.put_file(
-        io.BytesIO(marker.encode()), dest, print_output=False, print_input=False, **connector_arguments(host)
-    )
-
-
-@operation(is_idempotent=False)
-def peer_token_placed(dest: str, secret: Secret):
-    """A fleet transfer's token at dest, root's and 0600, in a directory only root may enter (0700):
-    a new random token for each transfer (roles/fleet/artifacts.py), uploaded over SSH, never shown.
-
-    + dest: the token's file, an absolute path
-    + secret: the token, wrapped in Secret
-    """
-    if not isinstance(secret, Secret) or not posixpath.isabs(dest):
-        raise OperationError(f"peer_token_placed: the token wrapped in Secret, an absolute path (got {dest!r})")
-    yield from secret_commands(secret, dest, posixpath.dirname(dest), "root", "root", "600")
-
-
-@operation(is_idempotent=False)
-def checkpoint_exported(
-    seed: str,
-    servers: list[str],
-    path: str,
-    tool: str,
-    repo_id: str,
-    commit: str,
-    manifest: str,
-    serve: list,
-    hub_endpoint: str,
-    hub_token: Secret | None,
-):
-    """On each of the fleet's `servers` (workers holding the checkpoint verified): glm-flash-peer's
-    manifest written from its verified marker, `serve` (the commands that start the server). The
-    seed's marker is read for the receivers and held against the hub's file list (_read_marker).
-    Nothing on other hosts.
-
-    + seed: the worker whose marker the receivers get
-    + servers: the workers that serve the checkpoint
-    + path: the checkpoint's directory
-    + tool: files/glm-flash-model-fetch on the host (its `export` writes the manifest)
-    + repo_id, commit: what the checkpoint is, as the hub names it
-    + manifest: where glm-flash-peer's manifest goes
-    + serve: the commands that start the peer server (roles/fleet/artifacts.py)
-    + hub_endpoint, hub_token: the hub the control machine asks for the file list (the token in Secret, or None)
-    """
-    if host.name not in servers:
-        return
-    q = QuoteString
-    yield StringCommand("install -d -m 755", q(posixpath.dirname(manifest)))
-    export = StringCommand(
-        "python3",
-        q(tool),
-        "export --dest",
-        q(path),
-        "--repo",
-        q(repo_id),
-        "--revision",
-        q(commit),
-        "--manifest",
-        q(manifest),
-    )
-    if host.name == seed:
-        hub = {"endpoint": hub_endpoint, "token": hub_token, "repo_id": repo_id, "commit": commit}
-        yield FunctionCommand(_read_marker, (path, export, hub), {})
-    else:
-        yield StringCommand(export, "> /dev/null")
-    yield from serve
-
-
-@operation(is_idempotent=False)
-def checkpoint_received(
-    seed: str,
-    lacking: list[str],
-    path: str,
-    tool: str,
-    repo_id: str,
-    commit: str,
-    sources: list[str],
-    interface: str,
-    token_file: str,
-    peer_tool: str,
-    marker: str,
-    fetch_user: str,
-    unit: str,
-):
-    """On each worker in `lacking`: the seed's marker put root's, the files received from `sources`
-    (the glm-flash-peer servers of the workers holding it) by the downloader's user and checked
-    against it, the tree sealed. The transfer's token (token_file, root's) reaches the receive
-    unit as a credential and is removed once it runs.
-
-    + seed: the worker whose (hub-checked) marker this run relayed
-    + lacking: the workers that receive
-    + path: the checkpoint's directory
-    + tool: files/glm-flash-model-fetch on the host
-    + repo_id, commit: what the checkpoint is, as the hub names it
-    + sources: the peer servers' URLs to fetch from
-    + interface: this worker's fleet address (the servers let it in), which the fetch goes out from
-    + token_file: the transfer's token, root's (peer_token_placed)
-    + peer_tool: files/glm-flash-peer on the host
-    + marker: where the relayed marker goes, root's
-    + fetch_user: the account the receive runs as
-    + unit: the receive's transient unit
-    """
-    if host.name not in lacking:
-        return
-    if not COMMIT.fullmatch(commit) or not UNIT_NAME.fullmatch(unit) or not posixpath.isabs(path):
-        raise OperationError(f"checkpoint_received: bad commit {commit!r}, unit {unit!r} or path {path!r}")
-    q = QuoteString
-    yield StringCommand("install -d -m 755", q(posixpath.dirname(marker)))
-    yield FunctionCommand(_put_marker, (path, marker, seed), {})
-    yield StringCommand("chown root:root", q(marker), "&& chmod 644", q(marker))
-    yield from prepared_for(fetch_user, path, tool, unit)
-    # An ended transient unit systemd kept loaded (seen on systemd 257 after a receive of a few
-    # small files: "already loaded or has a fragment file" at the next systemd-run).
-    yield StringCommand(name_released(f"{unit}.service"))
-    args = ["receive", "--dest", path, "--repo", repo_id, "--revision", commit, "--marker", marker]
-    for source in sources:
-        args += ["--source", source]
-    args += ["--peer-tool", peer_tool, "--interface", interface, "--peer-token", "peer-token"]
-    # The token file is removed by the shell when the unit has ended, however it ended: a receive
-    # can end before an ExecStartPost= removal, and systemd 257 then fails the unit's ExecStopPost=
-    # on the missing credential file (seen on the fleet sandbox).
-    yield StringCommand(
-        "trap",
-        q(f"rm -f {token_file}"),
-        "EXIT;",
-        download_unit_command(
-            unit,
-            fetch_user,
-            "/usr/bin/python3",
-            tool,
-            args,
-            path,
-            "",
-            token_file,
-            credential="peer-token",
-        ),
-    )
-    yield StringCommand("python3", q(tool), "seal --dest", q(path), "--owner", q(fetch_user))

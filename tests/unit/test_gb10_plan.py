@@ -303,7 +303,7 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     drafter = plan.commands(f"Download of incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} into /srv/models/")
     (unit,) = [c for c in drafter if c.startswith("upload ") and "[Service]" in c]
     assert "ExecStart=" in unit and "--repo incoai/GLM-5.3-Flash-DFlash2" in unit and "Restart=on-failure" in unit
-    assert any("systemctl enable --now --quiet glm-flash-drafter-download.service" in c for c in drafter)
+    assert "/opt/glm-flash/bin/glm-flash-job start glm-flash-drafter-download.service" in drafter
     # waited for at once (the drafter is small): its progress streamed, then the tree sealed
     waited = plan.commands(f"Checkpoint incoai/GLM-5.3-Flash-DFlash2@{DRAFTER_COMMIT} in /srv/models/")
     assert "function _follow" in waited and waited[-1].endswith(

@@ -21,6 +21,12 @@ import json, os, sys
 state = os.environ["STATE"]
 with open(f"{state}/calls", "a") as f:
     f.write(" ".join(sys.argv[1:]) + "\n")
+if sys.argv[1] == "enable":  # a start: its lines (stamped now), and the exit status the test chose
+    import time
+    with open(f"{state}/journal", "a") as j:
+        for line in json.load(open(f"{state}/start_lines")) if os.path.exists(f"{state}/start_lines") else []:
+            j.write(f"@{int(time.time())} {line}\n")
+    sys.exit(int(open(f"{state}/enable_rc").read()) if os.path.exists(f"{state}/enable_rc") else 0)
 if sys.argv[1] == "show":
     states = json.load(open(f"{state}/states"))
     n = int(open(f"{state}/n").read()) if os.path.exists(f"{state}/n") else 0
@@ -41,7 +47,12 @@ args = sys.argv[1:]
 if "--sync" in args:
     sys.exit(0)
 lines = open(f"{state}/journal").read().splitlines() if os.path.exists(f"{state}/journal") else []
-entries = [{"__CURSOR": f"c{i}", "MESSAGE": m} for i, m in enumerate(lines)]
+# a line "@T text" was written at T (epoch seconds); the others long before
+stamped = [(int(m[1:].split(" ", 1)[0]), m.split(" ", 1)[1]) if m.startswith("@") else (0, m) for m in lines]
+entries = [{"__CURSOR": f"c{i}", "MESSAGE": m, "t": t} for i, (t, m) in enumerate(stamped)]
+since = next((int(a.split("=@", 1)[1]) for a in args if a.startswith("--since=@")), None)
+if since is not None:
+    entries = [e for e in entries if e["t"] >= since]
 after = next((a.split("=", 1)[1] for a in args if a.startswith("--after-cursor=")), None)
 if after is not None:
     entries = entries[int(after[1:]) + 1:]
@@ -157,3 +168,27 @@ def test_no_such_unit_is_not_a_success(follow, capsys):
 def test_the_command_line_takes_a_service_name_only(follow, capsys):
     assert follow.module.main(["follow", "x.service; rm -rf /"]) == 2
     assert "is not a service unit's name" in capsys.readouterr().err
+
+
+def test_start_enables_the_unit_after_resetting_its_failed_state(follow, capsys, tmp_path):
+    """`glm-flash-job start UNIT` (the download's start): reset-failed first, so systemd's start
+    limit counts from this start, then `enable --now`; silent when it starts."""
+    rc = follow.module.main(["start", "glm-flash-model-download.service"])
+    assert rc == 0 and capsys.readouterr().err == ""
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls == [
+        "reset-failed glm-flash-model-download.service",
+        "enable --now --quiet glm-flash-model-download.service",
+    ]
+
+
+def test_a_unit_that_does_not_start_fails_with_its_lines_of_this_start_only(follow, capsys, tmp_path):
+    (tmp_path / "journal").write_text("an older start's line\n")
+    (tmp_path / "start_lines").write_text(json.dumps(["Failed to set up credentials: No such file"]))
+    (tmp_path / "enable_rc").write_text("1")
+    rc = follow.module.main(["start", "glm-flash-model-download.service"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "Failed to set up credentials: No such file" in err and "an older start's line" not in err, err
+    assert "glm-flash-model-download.service did not start. Log: journalctl -u glm-flash-model-download.service" in err
+    assert follow.module.main(["start", "x.service; rm -rf /"]) == 2

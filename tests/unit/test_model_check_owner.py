@@ -48,9 +48,10 @@ def owned_by(tree: Path, user: str) -> None:
         os.chown(path, pw.pw_uid, pw.pw_gid)
 
 
-def check(tool: Path, tree: Path, env: dict | None = None) -> tuple[int, dict]:
-    cmd = check_as_owner(str(tool), str(tree)).get_raw_value()
+def check(tool: Path, tree: Path, env: dict | None = None, hint: str = "") -> tuple[int, dict]:
+    cmd = check_as_owner(str(tool), str(tree), hint=hint).get_raw_value()
     r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, cwd="/")
+    check.stderr = r.stderr
     return r.returncode, json.loads(r.stdout)
 
 
@@ -76,3 +77,15 @@ def test_nothing_in_the_callers_environment_is_imported_as_the_owner(place):
     rc, out = check(tool, tree, env={**os.environ, "PYTHONPATH": str(planted), "PYTHONSTARTUP": str(planted)})
     assert rc == 0, out
     assert not (planted / "ran").exists()
+
+
+def test_a_failed_check_says_the_callers_hint_as_its_owner_too(place):
+    """The deploy's hint (what to do) follows the tool's reason when the check fails, also when
+    the check ran again as the tree's owner; a usable checkpoint says nothing."""
+    tool, tree = place
+    owned_by(tree, "nobody")
+    hint = "glm-flash: copy the checkpoint there, or set model_download: true"
+    assert check(tool, tree, hint=hint)[0] == 0 and check.stderr == ""
+    (tree / "config.json").unlink()
+    rc, out = check(tool, tree, hint=hint)
+    assert rc == 1 and out["reason"].endswith("config.json is missing") and check.stderr == hint + "\n", check.stderr

@@ -14,8 +14,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +29,29 @@ from tests.conftest import host_tool
 FETCH = Path(layout.FILES) / "glm-flash-model-fetch"
 NOBODY = 65534
 TIMEOUT = 20  # seconds; the tool answers in well under one
+
+
+@pytest.fixture(scope="module", autouse=True)
+def installed():
+    """The tool where any user may run it, as on a host (install_root/bin, 0755): started by root,
+    `check` runs itself again as the tree's owner, who must reach it and the tree."""
+    global FETCH
+    top = Path(tempfile.mkdtemp(prefix="glm-flash-walk-tool-"))
+    top.chmod(0o755)
+    for name in ("glm-flash-model-fetch", layout.HOST_MODULE):
+        shutil.copy(Path(layout.FILES) / name, top / name)
+    FETCH = top / "glm-flash-model-fetch"
+    yield
+    shutil.rmtree(top)
+
+
+@pytest.fixture
+def base():
+    """A directory any user may traverse (pytest's own is root's, 0700), for the trees."""
+    top = Path(tempfile.mkdtemp(prefix="glm-flash-walk-"))
+    top.chmod(0o755)
+    yield top
+    shutil.rmtree(top)
 
 
 def tool():
@@ -46,9 +71,9 @@ def check(dest: Path) -> tuple[dict, float]:
 
 
 @pytest.fixture
-def tree(tmp_path):
+def tree(base):
     """A complete, verified checkpoint as a download leaves it (owned by the downloader: here nobody)."""
-    dest = tmp_path / "model"
+    dest = base / "model"
     (dest / "sub").mkdir(parents=True)
     files = {"config.json": b'{"a": 1}', "sub/shard-1.safetensors": b"x" * 1000}
     for name, data in files.items():
@@ -59,16 +84,15 @@ def tree(tmp_path):
     entries["sub/shard-1.safetensors"]["lfs"] = True
     marker = {"format": mod.MARKER_FORMAT, "repo": "o/m", "revision": "c" * 40, "commit": "c" * 40, "files": entries}
     (dest / mod.MARKER).write_text(json.dumps(marker))
-    os.chmod(tmp_path, 0o755)
     for p in [dest, *dest.rglob("*")]:
         os.chown(p, NOBODY, NOBODY, follow_symlinks=False)
     return dest
 
 
 @pytest.fixture
-def outside(tmp_path):
+def outside(base):
     """A file and a directory outside the tree, root's, that nothing may read through or change."""
-    d = tmp_path / "outside"
+    d = base / "outside"
     d.mkdir()
     (d / "shard-1.safetensors").write_bytes(b"x" * 1000)
     (d / "secret").write_text("root only\n")
@@ -132,9 +156,9 @@ def test_seal_removes_a_fifo_without_opening_it(tree):
     assert state == {**state, "state": "complete", "sealed": True}
 
 
-def test_a_dest_reached_through_another_users_link_is_refused(tmp_path, tree):
+def test_a_dest_reached_through_another_users_link_is_refused(base, tree):
     """A link on the way to dest, in a directory another user can write, is not followed."""
-    theirs = tmp_path / "theirs"
+    theirs = base / "theirs"
     theirs.mkdir()
     os.chown(theirs, NOBODY, NOBODY)
     (theirs / "model").symlink_to(tree)
@@ -145,9 +169,9 @@ def test_a_dest_reached_through_another_users_link_is_refused(tmp_path, tree):
     assert os.lstat(tree).st_uid == NOBODY  # nothing sealed through it
 
 
-def test_roots_own_link_to_dest_is_followed(tmp_path, tree):
+def test_roots_own_link_to_dest_is_followed(base, tree):
     """An administrator's link (root's, in a directory only root writes) is a fine way to dest."""
-    mine = tmp_path / "mine"
+    mine = base / "mine"
     mine.mkdir(mode=0o755)
     (mine / "model").symlink_to(tree)
     r, _ = run("seal", "--dest", str(mine / "model"))

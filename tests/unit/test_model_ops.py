@@ -259,10 +259,9 @@ def test_download_starts_in_the_background_as_a_unit_with_systemds_restart_backo
     # written, systemd told, then enabled and started: after the tree is the downloader's
     upload = next(i for i, c in enumerate(cmds) if c.startswith("upload ") and "[Service]" in c)
     (moved,) = [i for i, c in enumerate(cmds) if c.endswith(f" {UNIT_FILE} && sync /etc/systemd/system")]
-    (enable,) = [c for c in cmds if "systemctl enable --now --quiet glm-flash-model-download.service" in c]
+    enable = "/opt/glm-flash/bin/glm-flash-job start glm-flash-model-download.service"  # enable --now, its lines if not
     assert upload < moved < cmds.index("systemctl daemon-reload") < cmds.index(unseal) < cmds.index(enable)
     assert cmds.index(enable) == len(cmds) - 1
-    assert "--wait" not in enable and "systemd-run" not in enable
     # the token goes by the secret's own function (compared by hash, never shown), in no command
     assert "function _written" in cmds and not [c for c in cmds if KEY in c]
     # a running download (an earlier run's SSH dropped) is not started twice
@@ -281,36 +280,29 @@ def test_exec_start_words_are_quoted_for_systemd():
     assert word("/srv/100%$HOME") == '"/srv/100%%$$HOME"'  # no specifier, no variable
 
 
-def test_checkpoint_present_waits_for_the_download_then_removes_its_unit_and_seals():
-    facts = check_facts(exit_code=1, sealed=False, unit_file={"mode": 644})
+def present_cmds(facts) -> tuple[list, list[str]]:
     with on(FakeHost(facts)):
         cmds = list(checkpoint.checkpoint_present._inner(**PRESENT, token=secrets.Secret(KEY)))
-    rendered = [render(c) for c in cmds]
+    return cmds, [render(c) for c in cmds]
+
+
+START = "/opt/glm-flash/bin/glm-flash-job start glm-flash-model-download.service"
+CHECK = (
+    f"python3 -E -s /opt/glm-flash/bin/glm-flash-model-fetch check --dest '/srv/models/GLM 5' "
+    f"--repo zai-org/GLM-5.3-Flash --revision {COMMIT} --hint "
+)
+
+
+def test_checkpoint_present_waits_for_the_download_then_removes_its_unit_and_seals():
+    cmds, rendered = present_cmds(check_facts(exit_code=1, sealed=False, active="active", unit_file={"mode": 644}))
     assert "function _written" in rendered  # the token, for a restart; removed below
     assert unit_text(rendered)  # the unit file as this run says (an older deploy's transient unit has none)
-    # started again only when the unit neither runs nor failed, and the checkpoint is incomplete
-    restart = [c for c in rendered if c.startswith("if ")]
-    assert len(restart) == 1
-    assert restart[0].startswith(
-        "if ! systemctl is-active --quiet glm-flash-model-download "
-        "&& ! systemctl is-failed --quiet glm-flash-model-download "
-        "&& ! { o=$(stat -c %u:%g -- '/srv/models/GLM 5' 2>/dev/null); "
-    )
-    assert (
-        f"glm-flash-model-fetch check --dest '/srv/models/GLM 5' --repo zai-org/GLM-5.3-Flash --revision {COMMIT}"
-        in restart[0]
-    )
-    assert "systemctl enable --now --quiet glm-flash-model-download.service" in restart[0]
-    assert restart[0].endswith("; fi") and "systemd-run" not in restart[0]
-    follow = cmds[rendered.index(restart[0]) + 1]
-    assert isinstance(follow, FunctionCommand)  # streamed to the deploy's output as the lines come
+    assert START not in rendered and not [c for c in rendered if c.startswith("if ")]  # it runs: not started again
+    follow = next(c for c in cmds if isinstance(c, FunctionCommand) and c.function.__name__ == "_follow")
     # followed through systemd's restarts by the job tool, then checked: its reason said when incomplete
     assert follow.args[1].get_raw_value() == "/opt/glm-flash/bin/glm-flash-job follow glm-flash-model-download.service"
-    checked = rendered[rendered.index(restart[0]) + 2]
-    assert checked.startswith("{ o=$(stat -c %u:%g -- '/srv/models/GLM 5' 2>/dev/null); case")
-    assert "setpriv" in checked and checked.count("glm-flash-model-fetch check --dest '/srv/models/GLM 5'") == 2
-    assert "; } >&2 || { echo " in checked
-    assert "without a complete checkpoint" in checked and checked.endswith("exit 1; }")
+    checked = rendered[cmds.index(follow) + 1]
+    assert checked.startswith(CHECK) and "without a complete checkpoint" in checked, checked
     assert rendered[-3:] == [
         f"systemctl disable --now --quiet glm-flash-model-download.service 2>/dev/null; rm -f {UNIT_FILE} {TOKEN_FILE}",
         "systemctl daemon-reload",
@@ -319,6 +311,24 @@ def test_checkpoint_present_waits_for_the_download_then_removes_its_unit_and_sea
     assert not [c for c in rendered if KEY in c]
     with pytest.raises(OperationError, match="not a commit"):
         present(check_facts(exit_code=1), commit="main")
+
+
+@pytest.mark.parametrize("active", ["inactive", "failed", "activating"])
+def test_an_incomplete_download_is_started_again_only_when_its_unit_neither_runs_nor_failed(active):
+    """Stopped by hand (or started by an older deploy as a transient unit, gone): started again,
+    the finished files kept. Failed for good: followed to its end, which fails the run with its
+    lines. Waiting for systemd's restart (activating): followed."""
+    cmds, rendered = present_cmds(check_facts(exit_code=1, sealed=False, active=active))
+    follow = next(c for c in cmds if isinstance(c, FunctionCommand) and c.function.__name__ == "_follow")
+    if active != "inactive":
+        assert START not in rendered
+        return
+    told = next(c for c in cmds if isinstance(c, FunctionCommand) and c.function.__name__ == "_told")
+    assert "is not running and the checkpoint is incomplete: starting it again" in told.args[0]
+    unseal = (
+        "python3 /opt/glm-flash/bin/glm-flash-model-fetch unseal --dest '/srv/models/GLM 5' --owner glm-flash-fetch"
+    )
+    assert cmds.index(told) < rendered.index(unseal) < rendered.index(START) < cmds.index(follow)
 
 
 def test_model_lock_resolves_main_through_the_lock_only(tmp_path):
