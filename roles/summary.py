@@ -22,7 +22,7 @@ from control import layout, run_record
 from control.profile import Profile
 from roles.facts.status import HostStatus
 from roles.operations.driver import reboot_reasons
-from roles.operations.status import gathered
+from roles.operations.status import gathered, recorded
 
 __all__ = ["HostStatus", "apply", "closures", "host_summary", "render", "summaries"]
 
@@ -158,6 +158,7 @@ def render(all_hosts: dict[str, dict]) -> str:
         for key in (
             "endpoint",
             "model_name",
+            "workers",
             "serving",
             "service",
             "readiness",
@@ -199,11 +200,28 @@ def _print_at_exit() -> None:
             f.write("\n")
 
 
-def apply(profile: Profile) -> None:
+def _printed_at_exit() -> None:
     run = state_proxy._get_module()
     if isinstance(run, State) and not _STATE:  # a pyinfra run (not a plan test): print when it ends
         _STATE.append(run)
         atexit.register(_print_at_exit)
+
+
+def gateway_apply(profile: Profile, address: str) -> None:
+    """The fleet's gateway in the summary: the endpoint clients use (TLS, the fleet's authority) and
+    the workers behind it, recorded by the gateway's last operation."""
+    _printed_at_exit()
+    record = run_record.current()
+    record.planned[host.name] = {
+        "endpoint": f"https://{address}:{profile.gateway_port}/v1 (TLS: the fleet's authority's ca.crt)",
+        "model_name": profile.served_model_name,
+        "workers": ", ".join(profile.gateway_workers),
+    }
+    recorded(name="Summary: what this gateway serves", planned=record.planned[host.name], into=record.gathered)
+
+
+def apply(profile: Profile) -> None:
+    _printed_at_exit()
     record = run_record.current()
     record.planned[host.name] = {
         "endpoint": endpoint(profile, host.data.dict().get("ssh_hostname") or host.name),

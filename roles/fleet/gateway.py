@@ -32,7 +32,7 @@ from control import fleet_ca, layout
 from control.engine_lock import LockError, Target, fetch, parse_lock
 from control.profile import Profile, refuse
 from control.pypi_cache import FetchError, cache_root
-from roles import watch
+from roles import summary, watch
 from roles.operations import packages, paths, python
 from roles.operations.gateway import router_env_built, router_lists_only
 from roles.operations.secrets import Secret, secret_file
@@ -299,7 +299,8 @@ def apply(p: Profile) -> None:
             venv,
         ],
     )
-    front_door(p, str(host.data.get("ssh_hostname") or host.name))
+    address = str(host.data.get("ssh_hostname") or host.name)
+    front_door(p, address)
     # Workers the inventory does not name, added through the router's API since it started: out.
     router_lists_only(
         name="The router lists the inventory's workers only",
@@ -307,3 +308,4 @@ def apply(p: Profile) -> None:
         conf=ROUTER_JSON,
         urls=p.gateway_workers,
     )
+    summary.gateway_apply(p, address)  # last: a run stopped before it says so

@@ -188,11 +188,20 @@ def gateway_deploy() -> subprocess.CompletedProcess:
     )
 
 
-def test_a_second_gateway_deploy_changes_nothing(fleet):
+def test_a_second_gateway_deploy_changes_nothing_and_its_summary_says_where_clients_go(fleet):
     run = gateway_deploy()
     out = run.stdout + run.stderr
     totals = [line for line in out.splitlines() if "Grand total" in line][0].split()
     assert run.returncode == 0 and totals[-3:] == ["-", "-", totals[-4]], out[-2000:]
+    # the gateway ran to its last operation: deployed, where its clients go, what stands behind it
+    gw, _ = fleet
+    name, data = inventory()["gateway"][0]
+    summary = out[out.rindex("--> Summary") :].splitlines()
+    at = summary.index(f"    [{name}] deployed")
+    said = summary[at + 1 : at + 4]
+    address = data.get("ssh_hostname") or name
+    assert said[0].startswith(f"        endpoint: https://{address}:{gw.gateway_port}/v1 (TLS"), summary
+    assert said[2] == f"        workers: {', '.join(gw.gateway_workers)}", summary
 
 
 def test_a_client_with_the_key_cannot_reach_the_routers_worker_api(fleet):
