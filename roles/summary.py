@@ -214,7 +214,6 @@ def gateway_apply(profile: Profile, address: str) -> None:
     record = run_record.current()
     record.planned[host.name] = {
         "endpoint": f"https://{address}:{profile.gateway_port}/v1 (TLS: the fleet's authority's ca.crt)",
-        "model_name": profile.served_model_name,
         "workers": ", ".join(profile.gateway_workers),
     }
     recorded(name="Summary: what this gateway serves", planned=record.planned[host.name], into=record.gathered)
