@@ -1,7 +1,7 @@
 """A Debian 13 arm64 userland on this x86_64 machine: real aarch64 programs, run under qemu-user.
 
 - `image()`: `mmdebstrap --architectures=arm64,amd64 --variant=minbase`: dpkg's architecture is
-  arm64 and every program is Debian's arm64 build (python3 3.13, sshd, sudo, coreutils, apt), except
+  arm64 and every program is Debian's arm64 build (python3 3.13, coreutils, util-linux, apt), except
   systemd and dbus, which are their amd64 builds of the same version (Multi-Arch: foreign, so
   they satisfy the arm64 packages' dependencies). Nothing for building environments (no ensurepip,
   no pip: the host's uv builds them, roles/operations/python.py). Built once (dpkg configures the
@@ -22,7 +22,7 @@ Why PID 1 is not emulated: systemd 257's arm64 build does not boot under qemu-us
 12's qemu 7.2 every unit fails to spawn ("Failed to spawn executor: Invalid argument", result
 `resources`: systemd/systemd#31219, a limit of qemu-user), and with Debian 13's qemu 10.0 the
 units spawn but journald, dbus and sshd exit during their setup. With an amd64 systemd the
-services' own programs (sshd, python3, the downloader) still run as aarch64 code under qemu.
+services' own programs (python3, the downloader) still run as aarch64 code under qemu.
 
 What differs from DGX OS (the GB10 box): Debian 13, not Ubuntu 24.04; python3 is 3.13, not 3.12;
 glibc 2.41, not 2.39; PID 1 and dbus are amd64 builds; every arm64 program is emulated, not run by a
@@ -52,7 +52,11 @@ from control.pypi_cache import cache_root  # noqa: E402
 from sandbox.sandbox import nspawn  # noqa: E402
 
 MIRROR = os.environ.get("GLM_FLASH_SANDBOX_MIRROR", "http://deb.debian.org/debian")  # as sandbox/sandbox.py
-PACKAGES = ["python3", "openssh-server", "sudo", "iproute2", "ca-certificates"]
+# What the downloader's test runs there: python3 (Debian's minbase brings sh, coreutils, useradd,
+# setpriv). No sshd, sudo or iproute2 (the test enters the booted root with nsenter) and no CA
+# bundle (the fake hub is plain HTTP on loopback): their maintainer scripts, emulated, took 144 s
+# of the image's 315 s on the idle CI machine.
+PACKAGES = ["python3"]
 NATIVE = ["systemd:amd64", "systemd-sysv:amd64", "dbus:amd64"]  # PID 1 and the bus (see above)
 ARCHITECTURES = "arm64,amd64"  # the first is dpkg's own
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
