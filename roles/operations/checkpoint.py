@@ -22,7 +22,8 @@ The hub token, when one is needed, is put root-only (0600 in a 0700 directory) b
 and handed to the unit with LoadCredential=: systemd reads it at each start (a restart, a boot),
 so root's file stays while the unit does, and goes with it. systemd removes the credential from
 /run whenever the unit stops, however it stops (SIGTERM, SIGKILL, failure).
-In a fleet the seed downloads with these operations; the others receive (roles/operations/fleet_transfer.py).
+In a fleet the seed downloads with these operations and the others receive from it
+(roles/operations/fleet_transfer.py).
 """
 
 from __future__ import annotations
