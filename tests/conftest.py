@@ -9,6 +9,7 @@ reaches it (`--hosts` still overrides them).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import importlib.util
 import json
@@ -19,6 +20,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -29,6 +31,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 SANDBOX_INVENTORY = "inventory/sandbox.py"
+
+from control.layout import HOST_MODULE  # noqa: E402  (REPO on sys.path first)
 
 
 def pytest_addoption(parser):
@@ -121,6 +125,25 @@ def host_tool(name: str, module: str):
     mod = importlib.util.module_from_spec(importlib.util.spec_from_loader(module, loader))
     loader.exec_module(mod)
     return mod
+
+
+@contextlib.contextmanager
+def reachable_dir(prefix: str, mode: int = 0o755):
+    """A fresh directory under /tmp that other users reach (pytest's tmp_path is root's, 0700), for
+    what a test runs as another user; removed after."""
+    top = Path(tempfile.mkdtemp(prefix=prefix))
+    top.chmod(mode)
+    try:
+        yield top
+    finally:
+        shutil.rmtree(top)
+
+
+def installed_tool(top: Path, name: str) -> Path:
+    """files/NAME and the shared host module copied into `top`, as install_root/bin holds them."""
+    for each in (name, HOST_MODULE):
+        shutil.copy(REPO / "files" / each, top / each)
+    return top / name
 
 
 def pyinfra(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess:

@@ -14,13 +14,13 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.bench.conftest import KEY, REPO
 from tests.bench.fake_openai import FakeOpenAI
+from tests.conftest import reachable_dir
 from tests.eval.conftest import eval_cmd, eval_env, right, wrong
 from tests.eval.test_eval_run import answering
 
@@ -56,10 +56,8 @@ def sandbox_failures(items: dict) -> dict:
 @pytest.fixture
 def world_dir():
     """A folder nobody can write in (pytest's tmp_path is root's, 0700)."""
-    d = Path(tempfile.mkdtemp(prefix="glm-flash-eval-"))
-    d.chmod(0o777)
-    yield d
-    shutil.rmtree(d)
+    with reachable_dir("glm-flash-eval-", 0o777) as d:
+        yield d
 
 
 def test_full_suite_three_times_reports_the_true_score(problems, bench_venv, world_dir):

@@ -10,16 +10,13 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from control import layout
 from roles.facts.model import check_as_owner
-from tests.conftest import REPO
+from tests.conftest import installed_tool, reachable_dir
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="needs root: it hands a tree to another user (CI runs as root)"
@@ -29,17 +26,14 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture
 def place():
     """A world-traversable directory with the tool (another user must reach both) and a tree."""
-    top = Path(tempfile.mkdtemp(prefix="glm-flash-owner-"))
-    top.chmod(0o755)
-    (top / "bin").mkdir(mode=0o755)
-    for name in ("glm-flash-model-fetch", layout.HOST_MODULE):
-        shutil.copy(REPO / "files" / name, top / "bin" / name)
-    tree = top / "model"
-    tree.mkdir()
-    (tree / "config.json").write_text("{}")
-    (tree / "model.safetensors").write_text("w")
-    yield top / "bin" / "glm-flash-model-fetch", tree
-    shutil.rmtree(top)
+    with reachable_dir("glm-flash-owner-") as top:
+        (top / "bin").mkdir(mode=0o755)
+        tool = installed_tool(top / "bin", "glm-flash-model-fetch")
+        tree = top / "model"
+        tree.mkdir()
+        (tree / "config.json").write_text("{}")
+        (tree / "model.safetensors").write_text("w")
+        yield tool, tree
 
 
 def owned_by(tree: Path, user: str) -> None:

@@ -14,17 +14,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from control import layout
-from tests.conftest import host_tool
+from tests.conftest import host_tool, installed_tool, reachable_dir
 
 FETCH = Path(layout.FILES) / "glm-flash-model-fetch"
 NOBODY = 65534
@@ -36,22 +34,15 @@ def installed():
     """The tool where any user may run it, as on a host (install_root/bin, 0755): started by root,
     `check` runs itself again as the tree's owner, who must reach it and the tree."""
     global FETCH
-    top = Path(tempfile.mkdtemp(prefix="glm-flash-walk-tool-"))
-    top.chmod(0o755)
-    for name in ("glm-flash-model-fetch", layout.HOST_MODULE):
-        shutil.copy(Path(layout.FILES) / name, top / name)
-    FETCH = top / "glm-flash-model-fetch"
-    yield
-    shutil.rmtree(top)
+    with reachable_dir("glm-flash-walk-tool-") as top:
+        FETCH = installed_tool(top, "glm-flash-model-fetch")
+        yield
 
 
 @pytest.fixture
 def base():
-    """A directory any user may traverse (pytest's own is root's, 0700), for the trees."""
-    top = Path(tempfile.mkdtemp(prefix="glm-flash-walk-"))
-    top.chmod(0o755)
-    yield top
-    shutil.rmtree(top)
+    with reachable_dir("glm-flash-walk-") as top:
+        yield top
 
 
 def tool():
