@@ -30,9 +30,10 @@ SUMMARY_ENV = "GLM_FLASH_SUMMARY_JSON"
 _STATE: list = []  # pyinfra's State of this run, kept for the exit hook (which runs outside its context)
 
 
-def endpoint(profile: Profile, address: str) -> str:
-    where = address if profile.listen_host in ("0.0.0.0", "::", "") else profile.listen_host
-    return f"http://{where}:{profile.port}/v1"
+def endpoint(listen_host: str, port: int, address: str, scheme: str = "http") -> str:
+    """Where clients reach a server listening on listen_host:port of the host known as `address`."""
+    where = address if listen_host in ("0.0.0.0", "::", "") else listen_host
+    return f"{scheme}://{where}:{port}/v1"
 
 
 def fleet_network(profile: Profile) -> str:
@@ -213,7 +214,8 @@ def gateway_apply(profile: Profile, address: str) -> None:
     _printed_at_exit()
     record = run_record.current()
     record.planned[host.name] = {
-        "endpoint": f"https://{address}:{profile.gateway_port}/v1 (TLS: the fleet's authority's ca.crt)",
+        "endpoint": endpoint(profile.gateway_listen_host, profile.gateway_port, address, "https")
+        + " (TLS: the fleet's authority's ca.crt)",
         "workers": ", ".join(profile.gateway_workers),
     }
     recorded(name="Summary: what this gateway serves", planned=record.planned[host.name], into=record.gathered)
@@ -223,7 +225,7 @@ def apply(profile: Profile) -> None:
     _printed_at_exit()
     record = run_record.current()
     record.planned[host.name] = {
-        "endpoint": endpoint(profile, host.data.dict().get("ssh_hostname") or host.name),
+        "endpoint": endpoint(profile.listen_host, profile.port, host.data.dict().get("ssh_hostname") or host.name),
         "model_name": profile.served_model_name,  # what clients send as "model" (README, Using the endpoint)
         "engine_set": profile.on_platform.engine_build(profile),
         "weights": profile.on_platform.weights,

@@ -195,12 +195,11 @@ def test_a_second_gateway_deploy_changes_nothing_and_its_summary_says_where_clie
     assert run.returncode == 0 and totals[-3:] == ["-", "-", totals[-4]], out[-2000:]
     # the gateway ran to its last operation: deployed, where its clients go, what stands behind it
     gw, _ = fleet
-    name, data = inventory()["gateway"][0]
+    name, _ = inventory()["gateway"][0]
     summary = out[out.rindex("--> Summary") :].splitlines()
     at = summary.index(f"    [{name}] deployed")
     said = summary[at + 1 : at + 3]
-    address = data.get("ssh_hostname") or name
-    assert said[0].startswith(f"        endpoint: https://{address}:{gw.gateway_port}/v1 (TLS"), summary
+    assert said[0].startswith(f"        endpoint: {base(gw)}/v1 (TLS"), summary  # where clients go
     assert said[1] == f"        workers: {', '.join(gw.gateway_workers)}", summary
 
 

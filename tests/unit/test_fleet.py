@@ -478,3 +478,13 @@ def test_the_summary_of_each_worker_says_what_the_fleets_traffic_crosses():
     assert fleet_network(build(*w[0])).startswith("loopback")
     host = {"result": "deployed", "refused": [], "skipped": [], "fleet_network": said}
     assert f"        fleet_network: {said}" in render({"gpu1": host}).splitlines()
+
+
+def test_the_gateways_summary_names_where_clients_go_as_a_workers_does():
+    """A gateway listening on every address is reached at its own; one listening on one address at
+    that address (the rule of the workers' endpoint, over TLS)."""
+    from roles.summary import endpoint
+
+    assert endpoint("0.0.0.0", 30000, "gw.lan", "https") == "https://gw.lan:30000/v1"
+    assert endpoint("10.0.0.2", 30000, "gw.lan", "https") == "https://10.0.0.2:30000/v1"
+    assert endpoint("::", 30000, "gw.lan") == "http://gw.lan:30000/v1"
