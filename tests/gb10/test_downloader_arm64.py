@@ -17,8 +17,9 @@ the amd64 build of systemd as PID 1), in the deploy's own steps:
 4. the installed downloader does its job: its native wheels load (hf_xet's Rust extension, PyYAML's
    C loader); then, the root booted, files/glm-flash-model-fetch downloads a small repo from a fake
    hub on loopback (sandbox/fake_hub.py) with that venv's python in the deploy's own download unit
-   (download_unit_text: the unit file, the downloader's user, the unit's sandbox), followed by
-   `glm-flash-job follow` and checked, as the deploy runs it;
+   (download_unit_text: the unit file, the downloader's user, the unit's sandbox), started by
+   `glm-flash-job start`, followed by `glm-flash-job follow` and checked as its owner (the tool
+   drops to that user through setpriv), as the deploy runs it;
 5. the broken case, what was sent before (the same lock's files chosen for x86_64): the host's uv
    refuses them for the downloader's python (a resolution, `--dry-run`).
 
@@ -56,7 +57,7 @@ from control import layout  # noqa: E402
 from control.engine_lock import Target  # noqa: E402
 from roles import model  # noqa: E402
 from roles.facts.accounts import Account  # noqa: E402
-from roles.facts.model import DownloaderMarker  # noqa: E402
+from roles.facts.model import DownloaderMarker, check_as_owner  # noqa: E402
 from roles.facts.system import HostPython  # noqa: E402
 from roles.operations import checkpoint, python  # noqa: E402
 from sandbox.fake_hub import FakeHub  # noqa: E402
@@ -177,10 +178,12 @@ def test_the_downloader_installs_and_runs_on_aarch64_from_the_wheels_chosen_for_
         args = ["download", "--dest", "/srv/model", "--repo", REPO_ID, "--revision", hub.commit]
         text = checkpoint.download_unit_text(USER, [python, tool, *args], "/srv/model", hub.endpoint, None, REPO_ID)
         (root / f"etc/systemd/system/{unit}.service").write_text(text)
+        # started, followed and checked by the deploy's own commands (the check drops to the owner)
+        checked = check_as_owner(tool, "/srv/model", REPO_ID, hub.commit).get_raw_value()
         r = machine.sh(
-            f"install -d -m 755 -o {USER} -g {USER} /srv/model && systemctl daemon-reload && systemctl start {unit}"
-            f" && python3 /usr/local/bin/glm-flash-job follow {unit}.service"
-            f" && python3 {tool} check --dest /srv/model --repo {REPO_ID} --revision {hub.commit}"
+            f"install -d -m 755 -o {USER} -g {USER} /srv/model && systemctl daemon-reload"
+            f" && python3 /usr/local/bin/glm-flash-job start {unit}.service"
+            f" && python3 /usr/local/bin/glm-flash-job follow {unit}.service && {checked}"
         )
         assert r.returncode == 0, r.stdout + r.stderr
         assert len(hub.downloads()) == len(files)
