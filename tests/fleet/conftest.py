@@ -62,7 +62,29 @@ def shown(out: str) -> str:
     """A failed run's output for the assertion: every line of it that says error or failed (a
     host's error may come long before the tail, behind another host's output), then its tail."""
     flagged = [line for line in out.splitlines() if "rror" in line or "failed" in line.lower()]
-    return "lines with an error:\n" + "\n".join(flagged)[-4000:] + "\n\nthe output's end:\n" + out[-5000:]
+    return (
+        "lines with an error:\n"
+        + "\n".join(flagged)[-4000:]
+        + "\n\nthe output's end:\n"
+        + out[-5000:]
+        + "\n\nthe peer servers' last lines:\n"
+        + servers_logs()
+    )
+
+
+def servers_logs() -> str:
+    """Each running machine's peer servers (glm-flash-peer serve, the deploy's transient units), their
+    journal's last lines with times: a receiver's "connection refused" says nothing of why a server
+    was gone. Asked only when an assertion fails."""
+    nodes = REPO / ".sandbox" / "fleet" / "nodes.json"
+    out = []
+    for node in json.loads(nodes.read_text()) if nodes.exists() else []:
+        r = ssh(
+            node["name"],
+            "journalctl -u 'glm-flash-peer-serve-*' -o short-precise --no-pager -n 15 2>&1 | cut -c1-300",
+        )
+        out.append(f"[{node['name']}]\n{r.stdout}{r.stderr}")
+    return "\n".join(out)
 
 
 def ssh(node: str, command: str, stdin: str | None = None) -> subprocess.CompletedProcess:
