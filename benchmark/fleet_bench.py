@@ -101,7 +101,7 @@ def run(workers: list[str], fresh: list[str] | None = None) -> dict:
         for unit in ("artifacts", "glm-flash-model-download"):
             sent = ssh(
                 node,
-                f"journalctl -u glm-flash-peer-serve-{unit} --since @{since} -o cat --no-pager "
+                f"journalctl -u 'glm-flash-peer-serve-{unit}-*' --since @{since} -o cat --no-pager "
                 "| grep -F 'sent ' | tail -n 1 || true",
             )
             n += int(sent.split()[2]) if sent.startswith("glm-flash-peer: sent") else 0

@@ -19,6 +19,7 @@ Failure mode: code that runs with no pyinfra context (an atexit hook) must name 
 
 from __future__ import annotations
 
+import secrets
 import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ class Record:
     engine_roll: Any = None
     # transfer set name -> its random token, shared by the set's servers and receivers (roles/fleet/artifacts.py)
     peer_tokens: dict[str, Any] = field(default_factory=dict)
+    # this run's own tag in its peer servers' unit names (roles/fleet/artifacts.py server_unit)
+    run_tag: str = field(default_factory=lambda: secrets.token_hex(4))
     # checkpoint path -> the seed's verified marker, read on a receiving worker (roles/operations/fleet_transfer.py)
     relayed: dict[str, str] = field(default_factory=dict)
     # host name -> the profile values the summary names / what its last operation read (roles/summary.py)

@@ -47,7 +47,7 @@ from roles.operations.job import name_released
 from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
 
-UNIT = "glm-flash-peer-serve"  # -<name> of the set
+UNIT = "glm-flash-peer-serve"  # -<name of the set>-<run's tag> (server_unit)
 IDLE_S = 120  # a server with no request for this long stops itself (a killed deploy leaves none)
 # The longest a server lives: one copy of 306 GiB at 1 Gbit/s takes about 45 min; a transfer cut
 # here fails its run, and the next run resumes it (aria2 keeps what it received).
@@ -152,6 +152,14 @@ def token_placed(profile: Profile, name: str) -> None:
     )
 
 
+def server_unit(name: str) -> str:
+    """The peer server's unit name for the set `name` in this run: a name of its own each run. systemd
+    257 was seen holding a stopped server's name for about 135 s (stop and reset-failed did not free
+    it) while the next run waited to take it, and meanwhile another worker's server, started on time,
+    stopped itself for want of a request; a fresh name is never held."""
+    return f"{UNIT}-{name}-{run_record.current().run_tag}"
+
+
 def serving(
     unit: str,
     tool: str,
@@ -171,7 +179,7 @@ def serving(
     props.append("IPAddressAllow=" + " ".join(allow))
     allowed = "".join(f" --allow {q(a)}" for a in allow)
     return [
-        f"{name_released(unit + '.service')} && since=$(date +%s) && "
+        "since=$(date +%s) && "
         f"systemd-run -q --collect --service-type=exec --unit {unit} "
         + " ".join(f"-p {q(p)}" for p in props)
         + f" -- /usr/bin/python3 {q(tool)} serve {q(root)} {q(mfile)} --bind {q(bind)} --port {PEER_PORT}"
@@ -180,17 +188,19 @@ def serving(
 
 
 def listening(unit: str, bind: str, port: int, timeout: int = LISTEN_S) -> str:
-    """Shell that returns once the server's socket listens (ss, the kernel's own table), so no
-    receiver of this run meets a server still starting: `--service-type=exec` returns once Python
-    is running, before it binds (a receiver found a worker's port closed for 30 s on a loaded CI
-    machine). A server that ended first fails the operation with its own journal lines; one still
-    not listening after `timeout` seconds fails it too. (Readiness by sd_notify would need AF_UNIX,
-    which the server's sandbox denies.)"""
+    """Shell that returns once the unit's own process listens on the address (ss, the kernel's own
+    table, with the socket's process), so no receiver of this run meets a server still starting:
+    `--service-type=exec` returns once Python is running, before it binds (a receiver found a
+    worker's port closed for 30 s on a loaded CI machine). Another process's socket on the address
+    does not count: the server then fails to bind, and the operation fails with its log instead of
+    passing on a listener that is not ours. A server that ended first fails the operation with its
+    own journal lines; one still not listening after `timeout` seconds fails it too. (Readiness by
+    sd_notify would need AF_UNIX, which the server's sandbox denies.)"""
     where = shlex.quote(f"[{bind}]:{port}" if ":" in bind else f"{bind}:{port}")
     why = f"glm-flash: the peer server {unit}"
     log = f"journalctl -u {unit} --since @$since -o cat --no-pager >&2"
     return (
-        f"n=0; until ss -Hltn src {where} | grep -q .; do "
+        f"n=0; until ss -Hltnp src {where} | grep -qF \"pid=$(systemctl show -P MainPID {unit}.service),\"; do "
         f"if ! systemctl -q is-active {unit}.service; then "
         f"echo '{why} ended before it listened on '{where}': its log:' >&2; journalctl --sync; {log}; exit 1; fi; "
         f"n=$((n + 1)); [ $n -le {timeout * 5} ] || {{ echo '{why} does not listen on '{where}' after {timeout} s' >&2; "
@@ -260,7 +270,7 @@ def apply(profile: Profile, entries: list[Entry], name: str = "artifacts", root:
         return
     root, first = root or profile.install_root, workers[0]
     fleet_dir, bin_dir = layout.fleet_dir(profile), layout.bin_dir(profile)
-    tool, mfile, unit = layout.tool(profile, "glm-flash-peer"), f"{fleet_dir}/{name}.txt", f"{UNIT}-{name}"
+    tool, mfile, unit = layout.tool(profile, "glm-flash-peer"), f"{fleet_dir}/{name}.txt", server_unit(name)
     paths.directory(name="Fleet directory", path=fleet_dir, mode="755")
     paths.directory(name="Host tools directory", path=bin_dir, mode="755")
     host_tool("glm-flash-peer", bin_dir)

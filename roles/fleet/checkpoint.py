@@ -24,11 +24,11 @@ from control.fleet import PEER_PORT
 from control.profile import Profile
 from roles import model
 from roles.fleet.artifacts import (
-    UNIT,
     address,
     idle_seconds,
     ips,
     reached,
+    server_unit,
     serving,
     stopping,
     token_path,
@@ -73,7 +73,7 @@ def copied(
     tool, peer = layout.tool(profile, "glm-flash-model-fetch"), layout.tool(profile, "glm-flash-peer")
     host_tool("glm-flash-peer", layout.bin_dir(profile))
     fleet_dir = layout.fleet_dir(profile)
-    serve_unit, mfile, tfile = f"{UNIT}-{unit}", f"{fleet_dir}/{unit}.txt", token_path(profile, unit)
+    serve_unit, mfile, tfile = server_unit(unit), f"{fleet_dir}/{unit}.txt", token_path(profile, unit)
     if host in sources or host in receivers:
         token_placed(profile, unit)
     allow = sorted({ip for r in receivers for ip in ips(r)})

@@ -108,7 +108,9 @@ def test_workers_get_the_artifacts_once_from_outside_and_from_the_seed(fleet_up)
     uploads = [line for line in out.splitlines() if "Starting operation: From the control machine:" in line]
     assert len(uploads) == 25, out[-3000:]
     assert out.count(f"[{workers[0]}] Success") >= 25 and f"[{workers[1]}] Success" in out
-    sent = ssh(workers[0], "journalctl -u glm-flash-peer-serve-artifacts -o cat --no-pager | grep -F sent | tail -n 1")
+    sent = ssh(
+        workers[0], "journalctl -u 'glm-flash-peer-serve-artifacts-*' -o cat --no-pager | grep -F sent | tail -n 1"
+    )
     size = int(ssh(workers[0], f"du -sb {DIR}").split()[0])
     # Every copy came from the seed (the only holder of fresh files); what aria2 dropped of a
     # connection it closed counts too (up to a few percent).

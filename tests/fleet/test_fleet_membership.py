@@ -45,9 +45,11 @@ def changes(out: str) -> list[str]:
 
 
 def sent(node: str, unit: str, since: str) -> int:
-    """What the node's server of `unit` sent in this run (its last `sent N bytes` line)."""
+    """What the node's server of `unit` sent in this run (its last `sent N bytes` line; each run's
+    server has a unit name of its own, glm-flash-peer-serve-<set>-<run's tag>)."""
     line = ssh(
-        node, f"journalctl -u {SERVE}-{unit} --since @{since} -o cat --no-pager | grep -F 'sent ' | tail -n 1 || true"
+        node,
+        f"journalctl -u '{SERVE}-{unit}-*' --since @{since} -o cat --no-pager | grep -F 'sent ' | tail -n 1 || true",
     )
     return int(line.split()[2]) if line.startswith("glm-flash-peer: sent") else 0
 

@@ -60,3 +60,28 @@ def test_a_server_that_never_listens_fails_the_operation_after_the_wait():
     rc, out = started("import time; time.sleep(300)", timeout=2)
     assert rc == 1, out
     assert f"does not listen on 127.0.0.1:{port('webhook')} after 2 s" in out, out
+
+
+def test_another_process_on_the_address_is_not_taken_for_the_server():
+    # A socket that is not the unit's (here a second unit's, as a server of an earlier run that outlived
+    # its stop would be) holds the address: the server cannot bind and ends. A wait that counted any
+    # listener returned 0 here, and the receivers then met that other socket, or none once it closed.
+    squatter = f"{UNIT}-squatter"
+    sandbox_sh(
+        f"systemd-run -q --collect --service-type=exec --unit {squatter} -- python3 -c "
+        + shlex.quote(
+            f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port('webhook')})); s.listen(); "
+            "time.sleep(300)"
+        )
+        + f" && until ss -Hltn src 127.0.0.1:{port('webhook')} | grep -q .; do sleep 0.2; done"
+    )
+    try:
+        rc, out = started(
+            f"import socket; s = socket.socket(); s.bind(('127.0.0.1', {port('webhook')})); s.listen(); "
+            "import time; time.sleep(300)"
+        )
+    finally:
+        sandbox_sh(f"systemctl stop {squatter} 2>/dev/null; true")
+    assert rc == 1, f"a listener that is not the unit's was taken for the server: {out!r}"
+    assert f"glm-flash: the peer server {UNIT} ended before it listened on 127.0.0.1:{port('webhook')}" in out, out
+    assert "Address already in use" in out, f"the server's own lines are not shown: {out!r}"

@@ -344,6 +344,23 @@ def test_the_peer_server_unit_is_unprivileged_and_its_token_is_no_argument():
     assert stopping("u", "/t/x.token")[0].startswith("rm -f /t/x.token; systemctl stop u")
 
 
+def test_each_run_starts_its_servers_under_names_of_its_own():
+    """A run's peer servers are glm-flash-peer-serve-<set>-<run's tag>: the same name from start to
+    stop within the run, another in the next run. systemd 257 held a stopped server's fixed name for
+    about 135 s on the fleet sandbox; the next run waited for it while another worker's server
+    stopped itself for want of a request, and the receiver failed (seen in CI)."""
+    from control import run_record
+    from roles.fleet.artifacts import UNIT, server_unit
+
+    run_record.reset()
+    first = server_unit("artifacts")
+    assert first == server_unit("artifacts") and first.startswith(f"{UNIT}-artifacts-")
+    assert server_unit("glm-flash-model-download") != first
+    run_record.reset()
+    assert server_unit("artifacts") != first
+    assert re.fullmatch(r"[a-zA-Z0-9:_.\\-]+", first) and len(first) < 100  # a valid unit name
+
+
 def ip_workers(n=2, **extra):
     return [(f"gpu{i}.invalid", {**WORKER, "ssh_hostname": f"10.0.0.{10 + i}", **extra}) for i in range(1, n + 1)]
 
