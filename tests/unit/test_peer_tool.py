@@ -6,8 +6,10 @@ installs here); without it these tests fail, they do not skip.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
+import socket
 import subprocess
 import sys
 import threading
@@ -394,43 +396,43 @@ def test_a_fetch_reads_its_token_from_a_unit_credential(seed, tmp_path):
     assert r.returncode == 0 and "received 5300 bytes in 2 of 2 files" in r.stdout, r.stderr
 
 
+@contextlib.contextmanager
+def nothing_listens():
+    """The URL of a gone server: a port held bound and never listening while the test runs (connection
+    refused), so no other program can take it meanwhile."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
 def test_a_holder_whose_server_is_gone_is_left_out_when_the_others_hold_everything(seed, tmp_path):
     """Seen in CI: one worker's server stopped by its idle time while the deploy waited on another
     worker's start; the receiver failed although the other holder had every file."""
-    import socket
-
     url, manifest, src = seed
-    with socket.socket() as s:  # a port nothing listens on: the gone server's
-        s.bind(("127.0.0.1", 0))
-        gone = f"http://127.0.0.1:{s.getsockname()[1]}"
-    r = fetch(tmp_path, tmp_path / "d", manifest, gone, url)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert f"{gone}: connection refused (no server); taking its files from the others" in r.stdout, r.stdout
-    assert (tmp_path / "d" / "wheels/a.whl").read_bytes() == (src / "wheels/a.whl").read_bytes()
-    # With no server anywhere the fetch fails and says where nothing answered.
-    r = fetch(tmp_path, tmp_path / "e", manifest, gone)
+    with nothing_listens() as gone:
+        r = fetch(tmp_path, tmp_path / "d", manifest, gone, url)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"{gone}: connection refused (no server); taking its files from the others" in r.stdout, r.stdout
+        assert (tmp_path / "d" / "wheels/a.whl").read_bytes() == (src / "wheels/a.whl").read_bytes()
+        # With no server anywhere the fetch fails and says where nothing answered.
+        r = fetch(tmp_path, tmp_path / "e", manifest, gone)
     assert r.returncode != 0 and f"no server answers at {gone} (connection refused)" in r.stderr, r.stderr
     assert not (tmp_path / "e" / "wheels/a.whl").exists()
 
 
 def test_a_file_only_a_gone_server_held_fails_the_fetch_and_says_which(tmp_path):
-    import socket
-
     a = tmp_path / "a"
     a.mkdir()
     manifest = tmp_path / "m.txt"
     manifest.write_text(make(a, {"x.bin": b"x" * 3000}))
     b = tmp_path / "b"
     b.mkdir()
-    (b / "other").write_text("")
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     holder_of_nothing = Server(b, empty, tmp_path)  # answers, holds none of the manifest
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        gone = f"http://127.0.0.1:{s.getsockname()[1]}"
     try:
-        r = fetch(tmp_path, tmp_path / "d", manifest, holder_of_nothing.url, gone)
+        with nothing_listens() as gone:
+            r = fetch(tmp_path, tmp_path / "d", manifest, holder_of_nothing.url, gone)
     finally:
         holder_of_nothing.stop()
     assert r.returncode != 0, r.stdout + r.stderr
