@@ -381,6 +381,7 @@ class PytestRun:
         self.seconds = 0.0
         self.proc: subprocess.Popen | None = None
         self.skipped = ""  # why it never started
+        self.cpu: Path | None = None  # the cgroup.procs it runs in (cpu_split), None: the session's
         self.waiter = threading.Thread(target=self._wait, name=label, daemon=True)
 
     def start(self, error: str = "") -> None:
@@ -391,8 +392,9 @@ class PytestRun:
             return
         self.began = time.monotonic()
         with open(self.log, "w") as log:
+            pytest_args = ["-p", "no:cacheprovider", "--durations=10", *self.args, *self.nodeids]
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--durations=10", *self.args, *self.nodeids],
+                in_cpu_group(self.cpu, [sys.executable, "-m", "pytest", *pytest_args]),
                 cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
                 env=dict(os.environ, PYTHONUNBUFFERED="1", **self.env),
             )  # fmt: skip
@@ -444,6 +446,7 @@ class CheckoutRun:
         self.seconds = 0.0
         self.proc: subprocess.Popen | None = None
         self.stopped = False
+        self.cpu: Path | None = None  # the cgroup.procs its steps run in (cpu_split), None: the session's
         self.thread = threading.Thread(target=self._run, name="served-tests", daemon=True)
         # its own ports (a second clone picks its own): none of this checkout's pinned ones
         self.env = {k: v for k, v in os.environ.items() if not k.endswith("_PORT") or not k.startswith("GLM_FLASH_")}
@@ -451,7 +454,13 @@ class CheckoutRun:
 
     def _step(self, args: list[str], log) -> int:
         self.proc = subprocess.Popen(
-            args, cwd=self.root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=self.env
+            in_cpu_group(self.cpu, args),
+            cwd=self.root,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=self.env,
         )
         return self.proc.wait()
 
@@ -524,7 +533,7 @@ def served(session) -> None:
 
 def background(session) -> None:
     """Move the items of BACKGROUND's modules that need no session sandbox into a pytest of their own,
-    started now, when others remain."""
+    when others remain (pytest_collection_finish starts it)."""
     moved = [
         item
         for item in session.items
@@ -535,7 +544,6 @@ def background(session) -> None:
     run = PytestRun("background tests", ".background-tests.log", [item.nodeid for item in moved], env=BACKGROUND_ENV)
     session.config._glm_flash_background = run
     session.items[:] = [item for item in session.items if item not in moved]
-    run.start()
 
 
 # tests/fleet: in a run that builds the session's sandbox and has other tests too, in a pytest of
@@ -556,6 +564,58 @@ def fleet(session) -> None:
     session.items[:] = [item for item in session.items if item not in moved]
 
 
+# CPU for the run's longest path. On CI's 2 cores the session's chain (the sandbox build, then
+# tests/host and tests/sandbox on it) sets the run's length; the runs beside it end minutes before
+# it. With the CPU shared evenly the chain waits behind them while the CPU is full, then runs alone
+# on a half-idle machine: a cold run of 9d608fc used 52 core-minutes in 33 minutes, most of its last
+# 9 idle. Where the cgroup v1 cpu controller is there and writable (root on CI's machine), the
+# session and all it starts (its sandbox's machine too: nspawn's processes stay in the caller's cpu
+# group) run with CPU_SHARES["session"], the runs beside it and their machines with
+# CPU_SHARES["side"]: the chain is served first while the CPU is full, the side runs take the rest.
+# Elsewhere (cgroup v2, not root) nothing changes; the summary says which.
+CPU_ROOT = Path("/sys/fs/cgroup/cpu")
+CPU_GROUP = "glm-flash-tests"
+CPU_SHARES = {"session": 2048, "side": 1024}
+
+
+def cpu_groups(root: Path = CPU_ROOT) -> dict[str, Path]:
+    """{name: its cgroup.procs} for CPU_SHARES' groups under root/CPU_GROUP, made now; {} when root
+    is not a cgroup v1 cpu controller this process may write."""
+    if not (root / "cpu.shares").is_file() or not os.access(root, os.W_OK):
+        return {}
+    groups = {}
+    try:
+        top = root / CPU_GROUP
+        top.mkdir(exist_ok=True)
+        for name, shares in CPU_SHARES.items():
+            (top / name).mkdir(exist_ok=True)
+            (top / name / "cpu.shares").write_text(f"{shares}\n")
+            groups[name] = top / name / "cgroup.procs"
+    except OSError:
+        return {}
+    return groups
+
+
+def in_cpu_group(procs: Path | None, cmd: list[str]) -> list[str]:
+    """`cmd`, moved into the cgroup whose cgroup.procs is `procs` before it runs (as it is for None).
+    A shell writes its own pid, then execs: nothing of cmd runs before the move."""
+    if procs is None:
+        return cmd
+    return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs), *cmd]
+
+
+def cpu_split(config) -> None:
+    """With runs beside the session: the session into the "session" group, each side run's `cpu` the
+    "side" group (cpu_groups); the summary says what was done."""
+    runs = side_runs(config)
+    groups = cpu_groups() if runs else {}
+    if groups:
+        groups["session"].write_text(f"{os.getpid()}\n")
+        for run in runs:
+            run.cpu = groups["side"]
+    config._glm_flash_cpu = groups
+
+
 def pytest_collection_finish(session):
     if session.config.getoption("collectonly"):
         return
@@ -564,6 +624,9 @@ def pytest_collection_finish(session):
     fleet(session)
     served(session)
     config = session.config
+    cpu_split(config)
+    if getattr(config, "_glm_flash_background", None) is not None:
+        config._glm_flash_background.start()
     after = [
         run for run in (getattr(config, "_glm_flash_fleet", None), getattr(config, "_glm_flash_served", None)) if run
     ]
@@ -630,6 +693,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.section("time per directory")
     for name in sorted(_WALL, key=lambda d: ORDER.index(d) if d in ORDER else len(ORDER)):
         terminalreporter.write_line(f"{name:>10}  {_WALL[name] / 60:6.1f} min")
+    groups = getattr(config, "_glm_flash_cpu", None)
+    if groups:
+        shares = ", ".join(f"{name} {n}" for name, n in CPU_SHARES.items())
+        terminalreporter.write_line(f"(cpu shares, cgroup v1 {CPU_ROOT / CPU_GROUP}: {shares})")
+    elif groups is not None and side_runs(config):
+        terminalreporter.write_line(f"(cpu shares: even; no writable cgroup v1 cpu controller at {CPU_ROOT})")
     build = getattr(config, "_glm_flash_build", None)
     if build is not None and build.seconds:
         terminalreporter.write_line(f"{'(sandbox build, in the background)':>10}  {build.seconds / 60:6.1f} min")
