@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 
 import pytest
 
@@ -93,7 +94,16 @@ def test_killed_midway_through_the_checkpoint_download(converged):
     sandbox_sh("rm -f " + " ".join(f"{path}/{shlex.quote(s)}" for s in shards))
     with FakeHub(info["repo"], files, commit=info["commit"], rate=2.0) as slow:
         slow_data = (f"hf_endpoint={slow.endpoint}", "download_progress_s=1")
-        deploy_killed_at("Download of ", 4.0, *slow_data)
+
+        def inside_a_shard() -> None:
+            """Until the slow hub has sent a shard's first byte (the unit's start, its imports and the
+            metadata asks come first: a fixed delay after the operation's line missed them once)."""
+            deadline = time.monotonic() + 600
+            while not any(slow.served.get(n, 0) for n in shards):
+                assert time.monotonic() < deadline, f"no shard was asked for in 600 s: {slow.requests}"
+                time.sleep(0.2)
+
+        deploy_killed_at("Download of ", 1.0, *slow_data, until=inside_a_shard)
         assert sandbox_sh("systemctl is-active glm-flash-model-download.service", check=False).stdout.strip() == (
             "active"
         ), "the kill did not land while the download ran"
