@@ -15,7 +15,7 @@ UNIT_GLOB = "glm-flash*"  # every unit of ours: the service, its GPU gate, the g
 @dataclass(frozen=True)
 class Found:
     paths: frozenset[str] = frozenset()
-    units: frozenset[str] = frozenset()  # loaded or with a unit file
+    units: frozenset[str] = frozenset()  # with a unit file, or loaded and not merely a name (below)
     users: frozenset[str] = frozenset()
     groups: frozenset[str] = frozenset()
     not_root_owned: frozenset[str] = frozenset()  # of the `owned` directories asked about
@@ -41,9 +41,10 @@ class Leftovers(ParsedFact):
             )
         glob = q(UNIT_GLOB)
         parts.append(
-            f"{{ systemctl list-units --all --plain --no-legend {glob}; "
-            f"systemctl list-unit-files --plain --no-legend {glob}; }} 2>/dev/null | awk '{{print \"unit \" $1}}'"
+            f"systemctl list-units --all --plain --no-legend {glob} 2>/dev/null"
+            " | awk '{print \"loaded \" $1 \" \" $2 \" \" $3}'"
         )
+        parts.append(f"systemctl list-unit-files --plain --no-legend {glob} 2>/dev/null | awk '{{print \"unit \" $1}}'")
         return "; ".join(f"{{ {p}; }}" for p in parts) + "; true"
 
     @staticmethod
@@ -55,7 +56,14 @@ class Leftovers(ParsedFact):
         kinds: dict[str, set[str]] = {k: set() for k in ("path", "unit", "user", "group", "owned", "link")}
         for line in lines:
             kind, _, value = line.strip().partition(" ")
-            if kind in kinds and value:
+            if kind == "loaded":
+                # NAME LOAD ACTIVE. A unit with no file that does not run (not-found inactive) is only
+                # a name systemd holds while something refers to it, until it collects it: nothing to
+                # stop, disable or reset, so no change for a second uninstall to report.
+                name, load, active = (value.split() + ["", ""])[:3]
+                if name and (load, active) != ("not-found", "inactive"):
+                    kinds["unit"].add(name)
+            elif kind in kinds and value:
                 kinds[kind].add(value)
         return Found(
             frozenset(kinds["path"]),

@@ -93,7 +93,10 @@ def test_leftovers_parse_what_the_host_answers():
         [
             "path /opt/glm-flash",
             "unit glm-flash.service",
-            "unit glm-flash-job-engine-build.service",
+            "loaded glm-flash-job-engine-build.service loaded failed",
+            "loaded glm-flash-notify@glm-flash.service.service not-found inactive",  # a name only
+            "loaded glm-flash-gpu.service not-found failed",  # file gone, still failed: reset it
+            "loaded glm-flash-gpu-metrics.service not-found activating",  # file gone, still running
             "user glm-flash",
             "group glm-flash-fetch",
             "owned /srv/models/GLM-5.3-Flash",
@@ -102,7 +105,12 @@ def test_leftovers_parse_what_the_host_answers():
         ]
     )
     assert found.paths == {"/opt/glm-flash"} and found.links == {"/usr/local/sbin/glm-flash-rollback"}
-    assert found.units == {"glm-flash.service", "glm-flash-job-engine-build.service"}
+    assert found.units == {
+        "glm-flash.service",
+        "glm-flash-job-engine-build.service",
+        "glm-flash-gpu.service",
+        "glm-flash-gpu-metrics.service",
+    }
     assert found.users == {"glm-flash"} and found.groups == {"glm-flash-fetch"}
     assert found.not_root_owned == {"/srv/models/GLM-5.3-Flash"}
     assert Leftovers.parse([]) == Leftovers.default()
