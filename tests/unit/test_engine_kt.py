@@ -177,7 +177,7 @@ def test_converged_ops_say_why_they_do_nothing():
 
 def test_plan_names_the_env_and_refuses_a_cudnn_the_lock_does_not_pin():
     p = build("h", {"require_gpu": False})
-    env, _, pins = plan(p, "f" * 64)
+    env, pins = plan(p, "f" * 64)
     assert env.startswith("0.7.0.post1-") and len(env) == len("0.7.0.post1-") + 12
     assert plan(p, "e" * 64)[0] != env  # another interpreter: another env
     assert plan(build("h", {"require_gpu": False, "engine_set": "0.7.2"}), "f" * 64)[0].startswith("0.7.2-")
@@ -324,7 +324,7 @@ def test_the_artifacts_are_the_same_list_whether_the_interpreter_is_installed_or
     wheel.write_bytes(b"w")
     art = SimpleNamespace(path=archive, name="cpython-3.11.7-abc", sha256="a" * 64)
     monkeypatch.setattr(kt.interpreter, "artifact", lambda profile: art)
-    monkeypatch.setattr(kt, "plan", lambda profile, sha: (None, None, ["pin"]))
+    monkeypatch.setattr(kt, "plan", lambda profile, sha: (None, ["pin"]))
     monkeypatch.setattr(kt, "fetch", lambda pins: [wheel])
     lists = []
     for installed in (None, "a" * 64):  # what the host's PythonArtifact fact would say

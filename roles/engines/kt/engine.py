@@ -28,14 +28,11 @@ import functools
 from pyinfra import host
 
 from control import layout
-from control.engine_lock import PYPI_SIMPLE, LockError, cached, env_id, fetch, load_lock, lock_path, pin_of
+from control.engine_lock import PYPI_SIMPLE, LockError, env_id, fetch, load_lock, lock_path, pin_of
 from control.patch_sets import PatchSetError
 from control.profile import Profile, refuse
-from control.pypi_cache import FetchError
-from control.report import skipped
-from control.run import dry_run
 from pyinfra_ext import memo
-from roles.engines import common, flag_check, interpreter
+from roles.engines import common, interpreter
 from roles.engines.kt import launch, patches, triton_configs
 from roles.facts.system import NumaNodes
 from roles.operations import sandboxing
@@ -49,8 +46,8 @@ def _lock(engine_set: str, stamp: tuple) -> tuple[bytes, list]:
     return load_lock(engine_set)
 
 
-def plan(profile: Profile, python_sha256: str) -> tuple[str, bytes, list]:
-    """(env name, lock bytes, pins) for the profile; refuses a lock that contradicts it."""
+def plan(profile: Profile, python_sha256: str) -> tuple[str, list]:
+    """(env name, pins) for the profile; refuses a lock that contradicts it."""
     path = lock_path(profile.engine_set)
     st = path.stat() if path.exists() else None
     data, pins = _lock(profile.engine_set, (str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns) if st else ())
@@ -68,79 +65,47 @@ def plan(profile: Profile, python_sha256: str) -> tuple[str, bytes, list]:
                 f"{lock_path(profile.engine_set).name}: {name} is {p.version if p else 'missing'}, "
                 f"expected {profile.engine_set}; regenerate it with make engine-locks"
             )
-    return env_id(profile.engine_set, data, python_sha256), data, pins
+    return env_id(profile.engine_set, data, python_sha256), pins
 
 
 def artifacts(profile: Profile) -> list[common.Upload]:
-    """What apply() uploads from the control machine: the engine's CPython archive and the lock's
-    wheels, the same list on every host (a fleet's transfer list, roles/fleet/artifacts.py)."""
+    """What apply() uploads from the control machine (common.uploads): the same list on every host
+    (a fleet's transfer list, roles/fleet/artifacts.py)."""
     art = interpreter.artifact(profile)
-    _, _, pins = plan(profile, art.sha256)
-    # The same on every host, installed or not: the archive is kept (0644) after it is unpacked
-    # (files/glm-flash-engine), so a worker added to a fleet later gets it from the others (#22).
-    out = [common.Upload(art.path, "644", f"python/.{art.name}.tar.gz", art.sha256)]
-    return out + [common.Upload(w, "644", f"engine/wheelhouse/{w.name}") for w in fetch(pins)]
-
-
-def _wheels(profile: Profile, pins: list) -> list:
-    """The lock's files in the control machine's cache: fetched now, or in a dry run only the
-    ones already there (the rest is reported, nothing is fetched)."""
-    if not dry_run():
-        return fetch(pins)
-    have, missing = cached(pins)
-    if missing:
-        skipped(
-            f"fetching {len(missing)} of {len(pins)} engine files",
-            f"dry run: the real run fetches them from {PYPI_SIMPLE} into the cache",
-        )
-    return have
+    return common.uploads(art, fetch(plan(profile, art.sha256)[1]))
 
 
 def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResult:
     """checkpoint_ready(): waits for the checkpoint (roles/model.py ready), before the new environment is checked
     and switched to (the service then starts on it)."""
-    art = interpreter.apply(profile)  # the interpreter the environment is built with
-    try:
-        env, _, pins = plan(profile, art.sha256 if art else "")
-        wheels = _wheels(profile, pins)
-    except LockError as e:
-        refuse("engine_set", str(e), "regenerate the locks with `make engine-locks`, or pick another engine_set")
-    except FetchError as e:
-        refuse(
-            "engine_set",
-            str(e),
+    env, pins = common.built_offline(
+        profile,
+        profile.engine_set,
+        functools.partial(plan, profile),
+        fetch,
+        "engine_set",
+        (
+            "regenerate the locks with `make engine-locks`, or pick another engine_set",
             "check this machine's network access to that address (GLM_FLASH_PYPI_SIMPLE names a mirror), "
             "then run the deploy again",
-        )
-    if art is None:
-        env = f"{profile.engine_set}-(interpreter not packed yet)"
-    env_dir = common.env_dir(profile, env)
-    common.built_offline(profile, env, pins, wheels, art)
-    # uv runs the new environment's python: in the build's sandbox, writing that environment only
-    pin_job = {
-        "tool": common.engine_tool(profile),
-        "uv": layout.host_uv(profile),
-        "job_tool": layout.tool(profile, "glm-flash-job"),
-        "sandbox": sandboxing.root_job([env_dir]),
-    }
-    cudnn = pin_of(pins, "nvidia-cudnn-cu12")
-    pin_asserted(
-        name=f"nvidia-cudnn-cu12=={cudnn.version} in {env}",
-        env=env,
-        package=cudnn.name,
-        version=cudnn.version,
-        **pin_job,
+        ),
+        f" from {PYPI_SIMPLE} into the cache",
     )
-    kt = pin_of(pins, "transformers-kt")
-    if kt:
-        pin_asserted(
-            name=f"transformers-kt=={kt.version} owns transformers/ in {env}",
-            env=env,
-            package=kt.name,
-            version=kt.version,
-            owns="transformers",
-            **pin_job,
-        )
+    env_dir = common.env_dir(profile, env)
+    for pin, owns in ((pin_of(pins, "nvidia-cudnn-cu12"), None), (pin_of(pins, "transformers-kt"), "transformers")):
+        if pin:
+            pin_asserted(
+                name=f"{pin.requirement}{f' owns {owns}/' if owns else ''} in {env}",
+                env=env,
+                package=pin.name,
+                version=pin.version,
+                owns=owns,
+                tool=common.engine_tool(profile),
+                uv=layout.host_uv(profile),
+                job_tool=layout.tool(profile, "glm-flash-job"),
+                # uv runs the new environment's python: in the build's sandbox, writing that environment only
+                sandbox=sandboxing.root_job([env_dir]),
+            )
     try:
         patches.apply(profile, env_dir, pin_of(pins, "sglang-kt").version)
         triton = pin_of(pins, "triton")
@@ -155,6 +120,4 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
     # The new environment's own parser accepts the flags before it becomes `current`;
     # the service then runs exactly this spec through current/.
     spec = launch.launch_spec(profile, memo.fact(host, NumaNodes))
-    flag_check.apply(profile, {**spec, "python": f"{env_dir}/bin/python"})
-    common.switch(profile, env)
-    return common.EngineResult(env, env_dir, spec, launch.kt_env(profile, tuned))
+    return common.switched(profile, env, spec, launch.kt_env(profile, tuned))

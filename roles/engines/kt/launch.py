@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from control.layout import engine_python
 from control.profile import Profile
-from roles.engines.common import serving_args, with_extra_args
+from roles.engines import common
 from roles.engines.kt.triton_configs import moe_env
 from roles.toolkit import toolkit_env
 
@@ -23,7 +22,7 @@ def kt_args(profile: Profile, numa_nodes: int) -> list[str]:
     return [
         "--model-path",
         p.model_path,
-        *serving_args(p),
+        *common.serving_args(p),
         "--tp-size",
         str(p.tp_size),
         "--kt-method",
@@ -67,13 +66,4 @@ def kt_env(profile: Profile, tuned: Sequence = ()) -> dict[str, str]:
 
 
 def launch_spec(profile: Profile, numa_nodes: int) -> dict:
-    """What files/glm-flash-launch reads: which python, which module, which flags. The API key
-    is added in-process (never in argv)."""
-    return {
-        "python": engine_python(profile),
-        "module": SGLANG_MODULE,
-        "args": with_extra_args(profile, kt_args(profile, numa_nodes), "--api-key"),
-        "api_key_flag": "--api-key",
-        # only when set: a launch.json without extra flags stays as it was (no restart on upgrade)
-        **({"extra_args": list(profile.engine_extra_args)} if profile.engine_extra_args else {}),
-    }
+    return common.launch_spec(profile, SGLANG_MODULE, kt_args(profile, numa_nodes))

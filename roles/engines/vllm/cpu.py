@@ -40,17 +40,11 @@ from __future__ import annotations
 import json
 
 from control import layout
-from control.engine_lock import LOCAL_WHEEL_DIRS, LockError, cached, env_id, fetch, parse_lock
-from control.layout import engine_python
-from control.profile import Profile, refuse
-from control.pypi_cache import FetchError
-from control.report import skipped
-from control.run import dry_run
-from roles.engines import common, flag_check, interpreter
-from roles.engines.common import with_extra_args
+from control.engine_lock import LOCAL_WHEEL_DIRS, LockError, env_id, fetch, parse_lock
+from control.profile import Profile
+from roles.engines import common, interpreter
 from roles.engines.vllm import launch as gb10
-from roles.engines.vllm.engine import MIDDLEWARE_FILE
-from roles.operations import paths
+from roles.engines.vllm.engine import middleware
 
 KV_CACHE_BYTES = 256 << 20  # 524,288 tokens of the tiny model's cache (512 bytes a token)
 DROPPED = ("--mamba-cache-mode",)
@@ -90,14 +84,7 @@ def cpu_env(profile: Profile) -> dict[str, str]:
 
 
 def cpu_launch_spec(profile: Profile) -> dict:
-    """What files/glm-flash-launch reads. The API key is added in-process (never in argv)."""
-    return {
-        "python": engine_python(profile),
-        "module": gb10.VLLM_MODULE,
-        "args": with_extra_args(profile, cpu_args(profile), "--api-key"),
-        "api_key_flag": "--api-key",
-        **({"extra_args": list(profile.engine_extra_args)} if profile.engine_extra_args else {}),
-    }
+    return common.launch_spec(profile, gb10.VLLM_MODULE, cpu_args(profile))
 
 
 VERSION = "0.32.0"
@@ -114,53 +101,29 @@ def plan(python_sha256: str) -> tuple[str, list]:
     return env_id(ENGINE_SET, data, python_sha256), pins
 
 
+def fetch_cpu(pins: list) -> list:
+    return fetch(pins, find_links=CPU_WHEEL_DIRS)
+
+
 def artifacts(profile: Profile) -> list[common.Upload]:
     art = interpreter.artifact(profile)
-    _, pins = plan(art.sha256)
-    out = [common.Upload(art.path, "644", f"python/.{art.name}.tar.gz", art.sha256)]
-    return out + [
-        common.Upload(w, "644", f"engine/wheelhouse/{w.name}") for w in fetch(pins, find_links=CPU_WHEEL_DIRS)
-    ]
-
-
-def _wheels(pins: list) -> list:
-    if not dry_run():
-        return fetch(pins, find_links=CPU_WHEEL_DIRS)
-    have, missing = cached(pins)
-    if missing:
-        skipped(f"fetching {len(missing)} of {len(pins)} engine files", "dry run: the real run fetches them")
-    return have
+    return common.uploads(art, fetch_cpu(plan(art.sha256)[1]))
 
 
 def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResult:
-    art = interpreter.apply(profile)
-    try:
-        env, pins = plan(art.sha256 if art else "")
-        wheels = _wheels(pins)
-    except LockError as e:
-        refuse("platform", str(e), "run `make cpu-lock` on a machine that reaches PyPI and commit locks/cpu/")
-    except FetchError as e:
-        refuse(
-            "platform",
-            str(e),
+    env, _ = common.built_offline(
+        profile,
+        ENGINE_SET,
+        plan,
+        fetch_cpu,
+        "platform",
+        (
+            "run `make cpu-lock` on a machine that reaches PyPI and commit locks/cpu/",
             "check this machine's network access to PyPI; torch's CPU build must be in a directory of "
             f"GLM_FLASH_CPU_WHEELS ({':'.join(map(str, CPU_WHEEL_DIRS))})",
-        )
-    if art is None:
-        env = f"{ENGINE_SET}-(interpreter not packed yet)"
-    env_dir = common.env_dir(profile, env)
-    common.built_offline(profile, env, pins, wheels, art)
-    paths.put(
-        name=f"Thinking-budget middleware in {env}",
-        src=str(MIDDLEWARE_FILE),
-        dest=f"{layout.site_packages(profile, env_dir)}/{MIDDLEWARE_FILE.name}",
-        mode="644",
+        ),
     )
+    middleware(profile, env)
     checkpoint_ready()
     spec = cpu_launch_spec(profile)
-    flag_check.apply(
-        profile,
-        {**spec, "python": f"{env_dir}/bin/python", "architectures_of": f"{profile.model_path}/config.json"},
-    )
-    common.switch(profile, env)
-    return common.EngineResult(env, env_dir, spec, cpu_env(profile))
+    return common.switched(profile, env, spec, cpu_env(profile), architectures_of=f"{profile.model_path}/config.json")

@@ -45,7 +45,7 @@ from control import layout
 from control.profile import Problem, Profile, ProfileError, fail, refuse
 from pyinfra_ext import memo
 from roles import model
-from roles.engines import common, flag_check
+from roles.engines import common
 from roles.engines.vllm import launch
 from roles.facts.gb10 import Gb10View, MemTotalKiB, OsRelease
 from roles.facts.system import Gpus
@@ -164,6 +164,16 @@ def artifacts(profile: Profile) -> list[common.Upload]:
     return []
 
 
+def middleware(profile: Profile, env: str) -> None:
+    """Server-side default thinking budget, loaded by vLLM's --middleware (here and the CPU engine's)."""
+    paths.put(
+        name=f"Thinking-budget middleware in {env}",
+        src=str(MIDDLEWARE_FILE),
+        dest=f"{layout.site_packages(profile, common.env_dir(profile, env))}/{MIDDLEWARE_FILE.name}",
+        mode="644",
+    )
+
+
 def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResult:
     """checkpoint_ready(): waits for the model's checkpoint (roles/model.py ready)."""
     view = recognise(profile)
@@ -180,13 +190,9 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
         f"{len(view.gpus)} GPU sm_{profile.gpu_compute_capability.replace('.', '')}, "
         f"{view.unified_gib} GiB unified memory"
     )
-    env_dir = common.env_dir(profile, env)
     host_tool(BUILD_TOOL, layout.bin_dir(profile))
     host_tool(FORK_PATCH_TOOL, layout.bin_dir(profile))
     common.layout_on_host(profile)
-    paths.directory(
-        name=f"Directory {layout.engine_root(profile)}/locks", path=f"{layout.engine_root(profile)}/locks", mode="755"
-    )
     paths.put(name=f"Wheel lock of {env}", src=str(wheel_lock(profile)), dest=lock_dest(profile, env), mode="644")
     environment_built(
         name=(
@@ -203,31 +209,20 @@ def apply(profile: Profile, checkpoint_ready=lambda: None) -> common.EngineResul
         sandbox=sandboxing.root_job([layout.engine_root(profile)], network=True),
     )
 
-    # Server-side default thinking budget, loaded by vLLM's --middleware.
-    paths.put(
-        name=f"Thinking-budget middleware in {env}",
-        src=str(MIDDLEWARE_FILE),
-        dest=f"{layout.site_packages(profile, env_dir)}/{MIDDLEWARE_FILE.name}",
-        mode="644",
-    )
-
+    middleware(profile, env)
     logger.warning(f"[{host.name}] licence: {license_notice(profile)}")
     checkpoint_ready()  # the model (downloading since early in the run), then the drafter
     model.checkpoint(profile, profile.drafter_model, profile.drafter_revision, profile.drafter_path, model.DRAFTER_UNIT)
 
-    spec = launch.launch_spec(profile)
     # The flags against the patched engine's own parser, and the fork's settings against the
     # patched engine's files, before `current` is switched (roles/engines/flag_check.py).
     # The checkpoint's architectures against the patched registry: vLLM 0.24.0 has no GLM-5.3-Flash,
     # so only the fork's patches can teach it; a fork commit that does not stops here, not at the load.
-    flag_check.apply(
+    return common.switched(
         profile,
-        {
-            **spec,
-            "python": f"{env_dir}/bin/python",
-            "env": launch.engine_env_names(profile),
-            "architectures_of": f"{profile.model_path}/config.json",
-        },
+        env,
+        launch.launch_spec(profile),
+        launch.vllm_env(profile),
+        env=launch.engine_env_names(profile),
+        architectures_of=f"{profile.model_path}/config.json",
     )
-    common.switch(profile, env)
-    return common.EngineResult(env, env_dir, spec, launch.vllm_env(profile))

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import json
 
-from control.layout import engine_python, engine_root, moe_store_dir
+from control.layout import engine_root, moe_store_dir
 from control.profile import Profile
-from roles.engines.common import serving_args, with_extra_args
+from roles.engines import common
 from roles.toolkit import toolkit_env
 
 # `python -m` entry of the OpenAI server of vLLM 0.24.0, the release the fork patches
@@ -44,7 +44,7 @@ def vllm_args(profile: Profile) -> list[str]:
     return [
         "--model",
         p.model_path,
-        *serving_args(p),
+        *common.serving_args(p),
         "--tensor-parallel-size",
         str(p.tp_size),
         "--max-model-len",
@@ -103,12 +103,4 @@ def engine_env_names(profile: Profile) -> list[str]:
 
 
 def launch_spec(profile: Profile) -> dict:
-    """What files/glm-flash-launch reads. The API key is added in-process (never in argv)."""
-    return {
-        "python": engine_python(profile),
-        "module": VLLM_MODULE,
-        "args": with_extra_args(profile, vllm_args(profile), "--api-key"),
-        "api_key_flag": "--api-key",
-        # only when set: a launch.json without extra flags stays as it was (no restart on upgrade)
-        **({"extra_args": list(profile.engine_extra_args)} if profile.engine_extra_args else {}),
-    }
+    return common.launch_spec(profile, VLLM_MODULE, vllm_args(profile))
