@@ -254,25 +254,17 @@ def apply(p: Profile) -> None:
         dest=ROUTER_JSON,
         mode="644",
     )
-    if api_key:
-        # Read by systemd as a credential; only root can read the file itself.
-        secret_file(
-            name="Gateway API key (from the control machine's environment; compared by hash, never shown)",
-            secret=Secret(api_key),
-            dest=f"{CONF_DIR}/api-key",
-            stage_dir=f"{CONF_DIR}/.staging",
-        )
-    else:
-        paths.absent(f"{CONF_DIR}/api-key", name="No gateway API key configured")
-    if worker_key:
-        secret_file(
-            name="Gateway-to-worker key (from the control machine's environment; compared by hash, never shown)",
-            secret=Secret(worker_key),
-            dest=f"{CONF_DIR}/worker-key",
-            stage_dir=f"{CONF_DIR}/.staging",
-        )
-    else:
-        paths.absent(f"{CONF_DIR}/worker-key", name="No gateway-to-worker key configured")
+    for key, file, what in ((api_key, "api-key", " API key"), (worker_key, "worker-key", "-to-worker key")):
+        if key:
+            # Read by systemd as a credential; only root can read the file itself.
+            secret_file(
+                name=f"Gateway{what} (from the control machine's environment; compared by hash, never shown)",
+                secret=Secret(key),
+                dest=f"{CONF_DIR}/{file}",
+                stage_dir=f"{CONF_DIR}/.staging",
+            )
+        else:
+            paths.absent(f"{CONF_DIR}/{file}", name=f"No gateway{what} configured")
     template(
         "glm-flash-gateway.service.j2",
         UNIT,
