@@ -46,6 +46,7 @@ from roles.operations.fleet_transfer import peer_token_placed
 from roles.operations.job import name_released
 from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
+from roles.watch import listen_address
 
 UNIT = "glm-flash-peer-serve"  # -<name of the set>-<run's tag> (server_unit)
 IDLE_S = 120  # a server with no request for this long stops itself (a killed deploy leaves none)
@@ -129,8 +130,7 @@ def ips(worker) -> list[str]:
 
 
 def url(worker) -> str:
-    where = address(worker)
-    return f"http://[{where}]:{PEER_PORT}" if ":" in where else f"http://{where}:{PEER_PORT}"
+    return f"http://{listen_address(address(worker), PEER_PORT)}"
 
 
 def token(name: str) -> Secret:
@@ -196,7 +196,7 @@ def listening(unit: str, bind: str, port: int, timeout: int = LISTEN_S) -> str:
     passing on a listener that is not ours. A server that ended first fails the operation with its
     own journal lines; one still not listening after `timeout` seconds fails it too. (Readiness by
     sd_notify would need AF_UNIX, which the server's sandbox denies.)"""
-    where = shlex.quote(f"[{bind}]:{port}" if ":" in bind else f"{bind}:{port}")
+    where = shlex.quote(listen_address(bind, port))
     why = f"glm-flash: the peer server {unit}"
     log = f"journalctl -u {unit} --since @$since -o cat --no-pager >&2"
     return (
@@ -220,8 +220,7 @@ def stopping(unit: str, token_file: str = "") -> list[str]:
 
 def ip_url(worker) -> str:
     """url() with the worker's address as an IP: the fetch unit reaches no resolver."""
-    where = ips(worker)[0]
-    return f"http://[{where}]:{PEER_PORT}" if ":" in where else f"http://{where}:{PEER_PORT}"
+    return f"http://{listen_address(ips(worker)[0], PEER_PORT)}"
 
 
 def fetch_deadline(nbytes: int) -> int:

@@ -107,15 +107,10 @@ def tls_names(p: Profile, address: str) -> list[str]:
     return sorted(set(names))
 
 
-def front_listen(p: Profile) -> str:
-    h = p.gateway_listen_host
-    return f"[{h}]:{p.gateway_port}" if ":" in h else f"{h}:{p.gateway_port}"
-
-
 def front_conf(p: Profile) -> dict:
     """The front door's nginx settings (templates/glm-flash-front.conf.j2)."""
     return {
-        "listen": front_listen(p),
+        "listen": watch.listen_address(p.gateway_listen_host, p.gateway_port),
         "router": f"{ROUTER_HOST}:{p.gateway_router_port}",
         "cert": FRONT_CERT,
         "key": f"/run/credentials/{FRONT_UNIT}/tls-key",
