@@ -44,8 +44,6 @@ from roles.operations.uploads import host_tool, template
 NODE_EXPORTER = "prometheus-node-exporter.service"
 GPU_METRICS = "glm-flash-gpu-metrics"
 NOTIFY_TOOL = "glm-flash-notify"
-# What OnFailure= names in a unit file (systemd expands %n to the failed unit's full name).
-ON_FAILURE = "glm-flash-notify@%n.service"
 WEBHOOK_RE = re.compile(r"https?://[^\s]+")
 
 
