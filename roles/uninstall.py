@@ -35,7 +35,7 @@ from pyinfra.operations import server
 
 from control import layout
 from control.profile import Profile
-from roles import cuda_header, headless, model, service
+from roles import cuda_header, headless, model, service, toolkit
 from roles.facts.apt import LEGACY_SOURCES
 from roles.facts.leftovers import Leftovers
 from roles.operations import driver as driver_ops
@@ -55,10 +55,6 @@ DEFAULT_TARGET = "/etc/systemd/system/default.target"  # the link `systemctl set
 def host_tools() -> list[str]:
     """Every host tool of ours, by the name files/ gives it: a link in /usr/local/sbin may carry it."""
     return sorted(p.name for p in layout.FILES.iterdir() if p.is_file())
-
-
-def toolkit_dir(profile: Profile) -> str:
-    return f"/usr/local/cuda-{profile.cuda_version}"
 
 
 def checkpoints(profile: Profile) -> list[str]:
@@ -105,7 +101,7 @@ def nvidia_paths(profile: Profile) -> list[str]:
         driver_ops.PIN_FILE,
         driver_ops.BLACKLIST_FILE,
         driver_ops.PERSISTENCED_DROPIN,
-        toolkit_dir(profile),
+        toolkit.toolkit_path(profile),
         RUNFILE_LOG,
     ]
 
@@ -182,8 +178,8 @@ def apply(profile: Profile) -> None:
                 commands=[f"chown -R root:root {q(d)}" for d in owned],
             )
 
+    installed = host.get_fact(DebPackages) or {}
     if p.uninstall_driver:
-        installed = host.get_fact(DebPackages) or {}
         packages = sorted(
             name
             for name in installed
@@ -197,7 +193,6 @@ def apply(profile: Profile) -> None:
         gone += [path for path in nvidia if path in found.paths]
     else:
         kept += [f"{path} (NVIDIA stack; uninstall_driver: true removes it)" for path in nvidia if path in found.paths]
-        installed = host.get_fact(DebPackages) or {}
         if any(driver_ops.DRIVER_PACKAGE_RE.match(name) for name in installed):
             kept.append("the NVIDIA driver packages (uninstall_driver: true purges them)")
 
