@@ -120,47 +120,43 @@ class Roll:
         self.order: list[str] = []  # workers in the order they were taken out
 
     def restart(self, name: str, url: str, restart: Callable[[], bool], serving: bool) -> bool:
-        """Take `url` out, drain, restart (restart() says whether it came up), put it back."""
+        """Take `url` out, drain, restart (restart() says whether it came up), put it back. One
+        that was not serving has nothing to drain: once it serves, it goes (back) in."""
         if self.failed:
             say(f"{name}: not restarted: the roll stopped at {', '.join(self.failed)}, which did not come back")
             return False
-        if not serving:  # nothing to drain; once it serves, it goes (back) in
-            if not restart():
-                self.failed.append(name)
-                say(f"{name}: its engine did not start; the roll stops here")
-                return False
+        if serving:
             try:
-                self.api.add(url, self.back_timeout_s)
-            except Unreachable:
-                pass  # no gateway yet: it adds its workers when it starts
-            except OperationError as e:
-                self.failed.append(name)
-                say(f"{name}: not in the gateway ({e}); the roll stops here")
-                return False
-            return True
-        try:
-            self.api.remove(url, self.back_timeout_s)
-        except Unreachable as e:
-            say(f"{name}: {e}: restarting without taking it out of the gateway first")
-            return restart()
-        self.out.add(url)
-        self.order.append(url)
-        self.most_out = max(self.most_out, len(self.out))
-        say(f"{name}: out of the gateway; draining {self.drain_s:g} s, then restarting its engine")
-        time.sleep(self.drain_s)
+                self.api.remove(url, self.back_timeout_s)
+            except Unreachable as e:
+                say(f"{name}: {e}: restarting without taking it out of the gateway first")
+                return restart()
+            self.out.add(url)
+            self.order.append(url)
+            self.most_out = max(self.most_out, len(self.out))
+            say(f"{name}: out of the gateway; draining {self.drain_s:g} s, then restarting its engine")
+            time.sleep(self.drain_s)
         if not restart():
-            self.failed.append(name)
-            say(f"{name}: its engine did not come back: it stays out of the gateway; the roll stops here")
-            return False
+            came = "did not come back: it stays out of the gateway" if serving else "did not start"
+            return self.stopped(name, f"its engine {came}")
         try:
             self.api.add(url, self.back_timeout_s)
-        except (OperationError, Unreachable) as e:
-            self.failed.append(name)
-            say(f"{name}: not back in the gateway ({e}); the roll stops here")
-            return False
-        self.out.discard(url)
-        say(f"{name}: back in the gateway, counted healthy")
+        except Unreachable as e:
+            if serving:
+                return self.stopped(name, f"not back in the gateway ({e})")
+            return True  # no gateway yet: it adds its workers when it starts
+        except OperationError as e:
+            return self.stopped(name, f"not {'back ' if serving else ''}in the gateway ({e})")
+        if serving:
+            self.out.discard(url)
+            say(f"{name}: back in the gateway, counted healthy")
         return True
+
+    def stopped(self, name: str, why: str) -> bool:
+        """`name` failed: the roll stops here (no later worker restarts)."""
+        self.failed.append(name)
+        say(f"{name}: {why}; the roll stops here")
+        return False
 
     def back_in(self, url: str) -> bool:
         """Whether a serving worker is listed by the router (False: a stopped roll left it out).
