@@ -53,6 +53,11 @@ class EngineResult:
     service_env: dict  # the engine's environment variables in the unit's environment file
 
 
+def command_line(flags: dict) -> list[str]:
+    """A command line from {flag: value}, in their order: a value of None is a flag alone."""
+    return [a for flag, value in flags.items() for a in ((flag,) if value is None else (flag, str(value)))]
+
+
 def state_directory(profile: Profile) -> str:
     """The service's state directory as StateDirectory= takes it: relative to /var/lib."""
     path = state_dir(profile)

@@ -48,10 +48,9 @@ class Upload:
 EngineResult = service.EngineResult
 
 
-def serving_args(profile: Profile) -> list[str]:
+def serving_flags(profile: Profile) -> dict:
     """What clients see, the same flags for both engines: the model's name, the address."""
-    p = profile
-    return ["--served-model-name", p.served_model_name, "--host", p.listen_host, "--port", str(p.port)]
+    return {"--served-model-name": profile.served_model_name, "--host": profile.listen_host, "--port": profile.port}
 
 
 def launch_spec(profile: Profile, module: str, generated: list[str]) -> dict:

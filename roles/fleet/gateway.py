@@ -38,6 +38,7 @@ from roles.operations.gateway import router_env_built, router_lists_only
 from roles.operations.secrets import Secret, secret_file
 from roles.operations.service_restart import started_from_disk
 from roles.operations.uploads import host_tool, template
+from roles.service import command_line
 
 LOCK = layout.LOCKS / "gateway.txt"
 ROUTER_HOST = "127.0.0.1"
@@ -61,41 +62,28 @@ def router_args(p: Profile) -> list[str]:
     a worker given there gets the router's own key (the clients'), so files/glm-flash-gateway-launch
     adds each worker through the router's worker API (POST /workers {url, api_key}) with the
     gateway-to-worker key."""
-    return [
-        # Loopback only: the router's worker API (/workers) is guarded by the clients' key, so
-        # clients reach it only through the front door (front_conf), which forwards no such route.
-        "--host",
-        ROUTER_HOST,
-        "--port",
-        str(p.gateway_router_port),
-        "--policy",
-        p.gateway_policy,
-        "--balance-abs-threshold",
-        str(p.gateway_balance_abs_threshold),
-        "--balance-rel-threshold",
-        str(p.gateway_balance_rel_threshold),
-        "--health-check-endpoint",
-        "/health",
-        "--health-check-interval-secs",
-        str(p.gateway_health_interval_s),
-        "--health-check-timeout-secs",
-        str(p.gateway_health_timeout_s),
-        "--health-failure-threshold",
-        str(p.gateway_health_failures),
-        "--health-success-threshold",
-        str(p.gateway_health_successes),
-        "--cb-failure-threshold",
-        str(p.gateway_breaker_failures),
-        "--cb-timeout-duration-secs",
-        str(p.gateway_breaker_open_s),
-        "--log-level",
-        "warn",
-        # The router's own metrics (smg_*), where its API listens (its default is 0.0.0.0:29000).
-        "--prometheus-host",
-        p.gateway_listen_host,
-        "--prometheus-port",
-        str(p.gateway_metrics_port),
-    ]
+    return command_line(
+        {
+            # Loopback only: the router's worker API (/workers) is guarded by the clients' key, so
+            # clients reach it only through the front door (front_conf), which forwards no such route.
+            "--host": ROUTER_HOST,
+            "--port": p.gateway_router_port,
+            "--policy": p.gateway_policy,
+            "--balance-abs-threshold": p.gateway_balance_abs_threshold,
+            "--balance-rel-threshold": p.gateway_balance_rel_threshold,
+            "--health-check-endpoint": "/health",
+            "--health-check-interval-secs": p.gateway_health_interval_s,
+            "--health-check-timeout-secs": p.gateway_health_timeout_s,
+            "--health-failure-threshold": p.gateway_health_failures,
+            "--health-success-threshold": p.gateway_health_successes,
+            "--cb-failure-threshold": p.gateway_breaker_failures,
+            "--cb-timeout-duration-secs": p.gateway_breaker_open_s,
+            "--log-level": "warn",
+            # The router's own metrics (smg_*), where its API listens (its default is 0.0.0.0:29000).
+            "--prometheus-host": p.gateway_listen_host,
+            "--prometheus-port": p.gateway_metrics_port,
+        }
+    )
 
 
 def tls_names(p: Profile, address: str) -> list[str]:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from control.profile import Profile
 from roles.engines import common
 from roles.engines.kt.triton_configs import moe_env
+from roles.service import command_line
 from roles.toolkit import toolkit_env
 
 SGLANG_MODULE = "sglang.launch_server"
@@ -18,42 +19,28 @@ SGLANG_MODULE = "sglang.launch_server"
 
 def kt_args(profile: Profile, numa_nodes: int) -> list[str]:
     p = profile
-    threadpools = p.kt_threadpool_count or numa_nodes
-    return [
-        "--model-path",
-        p.model_path,
-        *common.serving_args(p),
-        "--tp-size",
-        str(p.tp_size),
-        "--kt-method",
-        p.kt_method,
-        "--kt-weight-path",
-        p.model_path,
-        "--kt-cpuinfer",
-        str(p.kt_cpuinfer),
-        "--kt-threadpool-count",
-        str(threadpools),
-        "--kt-max-deferred-experts-per-token",
-        str(p.kt_max_deferred_experts_per_token),
-        "--kt-gpu-prefill-token-threshold",
-        str(p.kt_gpu_prefill_token_threshold),
-        "--chunked-prefill-size",
-        str(p.chunked_prefill_size),
-        "--max-mamba-cache-size",
-        str(p.max_mamba_cache_size),
-        "--mem-fraction-static",
-        str(p.mem_fraction_static),
-        "--context-length",
-        str(p.context_length),
-        "--kv-cache-dtype",
-        p.kv_cache_dtype,
-        "--tool-call-parser",
-        p.tool_call_parser,
-        "--reasoning-parser",
-        p.reasoning_parser,
-        # Prometheus metrics at /metrics on the API's port (roles/watch.py), not behind the key.
-        *(["--enable-metrics"] if p.metrics else []),
-    ]
+    return command_line(
+        {
+            "--model-path": p.model_path,
+            **common.serving_flags(p),
+            "--tp-size": p.tp_size,
+            "--kt-method": p.kt_method,
+            "--kt-weight-path": p.model_path,
+            "--kt-cpuinfer": p.kt_cpuinfer,
+            "--kt-threadpool-count": p.kt_threadpool_count or numa_nodes,
+            "--kt-max-deferred-experts-per-token": p.kt_max_deferred_experts_per_token,
+            "--kt-gpu-prefill-token-threshold": p.kt_gpu_prefill_token_threshold,
+            "--chunked-prefill-size": p.chunked_prefill_size,
+            "--max-mamba-cache-size": p.max_mamba_cache_size,
+            "--mem-fraction-static": p.mem_fraction_static,
+            "--context-length": p.context_length,
+            "--kv-cache-dtype": p.kv_cache_dtype,
+            "--tool-call-parser": p.tool_call_parser,
+            "--reasoning-parser": p.reasoning_parser,
+            # Prometheus metrics at /metrics on the API's port (roles/watch.py), not behind the key.
+            **({"--enable-metrics": None} if p.metrics else {}),
+        }
+    )
 
 
 def kt_env(profile: Profile, tuned: Sequence = ()) -> dict[str, str]:

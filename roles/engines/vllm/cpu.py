@@ -45,6 +45,7 @@ from control.profile import Profile
 from roles.engines import common, interpreter
 from roles.engines.vllm import launch as gb10
 from roles.engines.vllm.engine import middleware
+from roles.service import command_line
 
 KV_CACHE_BYTES = 256 << 20  # 524,288 tokens of the tiny model's cache (512 bytes a token)
 DROPPED = ("--mamba-cache-mode",)
@@ -55,20 +56,11 @@ def speculative_config(profile: Profile) -> dict:
 
 
 def cpu_args(profile: Profile) -> list[str]:
-    out, args = [], gb10.vllm_args(profile)
-    i = 0
-    while i < len(args):
-        flag = args[i]
-        if flag in DROPPED:
-            i += 2
-            continue
-        out.append(flag)
-        if flag == "--speculative-config":
-            out.append(json.dumps(speculative_config(profile), separators=(",", ":")))
-            i += 2
-            continue
-        i += 1
-    return [*out, "--enforce-eager", "--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
+    flags = gb10.vllm_flags(profile)
+    for flag in DROPPED:
+        del flags[flag]
+    flags["--speculative-config"] = json.dumps(speculative_config(profile), separators=(",", ":"))
+    return command_line({**flags, "--enforce-eager": None, "--kv-cache-memory-bytes": KV_CACHE_BYTES})
 
 
 def cpu_env(profile: Profile) -> dict[str, str]:

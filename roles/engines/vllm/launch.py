@@ -24,6 +24,7 @@ import json
 from control.layout import engine_root, moe_store_dir
 from control.profile import Profile
 from roles.engines import common
+from roles.service import command_line
 from roles.toolkit import toolkit_env
 
 # `python -m` entry of the OpenAI server of vLLM 0.24.0, the release the fork patches
@@ -39,37 +40,29 @@ def speculative_config(profile: Profile) -> dict:
     return {"method": "dflash", "model": profile.drafter_path, "num_speculative_tokens": profile.num_speculative_tokens}
 
 
-def vllm_args(profile: Profile) -> list[str]:
+def vllm_flags(profile: Profile) -> dict:
     p = profile
-    return [
-        "--model",
-        p.model_path,
-        *common.serving_args(p),
-        "--tensor-parallel-size",
-        str(p.tp_size),
-        "--max-model-len",
-        str(p.max_model_len),
-        "--max-num-seqs",
-        str(p.max_num_seqs),
-        "--gpu-memory-utilization",
-        str(p.gpu_memory_utilization),
-        "--safetensors-load-strategy",
-        "lazy",
-        "--enable-prefix-caching",
-        "--mamba-cache-mode",
-        p.mamba_cache_mode,
-        "--speculative-config",
-        json.dumps(speculative_config(p), separators=(",", ":")),
-        "--reasoning-parser",
-        p.reasoning_parser,
-        "--tool-call-parser",
-        p.tool_call_parser,
-        "--enable-auto-tool-choice",
-        "--default-chat-template-kwargs",
-        json.dumps({"reasoning_effort": p.reasoning_effort}, separators=(",", ":")),
-        "--middleware",
-        MIDDLEWARE,
-    ]
+    return {
+        "--model": p.model_path,
+        **common.serving_flags(p),
+        "--tensor-parallel-size": p.tp_size,
+        "--max-model-len": p.max_model_len,
+        "--max-num-seqs": p.max_num_seqs,
+        "--gpu-memory-utilization": p.gpu_memory_utilization,
+        "--safetensors-load-strategy": "lazy",
+        "--enable-prefix-caching": None,
+        "--mamba-cache-mode": p.mamba_cache_mode,
+        "--speculative-config": json.dumps(speculative_config(p), separators=(",", ":")),
+        "--reasoning-parser": p.reasoning_parser,
+        "--tool-call-parser": p.tool_call_parser,
+        "--enable-auto-tool-choice": None,
+        "--default-chat-template-kwargs": json.dumps({"reasoning_effort": p.reasoning_effort}, separators=(",", ":")),
+        "--middleware": MIDDLEWARE,
+    }
+
+
+def vllm_args(profile: Profile) -> list[str]:
+    return command_line(vllm_flags(profile))
 
 
 CUBIT_DIR = "cubit-share"  # the fork's kernels, copied into each engine environment (follows `current`)
