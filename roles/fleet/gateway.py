@@ -55,6 +55,8 @@ CONF_DIR = layout.GATEWAY_CONF_DIR
 ROUTER_JSON = f"{CONF_DIR}/router.json"  # the router's flags and workers; the keys' files beside it
 UNIT = layout.GATEWAY_UNIT
 MARKER = ".glm-flash-lock"  # in the venv: the sha256 of the lock it was built from
+# The hardening of both its units (the router's, the front door's): one text, written into each
+SANDBOX = (layout.TEMPLATES / "glm-flash-gateway-sandbox.conf").read_text()
 
 
 def router_args(p: Profile) -> list[str]:
@@ -198,6 +200,7 @@ def front_door(p: Profile, address: str) -> None:
         name=f"{FRONT_UNIT} unit",
         conf=FRONT_CONF,
         key_file=FRONT_KEY,
+        sandbox=SANDBOX,
     )
     systemd.service(name=f"Enable {FRONT_UNIT}", service=FRONT_UNIT, enabled=True)
     started_from_disk(
@@ -259,6 +262,7 @@ def apply(p: Profile) -> None:
         conf_dir=CONF_DIR,
         venv=venv,
         bin=bin_dir,
+        sandbox=SANDBOX,
     )
     systemd.service(name="Enable glm-flash-gateway.service", service="glm-flash-gateway.service", enabled=True)
     # Decided from the host's state, so a run killed after an upload still restarts it next time.
