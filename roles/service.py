@@ -108,11 +108,8 @@ def ip_allow(profile: Profile) -> list[str]:
     (no filter) for a single node, whose clients come from anywhere the API key lets in."""
     if not profile.fleet_gateway_address:
         return []
-    out = []
-    for a in ["localhost", profile.fleet_own_address, profile.fleet_gateway_address, *profile.engine_allow_from]:
-        if a and a not in out:
-            out.append(a)
-    return out
+    ours = ["localhost", profile.fleet_own_address, profile.fleet_gateway_address, *profile.engine_allow_from]
+    return list(dict.fromkeys(a for a in ours if a))
 
 
 def start_inputs(profile: Profile) -> list[str]:
