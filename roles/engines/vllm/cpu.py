@@ -48,7 +48,6 @@ from roles.engines.vllm.engine import middleware
 from roles.service import command_line
 
 KV_CACHE_BYTES = 256 << 20  # 524,288 tokens of the tiny model's cache (512 bytes a token)
-DROPPED = ("--mamba-cache-mode",)
 
 
 def speculative_config(profile: Profile) -> dict:
@@ -57,8 +56,7 @@ def speculative_config(profile: Profile) -> dict:
 
 def cpu_args(profile: Profile) -> list[str]:
     flags = gb10.vllm_flags(profile)
-    for flag in DROPPED:
-        del flags[flag]
+    del flags["--mamba-cache-mode"]
     flags["--speculative-config"] = json.dumps(speculative_config(profile), separators=(",", ":"))
     return command_line({**flags, "--enforce-eager": None, "--kv-cache-memory-bytes": KV_CACHE_BYTES})
 
