@@ -175,18 +175,11 @@ def front_door(p: Profile, address: str) -> None:
     issued = certificate(p, address)
     paths.link(path=layout.NGINX_MASK, target="/dev/null", name="Debian's nginx.service masked")
     packages.installed(["nginx"], name="nginx (the front door)", no_recommends=True)
-    paths.put(
-        name="Front door certificate (the fleet's authority)",
-        src=StringIO(issued.cert_pem.decode()),
-        dest=FRONT_CERT,
-        mode="644",
-    )
-    paths.put(
-        name="The fleet's authority (ca.crt: what clients trust the gateway by)",
-        src=StringIO(issued.ca_pem.decode()),
-        dest=FLEET_CA_CERT,
-        mode="644",
-    )
+    for what, pem, dest in (
+        ("Front door certificate (the fleet's authority)", issued.cert_pem, FRONT_CERT),
+        ("The fleet's authority (ca.crt: what clients trust the gateway by)", issued.ca_pem, FLEET_CA_CERT),
+    ):
+        paths.put(name=what, src=StringIO(pem.decode()), dest=dest, mode="644")
     secret_file(
         name="Front door certificate key (made on the control machine; compared by hash, never shown)",
         secret=Secret(issued.key_pem.decode()),
