@@ -59,11 +59,9 @@ def command_line(flags: dict) -> list[str]:
 
 
 def state_directory(profile: Profile) -> str:
-    """The service's state directory as StateDirectory= takes it: relative to /var/lib."""
-    path = state_dir(profile)
-    if not path.startswith("/var/lib/"):
-        raise ValueError(f"the service's state directory {path} is not under /var/lib (StateDirectory=)")
-    return path.removeprefix("/var/lib/")
+    """The service's state directory as StateDirectory= takes it: relative to /var/lib (where
+    control/layout.py service_home puts it)."""
+    return state_dir(profile).removeprefix("/var/lib/")
 
 
 def unit_context(profile: Profile, api_key: bool, systemd_version: int = LOG_FILTER_SYSTEMD) -> dict:
