@@ -26,10 +26,6 @@ from roles.operations.flag_check import flags_accepted
 TOOL = "glm-flash-check-flags"
 
 
-def tool_path(profile: Profile) -> str:
-    return layout.tool(profile, TOOL)
-
-
 def apply(profile: Profile, spec: dict) -> None:
     """Check `spec` (a launch spec) with the python it names (the tool comes with roles/tools.py)."""
     check = {
@@ -38,7 +34,7 @@ def apply(profile: Profile, spec: dict) -> None:
     flags_accepted(
         name=f"Launch flags accepted by {spec['module']} (the installed engine's own parser)",
         python=spec["python"],
-        tool=tool_path(profile),
+        tool=layout.tool(profile, TOOL),
         spec_json=json.dumps(check, sort_keys=True),
         user=profile.service_user,
     )
