@@ -254,9 +254,7 @@ def ready(profile: Profile) -> None:
         tool = layout.tool(profile, FETCH)
         checkpoint_staged(name=f"Staged checkpoint in {profile.model_path}", tool=tool, path=profile.model_path)
         return
-    plan = run_record.current().model_plans.get(host.name)
-    if plan is not None:
-        waited(profile, plan)
+    waited(profile, run_record.current().model_plans.get(host.name))
 
 
 def first_lock(profile: Profile, repo_id: str, revision: str, token: str | None) -> str | None:
@@ -290,9 +288,7 @@ def first_lock(profile: Profile, repo_id: str, revision: str, token: str | None)
 def checkpoint(profile: Profile, repo_id: str, revision: str, path: str, unit: str) -> None:
     """`repo_id` at `revision` (resolved through locks/model.json) downloaded into `path` and
     sealed root's, waited for at once: the GB10 drafter (roles/engines/vllm/engine.py)."""
-    plan = started(profile, repo_id, revision, path, unit)
-    if plan is not None:
-        waited(profile, plan)
+    waited(profile, started(profile, repo_id, revision, path, unit))
 
 
 def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str) -> Plan | None:
@@ -360,9 +356,11 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
     return Plan(locked_from, seed, lacking, download)
 
 
-def waited(profile: Profile, plan: Plan) -> None:
+def waited(profile: Profile, plan: Plan | None) -> None:
     """The download `plan` started waited for (its progress printed), verified and sealed; in a
-    fleet, the workers that lacked it receive it from the seed."""
+    fleet, the workers that lacked it receive it from the seed. None: no download was started."""
+    if plan is None:
+        return
     d = plan.download
     if host.name not in plan.lacking:
         checkpoint_present(name=f"Checkpoint {d['repo_id']}@{d['commit']}{plan.locked_from} in {d['path']}", **d)
