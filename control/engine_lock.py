@@ -28,7 +28,6 @@ import io
 import json
 import os
 import re
-import secrets
 import shutil
 import subprocess
 import sys
@@ -48,10 +47,13 @@ from control.pypi_cache import (
     cache_root,
     download,
     http,
+    identity,
     network_reason,
+    private,
     progress,
     sha256_file,
     trusted,
+    write_whole,
 )
 
 REPO = layout.REPO
@@ -256,6 +258,11 @@ def wheel_fits(filename: str, accepted: list[Tag]) -> bool:
     return _priority(filename, _order(accepted)) is not None
 
 
+def _names_pin(pin: Pin, name: str, version: Version) -> bool:
+    """A file's project and version, parsed from its name, are the pin's."""
+    return canonicalize_name(name) == pin.name and str(version) == str(Version(pin.version))
+
+
 def choose_file(
     pin: Pin,
     files: list[dict],
@@ -276,18 +283,14 @@ def choose_file(
         fn = f["filename"]
         if fn.endswith(".whl"):
             name, version, _, _ = parse_wheel_filename(fn)
-            if (
-                canonicalize_name(name) == pin.name
-                and str(version) == str(_norm_version(pin.version))
-                and _priority(fn, order) is not None
-            ):
+            if _names_pin(pin, name, version) and _priority(fn, order) is not None:
                 wheels.append(f)
         elif fn.endswith((".tar.gz", ".zip")):
             try:
                 name, version = parse_sdist_filename(fn)
             except Exception:
                 continue
-            if canonicalize_name(name) == pin.name and str(version) == str(_norm_version(pin.version)):
+            if _names_pin(pin, name, version):
                 sdists.append(f)
     if wheels:
         # pip's choice: the wheel whose best tag comes first (two with the same tag: the last name)
@@ -298,10 +301,6 @@ def choose_file(
         f"{pin.requirement}: no {'wheel' if wheels_only else 'file'} with a locked hash installs on {target} "
         f"(PyPI has {len(files)} files, {len(allowed)} with a locked hash)"
     )
-
-
-def _norm_version(v: str):
-    return Version(v)
 
 
 # --- the environment a lock builds --------------------------------------------------------
@@ -325,12 +324,6 @@ def parse_env_id(name: str) -> tuple[str, str] | None:
 # --- the cache on the control machine (control/pypi_cache.py) ------------------------------------
 
 
-def _identity(st: os.stat_result) -> str:
-    # ctime too: only the kernel sets it, on every write, rename or utime, so bytes changed and the
-    # mtime set back (same size, same second) do not pass as the file that was hashed.
-    return f"{st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}"
-
-
 def _stamped(path: Path, pin: Pin) -> bool:
     """The file's stamp (digest, identity) says it was checked as it is now: read-only."""
     stamp = path.with_name(path.name + ".sha256")
@@ -338,7 +331,7 @@ def _stamped(path: Path, pin: Pin) -> bool:
         return False
     st = path.stat()
     digest, _, seen = stamp.read_text().strip().partition(" ")
-    return seen == _identity(st) and digest in pin.hashes
+    return seen == identity(st) and digest in pin.hashes
 
 
 def _verified(path: Path, pin: Pin) -> bool:
@@ -354,24 +347,17 @@ def _verified(path: Path, pin: Pin) -> bool:
     return False
 
 
-def _private(path: Path) -> Path:
-    """A name beside `path` that no other fetcher (thread, process, session sharing the cache) uses."""
-    return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(6)}")
-
-
 def _stamp(path: Path, digest: str) -> None:
-    st = path.stat()
-    tmp = _private(path.with_name(path.name + ".sha256"))
-    tmp.write_text(f"{digest} {_identity(st)}\n")
-    tmp.replace(path.with_name(path.name + ".sha256"))
+    write_whole(path.with_name(path.name + ".sha256"), f"{digest} {identity(path.stat())}\n")
 
 
-def _download(url: str, path: Path, pin: Pin, digest: str, session) -> None:
-    """Download into a name of this fetch's own, then rename it into place: fetchers of the same
-    file at once never write into one another's file; one that finds it complete by then keeps it."""
-    tmp = _private(path)
+def _place(path: Path, pin: Pin, digest: str, write) -> None:
+    """Write the file into a name of this fetch's own (`write(tmp)`: a download, a copy), then rename
+    it into place: fetchers of the same file at once never write into one another's file; one that
+    finds it complete by then keeps it."""
+    tmp = private(path)
     try:
-        download(url, tmp, digest, session=session, timeout=300)
+        write(tmp)
         if _verified(path, pin):
             return
         tmp.replace(path)
@@ -424,19 +410,11 @@ def _local_file(pin: Pin, dirs: tuple[Path, ...], dest: Path, target: Target | N
     for d in dirs:
         for path in sorted(Path(d).glob("*.whl")):
             name, version, _, _ = parse_wheel_filename(path.name)
-            if canonicalize_name(name) != pin.name or str(version) != str(_norm_version(pin.version)):
-                continue
-            if not _fits(path.name, target):
+            if not _names_pin(pin, name, version) or not _fits(path.name, target):
                 continue
             digest = sha256_file(path)
             if digest in pin.hashes:
-                tmp = _private(dest / path.name)
-                try:
-                    shutil.copyfile(path, tmp)
-                    tmp.replace(dest / path.name)
-                finally:
-                    tmp.unlink(missing_ok=True)
-                _stamp(dest / path.name, digest)
+                _place(dest / path.name, pin, digest, functools.partial(shutil.copyfile, path))
                 return path.name
     return None
 
@@ -463,7 +441,6 @@ def fetch(
     hash). A network failure raises FetchError (what, from where, why)."""
     dest = dest or cache_root() / "wheelhouse"
     dest.mkdir(parents=True, exist_ok=True)
-    index_file = dest / "index.txt"
     known = _index(dest)
     out: list[Path] = []
     session = None  # opened for the first pin the cache lacks
@@ -484,7 +461,8 @@ def fetch(
             digest = chosen["hashes"]["sha256"]  # one the lock allows (choose_file picks only those)
             log(f"fetching {chosen['filename']}")
             try:
-                _download(chosen["url"], path, pin, digest, session)
+                write = functools.partial(download, chosen["url"], sha256=digest, session=session, timeout=300)
+                _place(path, pin, digest, write)
             except HashMismatch as e:
                 raise LockError(f"{chosen['filename']}: downloaded sha256 {e.got} is not the locked one") from None
             except (http().RequestException, OSError) as e:
@@ -492,9 +470,7 @@ def fetch(
         known[pin.requirement] = chosen["filename"]
         out.append(path)
     known = {**_index(dest), **known}  # what another fetcher recorded meanwhile stays
-    tmp = _private(index_file)
-    tmp.write_text("".join(f"{k} {v}\n" for k, v in sorted(known.items())))
-    tmp.replace(index_file)
+    write_whole(dest / "index.txt", "".join(f"{k} {v}\n" for k, v in sorted(known.items())))
     return out
 
 

@@ -5,6 +5,7 @@ helpers tests/engine/pypi.py and tests/cuda/cuda_assets.py (single wheels) share
 
 - cache_root() / cache_dir(): ${GLM_FLASH_CACHE:-~/.cache/glm-flash} (cache_dir() creates it);
 - sha256_file(path); distrust(stat): a cached file someone else could have written;
+- identity(stat), private(path), write_whole(path, text): what a recorded sha256 is of, written whole;
 - release_wheel(name, version, accept): the one wheel of a release, from PyPI's JSON API
   (${GLM_FLASH_PYPI:-https://pypi.org/pypi}/<name>/json): filename, absolute url, sha256;
 - download(url, path, sha256): into `<path>.part`, renamed to `path` only when the hash matches;
@@ -20,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import secrets
 import stat
 import sys
 import urllib.parse
@@ -144,6 +146,25 @@ def trusted(tree: Path, what: str) -> Path:
             f"again on the next run) and keep {cache_root()} writable by this user only"
         )
     return tree
+
+
+def identity(st: os.stat_result) -> str:
+    """A cached file's identity for the sha256 recorded of it. ctime too: only the kernel sets it,
+    on every write, rename or utime, so bytes changed and the mtime set back (same size, same
+    second) do not pass as the file that was hashed."""
+    return f"{st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}"
+
+
+def private(path: Path) -> Path:
+    """A name beside `path` that no other writer (thread, process, session sharing the cache) uses."""
+    return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(6)}")
+
+
+def write_whole(path: Path, text: str) -> None:
+    """`text` into `path`, written under a private() name and renamed into place."""
+    tmp = private(path)
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def sha256_file(path: Path) -> str:

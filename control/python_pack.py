@@ -21,7 +21,16 @@ from pathlib import Path
 from control import layout
 from control.engine_lock import tools_bin
 from control.profile import Profile
-from control.pypi_cache import UntrustedCache, cache_root, distrust, progress, sha256_file, trusted
+from control.pypi_cache import (
+    UntrustedCache,
+    cache_root,
+    distrust,
+    identity,
+    progress,
+    sha256_file,
+    trusted,
+    write_whole,
+)
 
 # Not needed by a server interpreter; tkinter would need X11 libraries on the host.
 SKIP_DIRS = {
@@ -218,11 +227,6 @@ def _recorded(out_dir: Path, source: Path, fp: str, python_version: str) -> dict
     return None
 
 
-def _identity(st: os.stat_result) -> str:
-    """A file's identity for its recorded sha256: any write to it or replacement of it changes its ctime."""
-    return f"{st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}"
-
-
 # sha256 of a tarball by its identity (size, inode, mtime, ctime), hashed once per process.
 _HASHED: dict[tuple[str, str], str] = {}
 
@@ -250,7 +254,7 @@ def _packed(info: dict, name: str, tarball: Path, meta: Path, log=progress) -> A
         return None
     if not isinstance(m, dict):
         return None
-    ident = _identity(tarball.stat())
+    ident = identity(tarball.stat())
     key = (str(tarball), ident)
     # hashed again unless it is the very file whose hash was recorded when it was packed
     digest = _HASHED.get(key) or (m.get("sha256") if m.get("identity") == ident else None) or sha256_file(tarball)
@@ -323,15 +327,13 @@ def _write_meta(meta: Path, tarball: Path, digest: str, info: dict, source: Path
     record = {
         "sha256": digest,
         "size": tarball.stat().st_size,
-        "identity": _identity(tarball.stat()),
+        "identity": identity(tarball.stat()),
         "fingerprint": info["fingerprint"],
         "version": info["version"],
         "source": str(source),
         "source_prefix": info["prefix"],
     }
-    tmp_meta = meta.with_name(f".{meta.name}.{os.getpid()}")
-    tmp_meta.write_text(json.dumps(record, indent=1) + "\n")
-    tmp_meta.replace(meta)
+    write_whole(meta, json.dumps(record, indent=1) + "\n")
 
 
 def _relocate(stage: Path, major_minor: str, prefix: str) -> None:
