@@ -267,14 +267,13 @@ def choose_file(
     pin: Pin,
     files: list[dict],
     py: str = "3.11",
-    glibc_max: tuple[int, int] = (2, 35),
     target: Target | None = None,
     wheels_only: bool = False,
 ) -> dict:
     """The file of `pin` to install on `target` (default: CPython `py`, manylinux x86_64 up to
-    `glibc_max`): among files whose sha256 the lock allows, the best compatible wheel, else the
+    glibc 2.35): among files whose sha256 the lock allows, the best compatible wheel, else the
     sdist (unless `wheels_only`). `files` are PEP 691 entries ({filename, url, hashes})."""
-    target = target or Target(py, "x86_64", glibc_max)
+    target = target or Target(py)
     order = _target_order(target)
     allowed = [f for f in files if f.get("hashes", {}).get("sha256") in pin.hashes and not f.get("yanked")]
     wheels = []
@@ -427,14 +426,13 @@ def _fits(filename: str, target: Target | None) -> bool:
 def fetch(
     pins: list[Pin],
     dest: Path | None = None,
-    py: str = "3.11",
     log=progress,
     target: Target | None = None,
     wheels_only: bool = False,
     find_links: tuple[Path, ...] = (),
 ) -> list[Path]:
     """Make sure the cache holds the chosen file of every pin; return their paths in pin order.
-    The file is chosen for `target` (default: CPython `py`, manylinux x86_64, glibc <= 2.35); a
+    The file is chosen for `target` (default: CPython 3.11, manylinux x86_64, glibc <= 2.35); a
     file the index recorded is taken only if it installs there. Only pins whose file is not
     cached yet cost a request; a file is kept only if its sha256 is one the lock allows.
     `find_links`: directories looked in before the index (their wheels count only with a locked
@@ -455,7 +453,7 @@ def fetch(
             out.append(dest / fn)
             continue
         session = session or http().Session()
-        chosen = choose_file(pin, _project_files(session, pin.name), py, target=target, wheels_only=wheels_only)
+        chosen = choose_file(pin, _project_files(session, pin.name), target=target, wheels_only=wheels_only)
         path = dest / chosen["filename"]
         if not _verified(path, pin):
             digest = chosen["hashes"]["sha256"]  # one the lock allows (choose_file picks only those)
@@ -553,22 +551,8 @@ def _install_tools(venv: Path) -> None:
     if not (stamp.exists() and stamp.read_text() == want):
         env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_FIND_LINKS="")
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        r = subprocess.run(
-            [
-                str(venv / "bin" / "python"),
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--only-binary=:all:",
-                "--require-hashes",
-                "-r",
-                str(TOOLS_LOCK),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--only-binary=:all:", "--require-hashes"]
+        r = subprocess.run([*pip, "-r", str(TOOLS_LOCK)], env=env, capture_output=True, text=True)
         if r.returncode:
             said = [line.strip() for line in (r.stderr or r.stdout).splitlines() if line.strip()]
             raise FetchError(

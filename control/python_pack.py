@@ -162,20 +162,8 @@ def managed_tree(release: str, log=progress) -> Path:
     tree = install_dir / key
     if not (tree / "bin" / "python3").exists():
         log(f"downloading CPython {release} with uv into {install_dir}")
-        r = subprocess.run(
-            [
-                str(tools_bin() / "uv"),
-                "python",
-                "install",
-                key,
-                "--install-dir",
-                str(install_dir),
-                "--no-bin",
-                "--no-config",
-            ],
-            capture_output=True,
-            text=True,
-        )
+        args = ["python", "install", key, "--install-dir", str(install_dir), "--no-bin", "--no-config"]
+        r = subprocess.run([str(tools_bin() / "uv"), *args], capture_output=True, text=True)
         if r.returncode:
             lines = [line.strip() for line in r.stderr.splitlines() if line.strip()]
             start = next((i for i, line in enumerate(lines) if line.startswith("error:")), max(0, len(lines) - 4))
@@ -295,22 +283,8 @@ def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
         part = Path(tmp) / "out.tar.gz"
         # deterministic: sorted names, fixed owner and mtime, gzip without a timestamp
         with open(part, "wb") as out:
-            tar = subprocess.Popen(
-                [
-                    "tar",
-                    "--sort=name",
-                    "--mtime=@0",
-                    "--owner=0",
-                    "--group=0",
-                    "--numeric-owner",
-                    "-C",
-                    stage,
-                    "-cf",
-                    "-",
-                    ".",
-                ],
-                stdout=subprocess.PIPE,
-            )
+            fixed = ["--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner"]
+            tar = subprocess.Popen(["tar", *fixed, "-C", stage, "-cf", "-", "."], stdout=subprocess.PIPE)
             gz = subprocess.run(["gzip", "-n", "-6"], stdin=tar.stdout, stdout=out)
             tar.stdout.close()
             if tar.wait() or gz.returncode:
