@@ -14,7 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, get_type_hints
 
 from control.defaults import CONNECTOR_PREFIXES, LISTEN, PORT_KEYS
-from control.problems import Problem, control_char, safe_repr, strings
+from control.problems import Problem, control_char, of_kind, safe_repr, strings
 
 try:  # the bench's environment (.venv-bench) loads inventories without pyinfra
     from pyinfra.api.arguments import all_global_arguments
@@ -65,20 +65,16 @@ def connection_problems(host: str, data: dict[str, Any]) -> list[Problem]:
         if not isinstance(key, str) or not is_pyinfra_key(key):
             continue
         kind = known.get(key)
-        if isinstance(kind, type) and kind is not object and value is not None:
-            wrong = not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)
-            if kind is float and isinstance(value, int) and not isinstance(value, bool):
-                wrong = False
-            if wrong:
-                problems.append(
-                    Problem(
-                        host,
-                        key,
-                        f"{safe_repr(value)} is {type(value).__name__}, pyinfra expects {kind.__name__}",
-                        f"write it as a {kind.__name__}",
-                    )
+        if isinstance(kind, type) and kind is not object and value is not None and not of_kind(value, kind):
+            problems.append(
+                Problem(
+                    host,
+                    key,
+                    f"{safe_repr(value)} is {type(value).__name__}, pyinfra expects {kind.__name__}",
+                    f"write it as a {kind.__name__}",
                 )
-                continue
+            )
+            continue
         bad = next((found for text in strings(value) if (found := control_char(text))), None)
         if bad:
             problems.append(Problem(host, key, f"{safe_repr(value)} contains {bad}", "remove that character"))

@@ -20,17 +20,8 @@ from typing import Any
 from control.connection import is_pyinfra_key, looks_like_pyinfra_key
 from control.defaults import ENV_NAME, HOST_PATH, KNOBS, LISTEN, URL, Knob
 from control.inventory_checks import first_contact, placeholders
-from control.knob_check import check_value
-from control.profile import (
-    Problem,
-    Profile,
-    ProfileError,
-    build,
-    checked,
-    current_host,
-    fail,
-    hosts,
-)
+from control.knob_check import set_values
+from control.profile import Problem, Profile, ProfileError, build, checked, fail, for_current_host, hosts
 
 WORKERS, GATEWAY = "workers", "gateway"
 # What a client of the gateway gets from a worker: these resolve to the same value on every worker.
@@ -345,21 +336,15 @@ def fleet_problems(
     return problems
 
 
+def _not_a_gateway_setting(name: str, key: str) -> Problem:
+    return Problem(name, key, "is not a gateway setting", "control/fleet.py GATEWAY_KNOBS lists them")
+
+
 def gateway_profile(name: str, data: dict[str, Any]) -> Profile:
     """The gateway host's settings: GATEWAY_KNOBS defaults, then its inventory data."""
-    problems, values = [], {k: knob.default for k, knob in GATEWAY_KNOBS.items()}
-    for key, value in data.items():
-        if is_pyinfra_key(key) or looks_like_pyinfra_key(key):
-            continue
-        knob = GATEWAY_KNOBS.get(key)
-        if knob is None:
-            problems.append(Problem(name, key, "is not a gateway setting", "control/fleet.py GATEWAY_KNOBS lists them"))
-            continue
-        problem = check_value(name, key, knob, value)
-        if problem:
-            problems.append(problem)
-        else:
-            values[key] = float(value) if knob.kind is float else value
+    values = {k: knob.default for k, knob in GATEWAY_KNOBS.items()}
+    mine = {k: v for k, v in data.items() if not (is_pyinfra_key(k) or looks_like_pyinfra_key(k))}
+    problems = set_values(name, GATEWAY_KNOBS, mine, values, unknown=_not_a_gateway_setting)
     ports = {k: values[k] for k in ("gateway_port", "gateway_router_port", "gateway_metrics_port")}
     for key in ("gateway_router_port", "gateway_metrics_port"):
         if not problems and list(ports.values()).count(ports[key]) > 1:
@@ -487,7 +472,4 @@ def fleet(
 
 def gateway_for_current_host() -> Profile:
     """The current pyinfra host's gateway settings (after --data overrides); exits cleanly on mistakes."""
-    try:
-        return gateway_profile(current_host.name, current_host.data.dict())
-    except ProfileError as e:
-        fail(e)
+    return for_current_host(gateway_profile)

@@ -68,6 +68,15 @@ def strings(value: Any):
             yield from strings(v)
 
 
+def of_kind(value: Any, kinds: type | tuple) -> bool:
+    """`value` is of the type (or one of the types) `kinds` as an inventory means them: a bool is
+    no number, and a whole number is a float too."""
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if isinstance(value, bool):
+        return bool in kinds
+    return isinstance(value, kinds) or (float in kinds and isinstance(value, int))
+
+
 def non_ascii(text: str) -> str | None:
     """How to name the first non-ASCII character in `text` (a lookalike such as Cyrillic 'а'), or None."""
     for ch in text:
