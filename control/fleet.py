@@ -268,9 +268,7 @@ def fleet_problems(
         where = {**data, **shared}.get("fleet_address")
         if not where or not isinstance(where, str):
             continue
-        try:
-            ipaddress.ip_address(where)
-        except ValueError:
+        if not is_ip(where):
             problems.append(
                 Problem(
                     name,
