@@ -94,19 +94,9 @@ _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 def parse_lock(text: str, source: str = "lock") -> list[Pin]:
     """Pins of a pip-style lock with hashes; refuses anything not pinned exactly with a hash."""
     pins: list[Pin] = []
-    logical: list[str] = []
-    buf = ""
-    for raw in text.splitlines():
-        line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
-        if line.endswith("\\"):
-            buf += line[:-1] + " "
-            continue
-        buf += line
-        if buf.strip():
-            logical.append(buf.strip())
-        buf = ""
-    if buf.strip():
-        logical.append(buf.strip())
+    lines = ["" if raw.lstrip().startswith("#") else raw.split(" #", 1)[0].rstrip() for raw in text.splitlines()]
+    joined = ("\n".join(lines) + "\n").replace("\\\n", " ")  # a line ending in \ goes on in the next
+    logical = [entry.strip() for entry in joined.splitlines() if entry.strip()]
     seen: set[str] = set()
     for entry in logical:
         if entry.startswith("-"):
@@ -217,21 +207,18 @@ class Target:
         impl, version, platform = found.get("implementation"), found.get("version", ""), found.get("platform", "")
         libc, bits = found.get("libc", ""), found.get("bits")
         machine = platform.removeprefix("linux-")
-        problem = None
         if "said" in found:  # the script did not run as written (HostPython.parse)
-            problem = f"its python3 printed {found['said']!r}, not what it is"
-        elif impl != "cpython":
-            problem = f"its python3 is {impl}, not CPython"
-        elif not re.fullmatch(r"3\.\d+", version):
-            problem = f"its python3 says version {version!r}"
-        elif not platform.startswith("linux-") or machine not in MANYLINUX_MACHINES:
-            problem = f"its python3's platform is {platform!r}, for which no manylinux wheels are built"
-        elif bits != 64 and machine in ("x86_64", "aarch64", "ppc64le", "s390x"):
-            problem = f"its python3 is a {bits}-bit build on a {machine} machine"
-        elif not re.fullmatch(r"glibc \d+\.\d+(\.\d+)?", libc):
-            problem = f"its python3 runs on {libc or 'no glibc'} (manylinux wheels need glibc)"
-        if problem:
-            raise LockError(problem)
+            raise LockError(f"its python3 printed {found['said']!r}, not what it is")
+        if impl != "cpython":
+            raise LockError(f"its python3 is {impl}, not CPython")
+        if not re.fullmatch(r"3\.\d+", version):
+            raise LockError(f"its python3 says version {version!r}")
+        if not platform.startswith("linux-") or machine not in MANYLINUX_MACHINES:
+            raise LockError(f"its python3's platform is {platform!r}, for which no manylinux wheels are built")
+        if bits != 64 and machine in ("x86_64", "aarch64", "ppc64le", "s390x"):
+            raise LockError(f"its python3 is a {bits}-bit build on a {machine} machine")
+        if not re.fullmatch(r"glibc \d+\.\d+(\.\d+)?", libc):
+            raise LockError(f"its python3 runs on {libc or 'no glibc'} (manylinux wheels need glibc)")
         major, minor = (int(x) for x in libc.split()[1].split(".")[:2])
         return cls(version, machine, (major, minor))
 
