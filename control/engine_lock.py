@@ -229,20 +229,13 @@ def _priority(filename: str, order: dict[Tag, int]) -> int | None:
     return min((order[t] for t in wtags if t in order), default=None)
 
 
-def _order(accepted: list[Tag]) -> dict[Tag, int]:
-    order: dict[Tag, int] = {}
-    for i, t in enumerate(accepted):
-        order.setdefault(t, i)
-    return order
-
-
 @functools.cache
 def _target_order(target: Target) -> dict[Tag, int]:
-    return _order(target.tags())
-
-
-def wheel_fits(filename: str, accepted: list[Tag]) -> bool:
-    return _priority(filename, _order(accepted)) is not None
+    """Each tag `target` accepts -> its place in pip's order (the first, where one repeats)."""
+    order: dict[Tag, int] = {}
+    for i, t in enumerate(target.tags()):
+        order.setdefault(t, i)
+    return order
 
 
 def _names_pin(pin: Pin, name: str, version: Version) -> bool:
@@ -300,11 +293,6 @@ def env_id(engine_set: str, lock_bytes: bytes, python_id: str, extra: str = "") 
     for part in (lock_bytes, python_id.encode(), BUILD_STEPS_VERSION.encode(), extra.encode()):
         h.update(hashlib.sha256(part).digest())
     return f"{engine_set}-{h.hexdigest()[:12]}"
-
-
-def parse_env_id(name: str) -> tuple[str, str] | None:
-    m = re.fullmatch(r"(\d+\.\d+\.\d+(?:\.post\d+)?)-([0-9a-f]{12})", name)
-    return (m.group(1), m.group(2)) if m else None
 
 
 # --- the cache on the control machine (control/pypi_cache.py) ------------------------------------
