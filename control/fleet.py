@@ -22,6 +22,7 @@ from control.defaults import ENV_NAME, HOST_PATH, KNOBS, LISTEN, URL, Knob
 from control.inventory_checks import first_contact, placeholders
 from control.knob_check import set_values
 from control.profile import Problem, Profile, ProfileError, build, checked, fail, for_current_host, hosts
+from control.rules import LOOPBACK
 
 WORKERS, GATEWAY = "workers", "gateway"
 # What a client of the gateway gets from a worker: these resolve to the same value on every worker.
@@ -43,7 +44,6 @@ SERVED = (
     "kv_cache_dtype",
     "api_key_env",
 )
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 # During a deploy the seed worker serves the fleet's artifacts to its peers here (roles/fleet/artifacts.py).
 PEER_PORT = 30080
 ANY = ("0.0.0.0", "::")
