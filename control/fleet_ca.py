@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from control.fleet import is_ip
-from control.pypi_cache import write_durably
+from control.pypi_cache import write_whole
 
 CA_DAYS = 3650
 LEAF_DAYS = 397  # what browsers accept for a server certificate
@@ -122,7 +122,7 @@ def authority(directory: Path | None = None) -> tuple[ec.EllipticCurvePrivateKey
         )
     if key_pem is None:  # the key first: a run killed before the certificate is written makes it next time
         key_pem = _key_pem(ec.generate_private_key(ec.SECP256R1()))
-        write_durably(d / "ca.key", key_pem, 0o600)
+        write_whole(d / "ca.key", key_pem, 0o600, sync=True)
     try:
         key = serialization.load_pem_private_key(key_pem, password=None)
         cert = x509.load_pem_x509_certificate(cert_pem) if cert_pem is not None else None
@@ -146,7 +146,7 @@ def authority(directory: Path | None = None) -> tuple[ec.EllipticCurvePrivateKey
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(key, hashes.SHA256())
         )
-        write_durably(d / "ca.crt", cert.public_bytes(serialization.Encoding.PEM), 0o644)
+        write_whole(d / "ca.crt", cert.public_bytes(serialization.Encoding.PEM), 0o644, sync=True)
     if key.public_key() != cert.public_key():
         raise CAError(f"{d}: ca.key is not the key of ca.crt", f"move {d} aside to start a new authority")
     return key, cert, d / "ca.crt"
@@ -209,6 +209,6 @@ def issue(host: str, names: list[str], directory: Path | None = None) -> Issued:
         .sign(key, hashes.SHA256())
     )
     key_pem, cert_pem = _key_pem(leaf), cert.public_bytes(serialization.Encoding.PEM)
-    write_durably(d / f"{stem}.key", key_pem, 0o600)
-    write_durably(d / f"{stem}.crt", cert_pem, 0o644)
+    write_whole(d / f"{stem}.key", key_pem, 0o600, sync=True)
+    write_whole(d / f"{stem}.crt", cert_pem, 0o644, sync=True)
     return Issued(cert_pem, key_pem, ca_pem, ca_path)

@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 
 from control import layout
-from control.pypi_cache import write_durably
+from control.pypi_cache import write_whole
 
 LOCK = layout.LOCKS / "model.json"  # the repo's own inventories'
 BESIDE = "model-lock.json"  # an operator's inventory's, in its directory
@@ -91,7 +91,7 @@ def record(model_id: str, revision: str, commit: str, path: Path | None = None) 
         raise ModelLockError(f"the hub answered {commit!r} for {model_id}@{revision}, not a commit")
     data = load(path)
     data.setdefault(model_id, {})[revision] = commit
-    write_durably(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode(), 0o644)
+    write_whole(path, json.dumps(data, indent=2, sort_keys=True) + "\n", 0o644, sync=True)
 
 
 def origin(url: str) -> tuple[str, str, int | None]:

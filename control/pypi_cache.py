@@ -5,8 +5,7 @@ helpers tests/engine/pypi.py and tests/cuda/cuda_assets.py (single wheels) share
 
 - cache_root() / cache_dir(): ${GLM_FLASH_CACHE:-~/.cache/glm-flash} (cache_dir() creates it);
 - sha256_file(path); distrust(stat): a cached file someone else could have written;
-- identity(stat), private(path), write_whole(path, text): what a recorded sha256 is of, written whole;
-  write_durably(path, data, mode): also synced to disk (the model lock, the fleet's authority);
+- identity(stat), private(path), write_whole(path, data): what a recorded sha256 is of, written whole;
 - release_wheel(name, version, accept): the one wheel of a release, from PyPI's JSON API
   (${GLM_FLASH_PYPI:-https://pypi.org/pypi}/<name>/json): filename, absolute url, sha256;
 - download(url, path, sha256): into `<path>.part`, renamed to `path` only when the hash matches;
@@ -161,34 +160,30 @@ def private(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(6)}")
 
 
-def write_whole(path: Path, text: str) -> None:
-    """`text` into `path`, written under a private() name and renamed into place."""
-    tmp = private(path)
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
-def write_durably(path: Path, data: bytes, mode: int) -> None:
-    """`data` into `path` with `mode`, whole and on disk: written under a private() name (O_EXCL,
-    O_NOFOLLOW), synced, renamed into place and the directory synced, so a run killed while it
-    writes leaves the old file or the new, never half of one."""
+def write_whole(path: Path, data: str | bytes, mode: int = 0o644, sync: bool = False) -> None:
+    """`data` into `path` with `mode` (whatever the umask), whole: written under a private() name
+    (O_EXCL, O_NOFOLLOW) and renamed into place, so a run killed while it writes leaves the old file
+    or the new, never half of one. `sync`: on disk before it counts (the file and its directory
+    synced), for what is not written again when lost (the model lock, the fleet's authority)."""
     tmp = private(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), mode)  # `mode` whatever the umask
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            os.fchmod(f.fileno(), mode)
+            f.write(data.encode() if isinstance(data, str) else data)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    if sync:
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
 
 
 def sha256_file(path: Path) -> str:

@@ -40,7 +40,7 @@ from pyinfra import logger
 from pyinfra.api import FactBase, State, StringCommand
 
 from control.defaults import KNOBS
-from control.pypi_cache import cache_root, distrust
+from control.pypi_cache import cache_root, distrust, write_whole
 from control.run import dry_run
 from pyinfra_ext.host_args import connector_arguments
 
@@ -277,11 +277,7 @@ def _save(ref) -> None:
         path = _cache_file(name)
         try:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(json.dumps(entries, indent=0, sort_keys=True, default=str))
-            tmp.replace(path)
+            write_whole(path, json.dumps(entries, indent=0, sort_keys=True, default=str), 0o600)
         except (OSError, TypeError, ValueError) as e:
             logger.debug("memo: facts of %s not kept: %s", name, e)
 
