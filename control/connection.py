@@ -122,14 +122,11 @@ def _shape(host: str, key: str, value: Any) -> list[Problem]:
         return [Problem(host, key, f"{safe_repr(value)} is not a host name or address", "write e.g. gpu1.lan")]
     if key == "ssh_user" and isinstance(value, str) and not re.fullmatch(USER, value):
         return [Problem(host, key, f"{safe_repr(value)} is not a user name", "write e.g. root")]
-    for name, choices in (
-        ("ssh_strict_host_key_checking", STRICT_CHOICES),
-        ("ssh_file_transfer_protocol", TRANSFER_CHOICES),
-    ):
-        if key == name and value not in choices:
-            return [
-                Problem(host, key, f"{safe_repr(str(value))} is not one of {', '.join(choices)}", f"use {choices[0]!r}")
-            ]
+    choices = {"ssh_strict_host_key_checking": STRICT_CHOICES, "ssh_file_transfer_protocol": TRANSFER_CHOICES}.get(key)
+    if choices and value not in choices:
+        return [
+            Problem(host, key, f"{safe_repr(str(value))} is not one of {', '.join(choices)}", f"use {choices[0]!r}")
+        ]
     return []
 
 
