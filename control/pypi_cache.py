@@ -187,11 +187,8 @@ def write_whole(path: Path, data: str | bytes, mode: int = 0o644, sync: bool = F
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def release_wheel(name: str, version: str, accept: tuple[str, ...] = ("x86_64",)) -> dict:
