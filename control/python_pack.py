@@ -99,9 +99,7 @@ def _included(rel: str, major_minor: str) -> bool:
         return rel == stdlib + "site-packages/README.txt"
     if rel.startswith(stdlib):
         inner = rel[len(stdlib) :]
-        if any(inner == d or inner.startswith(d + "/") for d in SKIP_DIRS):
-            return False
-        if "/_tkinter" in rel or rel.endswith(SKIP_SUFFIXES):
+        if "/_tkinter" in rel or any(inner == d or inner.startswith(d + "/") for d in SKIP_DIRS):
             return False
     if parts[:2] == ["lib", "pkgconfig"]:
         return True
