@@ -71,18 +71,12 @@ def _describe(source: Path) -> dict:
     exe = source / "bin" / "python3"
     if not exe.exists():
         raise PythonSourceError(f"{source}: has no bin/python3; python_source must be a CPython install tree")
-    r = subprocess.run(
-        [
-            str(exe),
-            "-I",
-            "-B",  # reading the tree must not write byte code into it
-            "-c",
-            "import sys, json; print(json.dumps({'version': "
-            "'%d.%d.%d' % sys.version_info[:3], 'prefix': sys.prefix, 'impl': sys.implementation.name}))",
-        ],
-        capture_output=True,
-        text=True,
+    script = (
+        "import sys, json; print(json.dumps({'version': "
+        "'%d.%d.%d' % sys.version_info[:3], 'prefix': sys.prefix, 'impl': sys.implementation.name}))"
     )
+    # -B: reading the tree must not write byte code into it
+    r = subprocess.run([str(exe), "-I", "-B", "-c", script], capture_output=True, text=True)
     if r.returncode:
         raise PythonSourceError(f"{exe} does not run on the control machine: {r.stderr.strip()[-300:]}")
     return json.loads(r.stdout)
