@@ -353,13 +353,9 @@ def _project_files(session, name: str) -> list[dict]:
 
 def _index(dest: Path) -> dict[str, str]:
     """ "<name>==<version>" -> filename, remembered from earlier runs."""
-    index_file = dest / "index.txt"
-    known: dict[str, str] = {}
-    if index_file.exists():
-        for line in index_file.read_text().splitlines():
-            req, _, fn = line.partition(" ")
-            known[req] = fn
-    return known
+    index_file = dest / "index.txt"  # none yet (nor its directory): nothing remembered
+    lines = index_file.read_text().splitlines() if index_file.exists() else []
+    return {req: fn for req, _, fn in (line.partition(" ") for line in lines)}
 
 
 def cached(pins: list[Pin], dest: Path | None = None, target: Target | None = None) -> tuple[list[Path], list[Pin]]:
@@ -367,7 +363,7 @@ def cached(pins: list[Pin], dest: Path | None = None, target: Target | None = No
     nothing is written or fetched (what a dry run may do). With `target`, a recorded wheel
     counts only if it installs there."""
     dest = dest or cache_root() / "wheelhouse"
-    known = _index(dest) if dest.is_dir() else {}
+    known = _index(dest)
     have, missing = [], []
     for pin in pins:
         fn = known.get(pin.requirement)
@@ -419,29 +415,24 @@ def fetch(
     session = None  # opened for the first pin the cache lacks
     for pin in pins:
         fn = known.get(pin.requirement)
-        if fn and _fits(fn, target) and _verified(dest / fn, pin):
-            out.append(dest / fn)
-            continue
-        fn = _local_file(pin, find_links, dest, target)
-        if fn:
-            known[pin.requirement] = fn
-            out.append(dest / fn)
-            continue
-        session = session or http().Session()
-        chosen = choose_file(pin, _project_files(session, pin.name), target=target, wheels_only=wheels_only)
-        path = dest / chosen["filename"]
-        if not _verified(path, pin):
-            digest = chosen["hashes"]["sha256"]  # one the lock allows (choose_file picks only those)
-            log(f"fetching {chosen['filename']}")
-            try:
-                write = functools.partial(download, chosen["url"], sha256=digest, session=session, timeout=300)
-                _place(path, pin, digest, write)
-            except HashMismatch as e:
-                raise LockError(f"{chosen['filename']}: downloaded sha256 {e.got} is not the locked one") from None
-            except (http().RequestException, OSError) as e:
-                raise FetchError(chosen["filename"], chosen["url"], network_reason(e)) from None
-        known[pin.requirement] = chosen["filename"]
-        out.append(path)
+        if not (fn and _fits(fn, target) and _verified(dest / fn, pin)):
+            fn = _local_file(pin, find_links, dest, target)
+        if not fn:
+            session = session or http().Session()
+            chosen = choose_file(pin, _project_files(session, pin.name), target=target, wheels_only=wheels_only)
+            fn = chosen["filename"]
+            if not _verified(dest / fn, pin):
+                digest = chosen["hashes"]["sha256"]  # one the lock allows (choose_file picks only those)
+                log(f"fetching {fn}")
+                try:
+                    write = functools.partial(download, chosen["url"], sha256=digest, session=session, timeout=300)
+                    _place(dest / fn, pin, digest, write)
+                except HashMismatch as e:
+                    raise LockError(f"{fn}: downloaded sha256 {e.got} is not the locked one") from None
+                except (http().RequestException, OSError) as e:
+                    raise FetchError(fn, chosen["url"], network_reason(e)) from None
+        known[pin.requirement] = fn
+        out.append(dest / fn)
     known = {**_index(dest), **known}  # what another fetcher recorded meanwhile stays
     write_whole(dest / "index.txt", "".join(f"{k} {v}\n" for k, v in sorted(known.items())))
     return out
