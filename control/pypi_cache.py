@@ -104,12 +104,8 @@ def untrusted(tree: Path, top: Path | None = None) -> str | None:
     a planted .pth or an edited os.py would otherwise run on this machine and, packed, as root on
     every host."""
     top = Path(top or cache_root())
-    chain, d = [], Path(tree)
-    while True:
-        chain.append(d)
-        if d == top or d.parent == d:
-            break
-        d = d.parent
+    chain = [Path(tree), *Path(tree).parents]  # the tree and its directories up to top (or /)
+    chain = chain[: chain.index(top) + 1] if top in chain else chain
     for d in reversed(chain):
         st = os.lstat(d)
         if stat.S_ISLNK(st.st_mode):  # a link of this user's own to a directory that passes too
