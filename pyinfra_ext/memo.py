@@ -106,11 +106,7 @@ def changes(state, host) -> int:
 
 def want(host, cls: type[FactBase], **kwargs) -> None:
     """At plan time: this fact will be read during the run; read it with the others in one command."""
-    _want(_run(host.state), host, cls, kwargs)
-
-
-def _want(run: _Run, host, cls, kwargs) -> None:
-    run.wanted.setdefault(host.name, {})[_key(host, cls, kwargs)] = (cls, kwargs)
+    _run(host.state).wanted.setdefault(host.name, {})[_key(host, cls, kwargs)] = (cls, kwargs)
 
 
 def fact(host, cls: type[FactBase], **kwargs):
@@ -128,8 +124,7 @@ def fact(host, cls: type[FactBase], **kwargs):
     _learn(run, host)
     batch = _batch(run, host, key, now)
     if len(batch) > 1:
-        for k, value in _read_together(host, batch).items():
-            run.values[k] = (now, value)
+        run.values.update((k, (now, value)) for k, value in _read_together(host, batch).items())
         held = run.values.get(key)
         if held is not None:
             return held[1]
