@@ -147,19 +147,14 @@ def key_problems(gateway: str, data: dict[str, Any]) -> list[Problem]:
         f"export {worker_env}=$(openssl rand -hex 32) on the control machine (a key of its own, kept like {client_env})"
     )
     if not worker_key:
-        return [Problem(gateway, worker_env, "is not set: workers behind a gateway accept only their own key", fix)]
-    if worker_key == client_key:
-        return [Problem(gateway, worker_env, f"is the clients' key ({client_env}): a worker would hold it", fix)]
-    if not KEY_SHAPE.fullmatch(worker_key):
-        return [
-            Problem(
-                gateway,
-                worker_env,
-                "is not 16 to 4096 printable characters without spaces (its value is not shown)",
-                fix,
-            )
-        ]
-    return []
+        problem = "is not set: workers behind a gateway accept only their own key"
+    elif worker_key == client_key:
+        problem = f"is the clients' key ({client_env}): a worker would hold it"
+    elif not KEY_SHAPE.fullmatch(worker_key):
+        problem = "is not 16 to 4096 printable characters without spaces (its value is not shown)"
+    else:
+        return []
+    return [Problem(gateway, worker_env, problem, fix)]
 
 
 def is_ip(address: str) -> bool:
