@@ -105,23 +105,6 @@ def check_value(host: str, key: str, knob: Knob, value: Any, platform: str = "")
     return None
 
 
-def set_values(
-    host: str, knobs: dict[str, Knob], data: dict, values: dict[str, Any], platform: str = "", unknown=None
-) -> list[Problem]:
-    """Check each of `data`'s values against its knob in `knobs` and set those that pass into
-    `values` (a float knob's whole number as a float); a key no knob names is `unknown(host, key)`
-    (default: unknown_key). The problems, in `data`'s order."""
-    problems = []
-    for key, value in data.items():
-        knob = knobs.get(key) if isinstance(key, str) else None
-        problem = (unknown or unknown_key)(host, key) if knob is None else check_value(host, key, knob, value, platform)
-        if problem:
-            problems.append(problem)
-        else:
-            values[key] = float(value) if knob.kind is float else value
-    return problems
-
-
 def unknown_key(host: str, key: Any) -> Problem:
     if not isinstance(key, str):
         return Problem(
@@ -148,3 +131,20 @@ def unknown_key(host: str, key: Any) -> Problem:
         )
     fix = f"did you mean {near[0]!r}?" if near else "remove it; control/defaults.py lists every key"
     return Problem(host, key, "unknown key", fix)
+
+
+def set_values(
+    host: str, knobs: dict[str, Knob], data: dict, values: dict[str, Any], platform: str = "", unknown=unknown_key
+) -> list[Problem]:
+    """Check each of `data`'s values against its knob in `knobs` and set those that pass into
+    `values` (a float knob's whole number as a float); a key no knob names is `unknown(host, key)`.
+    The problems, in `data`'s order."""
+    problems = []
+    for key, value in data.items():
+        knob = knobs.get(key) if isinstance(key, str) else None
+        problem = unknown(host, key) if knob is None else check_value(host, key, knob, value, platform)
+        if problem:
+            problems.append(problem)
+        else:
+            values[key] = float(value) if knob.kind is float else value
+    return problems
