@@ -153,13 +153,7 @@ def authority(directory: Path | None = None) -> tuple[ec.EllipticCurvePrivateKey
 
 
 def _names(names: list[str]) -> list[x509.GeneralName]:
-    out: list[x509.GeneralName] = []
-    for n in sorted(set(names)):
-        try:
-            out.append(x509.IPAddress(ipaddress.ip_address(n)))
-        except ValueError:
-            out.append(x509.DNSName(n))
-    return out
+    return [x509.IPAddress(ipaddress.ip_address(n)) if is_ip(n) else x509.DNSName(n) for n in sorted(set(names))]
 
 
 def _current(cert_pem: bytes, ca: x509.Certificate, wanted: list[x509.GeneralName]) -> bool:

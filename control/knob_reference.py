@@ -100,10 +100,7 @@ def per_platform(key: str, knob: Knob) -> str:
 
 def render() -> str:
     where = sections()
-    order: list[str] = []
-    for key in KNOBS:
-        if where.get(key, "Other") not in order:
-            order.append(where.get(key, "Other"))
+    order = list(dict.fromkeys(where.get(key, "Other") for key in KNOBS))  # the sections, as they come
     lines = [
         "# Knob reference",
         "",
