@@ -43,8 +43,7 @@ def pyinfra_keys() -> dict[str, type] | None:
         hints = get_type_hints(connector.data_cls)
         for key in connector.data_meta:
             keys[key] = hints.get(key, object)
-    for key, kind in all_global_arguments():
-        keys[key] = kind
+    keys.update(all_global_arguments())
     return keys
 
 
