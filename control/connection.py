@@ -14,7 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any, get_type_hints
 
 from control.defaults import CONNECTOR_PREFIXES, LISTEN, PORT_KEYS
-from control.problems import Problem, control_char, safe_repr, strings
+from control.problems import Problem, control_char, of_kind, safe_repr, strings
 
 try:  # the bench's environment (.venv-bench) loads inventories without pyinfra
     from pyinfra.api.arguments import all_global_arguments
@@ -43,8 +43,7 @@ def pyinfra_keys() -> dict[str, type] | None:
         hints = get_type_hints(connector.data_cls)
         for key in connector.data_meta:
             keys[key] = hints.get(key, object)
-    for key, kind in all_global_arguments():
-        keys[key] = kind
+    keys.update(all_global_arguments())
     return keys
 
 
@@ -65,20 +64,16 @@ def connection_problems(host: str, data: dict[str, Any]) -> list[Problem]:
         if not isinstance(key, str) or not is_pyinfra_key(key):
             continue
         kind = known.get(key)
-        if isinstance(kind, type) and kind is not object and value is not None:
-            wrong = not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool)
-            if kind is float and isinstance(value, int) and not isinstance(value, bool):
-                wrong = False
-            if wrong:
-                problems.append(
-                    Problem(
-                        host,
-                        key,
-                        f"{safe_repr(value)} is {type(value).__name__}, pyinfra expects {kind.__name__}",
-                        f"write it as a {kind.__name__}",
-                    )
+        if isinstance(kind, type) and kind is not object and value is not None and not of_kind(value, kind):
+            problems.append(
+                Problem(
+                    host,
+                    key,
+                    f"{safe_repr(value)} is {type(value).__name__}, pyinfra expects {kind.__name__}",
+                    f"write it as a {kind.__name__}",
                 )
-                continue
+            )
+            continue
         bad = next((found for text in strings(value) if (found := control_char(text))), None)
         if bad:
             problems.append(Problem(host, key, f"{safe_repr(value)} contains {bad}", "remove that character"))
@@ -126,14 +121,11 @@ def _shape(host: str, key: str, value: Any) -> list[Problem]:
         return [Problem(host, key, f"{safe_repr(value)} is not a host name or address", "write e.g. gpu1.lan")]
     if key == "ssh_user" and isinstance(value, str) and not re.fullmatch(USER, value):
         return [Problem(host, key, f"{safe_repr(value)} is not a user name", "write e.g. root")]
-    for name, choices in (
-        ("ssh_strict_host_key_checking", STRICT_CHOICES),
-        ("ssh_file_transfer_protocol", TRANSFER_CHOICES),
-    ):
-        if key == name and value not in choices:
-            return [
-                Problem(host, key, f"{safe_repr(str(value))} is not one of {', '.join(choices)}", f"use {choices[0]!r}")
-            ]
+    choices = {"ssh_strict_host_key_checking": STRICT_CHOICES, "ssh_file_transfer_protocol": TRANSFER_CHOICES}.get(key)
+    if choices and value not in choices:
+        return [
+            Problem(host, key, f"{safe_repr(str(value))} is not one of {', '.join(choices)}", f"use {choices[0]!r}")
+        ]
     return []
 
 

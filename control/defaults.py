@@ -88,7 +88,6 @@ DEB_PACKAGE = dict(pattern=r"[a-z0-9][a-z0-9+.-]+", shape="a Debian package name
 UNIT_NAME = dict(pattern=r"[A-Za-z0-9][A-Za-z0-9_.@-]*", shape="a systemd unit name (letters, digits, _ . @ -)")
 IDENT = dict(pattern=r"[a-z][a-z0-9_]*", shape="a lowercase identifier (letters, digits, _)")
 ENV_NAME = dict(pattern=r"[A-Za-z_][A-Za-z0-9_]*", shape="an environment variable name (letters, digits, _)")
-USER_NAME = dict(pattern=r"[a-z][a-z0-9_-]{0,31}", shape="a Debian user name (lowercase letters, digits, _ -)")
 UNPRIVILEGED_USER = dict(  # the engine must not run as root
     pattern=r"(?!root$)[a-z][a-z0-9_-]{0,31}",
     shape="a Debian user name (lowercase letters, digits, _ -), not root: the engine must not run as root",

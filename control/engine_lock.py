@@ -28,7 +28,6 @@ import io
 import json
 import os
 import re
-import secrets
 import shutil
 import subprocess
 import sys
@@ -48,10 +47,13 @@ from control.pypi_cache import (
     cache_root,
     download,
     http,
+    identity,
     network_reason,
+    private,
     progress,
     sha256_file,
     trusted,
+    write_whole,
 )
 
 REPO = layout.REPO
@@ -92,19 +94,9 @@ _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 def parse_lock(text: str, source: str = "lock") -> list[Pin]:
     """Pins of a pip-style lock with hashes; refuses anything not pinned exactly with a hash."""
     pins: list[Pin] = []
-    logical: list[str] = []
-    buf = ""
-    for raw in text.splitlines():
-        line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
-        if line.endswith("\\"):
-            buf += line[:-1] + " "
-            continue
-        buf += line
-        if buf.strip():
-            logical.append(buf.strip())
-        buf = ""
-    if buf.strip():
-        logical.append(buf.strip())
+    lines = ["" if raw.lstrip().startswith("#") else raw.split(" #", 1)[0].rstrip() for raw in text.splitlines()]
+    joined = ("\n".join(lines) + "\n").replace("\\\n", " ")  # a line ending in \ goes on in the next
+    logical = [entry.strip() for entry in joined.splitlines() if entry.strip()]
     seen: set[str] = set()
     for entry in logical:
         if entry.startswith("-"):
@@ -215,21 +207,18 @@ class Target:
         impl, version, platform = found.get("implementation"), found.get("version", ""), found.get("platform", "")
         libc, bits = found.get("libc", ""), found.get("bits")
         machine = platform.removeprefix("linux-")
-        problem = None
         if "said" in found:  # the script did not run as written (HostPython.parse)
-            problem = f"its python3 printed {found['said']!r}, not what it is"
-        elif impl != "cpython":
-            problem = f"its python3 is {impl}, not CPython"
-        elif not re.fullmatch(r"3\.\d+", version):
-            problem = f"its python3 says version {version!r}"
-        elif not platform.startswith("linux-") or machine not in MANYLINUX_MACHINES:
-            problem = f"its python3's platform is {platform!r}, for which no manylinux wheels are built"
-        elif bits != 64 and machine in ("x86_64", "aarch64", "ppc64le", "s390x"):
-            problem = f"its python3 is a {bits}-bit build on a {machine} machine"
-        elif not re.fullmatch(r"glibc \d+\.\d+(\.\d+)?", libc):
-            problem = f"its python3 runs on {libc or 'no glibc'} (manylinux wheels need glibc)"
-        if problem:
-            raise LockError(problem)
+            raise LockError(f"its python3 printed {found['said']!r}, not what it is")
+        if impl != "cpython":
+            raise LockError(f"its python3 is {impl}, not CPython")
+        if not re.fullmatch(r"3\.\d+", version):
+            raise LockError(f"its python3 says version {version!r}")
+        if not platform.startswith("linux-") or machine not in MANYLINUX_MACHINES:
+            raise LockError(f"its python3's platform is {platform!r}, for which no manylinux wheels are built")
+        if bits != 64 and machine in ("x86_64", "aarch64", "ppc64le", "s390x"):
+            raise LockError(f"its python3 is a {bits}-bit build on a {machine} machine")
+        if not re.fullmatch(r"glibc \d+\.\d+(\.\d+)?", libc):
+            raise LockError(f"its python3 runs on {libc or 'no glibc'} (manylinux wheels need glibc)")
         major, minor = (int(x) for x in libc.split()[1].split(".")[:2])
         return cls(version, machine, (major, minor))
 
@@ -240,34 +229,31 @@ def _priority(filename: str, order: dict[Tag, int]) -> int | None:
     return min((order[t] for t in wtags if t in order), default=None)
 
 
-def _order(accepted: list[Tag]) -> dict[Tag, int]:
+@functools.cache
+def _target_order(target: Target) -> dict[Tag, int]:
+    """Each tag `target` accepts -> its place in pip's order (the first, where one repeats)."""
     order: dict[Tag, int] = {}
-    for i, t in enumerate(accepted):
+    for i, t in enumerate(target.tags()):
         order.setdefault(t, i)
     return order
 
 
-@functools.cache
-def _target_order(target: Target) -> dict[Tag, int]:
-    return _order(target.tags())
-
-
-def wheel_fits(filename: str, accepted: list[Tag]) -> bool:
-    return _priority(filename, _order(accepted)) is not None
+def _names_pin(pin: Pin, name: str, version: Version) -> bool:
+    """A file's project and version, parsed from its name, are the pin's."""
+    return canonicalize_name(name) == pin.name and str(version) == str(Version(pin.version))
 
 
 def choose_file(
     pin: Pin,
     files: list[dict],
     py: str = "3.11",
-    glibc_max: tuple[int, int] = (2, 35),
     target: Target | None = None,
     wheels_only: bool = False,
 ) -> dict:
     """The file of `pin` to install on `target` (default: CPython `py`, manylinux x86_64 up to
-    `glibc_max`): among files whose sha256 the lock allows, the best compatible wheel, else the
+    glibc 2.35): among files whose sha256 the lock allows, the best compatible wheel, else the
     sdist (unless `wheels_only`). `files` are PEP 691 entries ({filename, url, hashes})."""
-    target = target or Target(py, "x86_64", glibc_max)
+    target = target or Target(py)
     order = _target_order(target)
     allowed = [f for f in files if f.get("hashes", {}).get("sha256") in pin.hashes and not f.get("yanked")]
     wheels = []
@@ -276,18 +262,14 @@ def choose_file(
         fn = f["filename"]
         if fn.endswith(".whl"):
             name, version, _, _ = parse_wheel_filename(fn)
-            if (
-                canonicalize_name(name) == pin.name
-                and str(version) == str(_norm_version(pin.version))
-                and _priority(fn, order) is not None
-            ):
+            if _names_pin(pin, name, version) and _priority(fn, order) is not None:
                 wheels.append(f)
         elif fn.endswith((".tar.gz", ".zip")):
             try:
                 name, version = parse_sdist_filename(fn)
             except Exception:
                 continue
-            if canonicalize_name(name) == pin.name and str(version) == str(_norm_version(pin.version)):
+            if _names_pin(pin, name, version):
                 sdists.append(f)
     if wheels:
         # pip's choice: the wheel whose best tag comes first (two with the same tag: the last name)
@@ -298,10 +280,6 @@ def choose_file(
         f"{pin.requirement}: no {'wheel' if wheels_only else 'file'} with a locked hash installs on {target} "
         f"(PyPI has {len(files)} files, {len(allowed)} with a locked hash)"
     )
-
-
-def _norm_version(v: str):
-    return Version(v)
 
 
 # --- the environment a lock builds --------------------------------------------------------
@@ -317,18 +295,7 @@ def env_id(engine_set: str, lock_bytes: bytes, python_id: str, extra: str = "") 
     return f"{engine_set}-{h.hexdigest()[:12]}"
 
 
-def parse_env_id(name: str) -> tuple[str, str] | None:
-    m = re.fullmatch(r"(\d+\.\d+\.\d+(?:\.post\d+)?)-([0-9a-f]{12})", name)
-    return (m.group(1), m.group(2)) if m else None
-
-
 # --- the cache on the control machine (control/pypi_cache.py) ------------------------------------
-
-
-def _identity(st: os.stat_result) -> str:
-    # ctime too: only the kernel sets it, on every write, rename or utime, so bytes changed and the
-    # mtime set back (same size, same second) do not pass as the file that was hashed.
-    return f"{st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}"
 
 
 def _stamped(path: Path, pin: Pin) -> bool:
@@ -338,7 +305,7 @@ def _stamped(path: Path, pin: Pin) -> bool:
         return False
     st = path.stat()
     digest, _, seen = stamp.read_text().strip().partition(" ")
-    return seen == _identity(st) and digest in pin.hashes
+    return seen == identity(st) and digest in pin.hashes
 
 
 def _verified(path: Path, pin: Pin) -> bool:
@@ -354,24 +321,17 @@ def _verified(path: Path, pin: Pin) -> bool:
     return False
 
 
-def _private(path: Path) -> Path:
-    """A name beside `path` that no other fetcher (thread, process, session sharing the cache) uses."""
-    return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(6)}")
-
-
 def _stamp(path: Path, digest: str) -> None:
-    st = path.stat()
-    tmp = _private(path.with_name(path.name + ".sha256"))
-    tmp.write_text(f"{digest} {_identity(st)}\n")
-    tmp.replace(path.with_name(path.name + ".sha256"))
+    write_whole(path.with_name(path.name + ".sha256"), f"{digest} {identity(path.stat())}\n")
 
 
-def _download(url: str, path: Path, pin: Pin, digest: str, session) -> None:
-    """Download into a name of this fetch's own, then rename it into place: fetchers of the same
-    file at once never write into one another's file; one that finds it complete by then keeps it."""
-    tmp = _private(path)
+def _place(path: Path, pin: Pin, digest: str, write) -> None:
+    """Write the file into a name of this fetch's own (`write(tmp)`: a download, a copy), then rename
+    it into place: fetchers of the same file at once never write into one another's file; one that
+    finds it complete by then keeps it."""
+    tmp = private(path)
     try:
-        download(url, tmp, digest, session=session, timeout=300)
+        write(tmp)
         if _verified(path, pin):
             return
         tmp.replace(path)
@@ -393,13 +353,9 @@ def _project_files(session, name: str) -> list[dict]:
 
 def _index(dest: Path) -> dict[str, str]:
     """ "<name>==<version>" -> filename, remembered from earlier runs."""
-    index_file = dest / "index.txt"
-    known: dict[str, str] = {}
-    if index_file.exists():
-        for line in index_file.read_text().splitlines():
-            req, _, fn = line.partition(" ")
-            known[req] = fn
-    return known
+    index_file = dest / "index.txt"  # none yet (nor its directory): nothing remembered
+    lines = index_file.read_text().splitlines() if index_file.exists() else []
+    return {req: fn for req, _, fn in (line.partition(" ") for line in lines)}
 
 
 def cached(pins: list[Pin], dest: Path | None = None, target: Target | None = None) -> tuple[list[Path], list[Pin]]:
@@ -407,7 +363,7 @@ def cached(pins: list[Pin], dest: Path | None = None, target: Target | None = No
     nothing is written or fetched (what a dry run may do). With `target`, a recorded wheel
     counts only if it installs there."""
     dest = dest or cache_root() / "wheelhouse"
-    known = _index(dest) if dest.is_dir() else {}
+    known = _index(dest)
     have, missing = [], []
     for pin in pins:
         fn = known.get(pin.requirement)
@@ -424,19 +380,11 @@ def _local_file(pin: Pin, dirs: tuple[Path, ...], dest: Path, target: Target | N
     for d in dirs:
         for path in sorted(Path(d).glob("*.whl")):
             name, version, _, _ = parse_wheel_filename(path.name)
-            if canonicalize_name(name) != pin.name or str(version) != str(_norm_version(pin.version)):
-                continue
-            if not _fits(path.name, target):
+            if not _names_pin(pin, name, version) or not _fits(path.name, target):
                 continue
             digest = sha256_file(path)
             if digest in pin.hashes:
-                tmp = _private(dest / path.name)
-                try:
-                    shutil.copyfile(path, tmp)
-                    tmp.replace(dest / path.name)
-                finally:
-                    tmp.unlink(missing_ok=True)
-                _stamp(dest / path.name, digest)
+                _place(dest / path.name, pin, digest, functools.partial(shutil.copyfile, path))
                 return path.name
     return None
 
@@ -449,52 +397,44 @@ def _fits(filename: str, target: Target | None) -> bool:
 def fetch(
     pins: list[Pin],
     dest: Path | None = None,
-    py: str = "3.11",
     log=progress,
     target: Target | None = None,
     wheels_only: bool = False,
     find_links: tuple[Path, ...] = (),
 ) -> list[Path]:
     """Make sure the cache holds the chosen file of every pin; return their paths in pin order.
-    The file is chosen for `target` (default: CPython `py`, manylinux x86_64, glibc <= 2.35); a
+    The file is chosen for `target` (default: CPython 3.11, manylinux x86_64, glibc <= 2.35); a
     file the index recorded is taken only if it installs there. Only pins whose file is not
     cached yet cost a request; a file is kept only if its sha256 is one the lock allows.
     `find_links`: directories looked in before the index (their wheels count only with a locked
     hash). A network failure raises FetchError (what, from where, why)."""
     dest = dest or cache_root() / "wheelhouse"
     dest.mkdir(parents=True, exist_ok=True)
-    index_file = dest / "index.txt"
     known = _index(dest)
     out: list[Path] = []
     session = None  # opened for the first pin the cache lacks
     for pin in pins:
         fn = known.get(pin.requirement)
-        if fn and _fits(fn, target) and _verified(dest / fn, pin):
-            out.append(dest / fn)
-            continue
-        fn = _local_file(pin, find_links, dest, target)
-        if fn:
-            known[pin.requirement] = fn
-            out.append(dest / fn)
-            continue
-        session = session or http().Session()
-        chosen = choose_file(pin, _project_files(session, pin.name), py, target=target, wheels_only=wheels_only)
-        path = dest / chosen["filename"]
-        if not _verified(path, pin):
-            digest = chosen["hashes"]["sha256"]  # one the lock allows (choose_file picks only those)
-            log(f"fetching {chosen['filename']}")
-            try:
-                _download(chosen["url"], path, pin, digest, session)
-            except HashMismatch as e:
-                raise LockError(f"{chosen['filename']}: downloaded sha256 {e.got} is not the locked one") from None
-            except (http().RequestException, OSError) as e:
-                raise FetchError(chosen["filename"], chosen["url"], network_reason(e)) from None
-        known[pin.requirement] = chosen["filename"]
-        out.append(path)
+        if not (fn and _fits(fn, target) and _verified(dest / fn, pin)):
+            fn = _local_file(pin, find_links, dest, target)
+        if not fn:
+            session = session or http().Session()
+            chosen = choose_file(pin, _project_files(session, pin.name), target=target, wheels_only=wheels_only)
+            fn = chosen["filename"]
+            if not _verified(dest / fn, pin):
+                digest = chosen["hashes"]["sha256"]  # one the lock allows (choose_file picks only those)
+                log(f"fetching {fn}")
+                try:
+                    write = functools.partial(download, chosen["url"], sha256=digest, session=session, timeout=300)
+                    _place(dest / fn, pin, digest, write)
+                except HashMismatch as e:
+                    raise LockError(f"{fn}: downloaded sha256 {e.got} is not the locked one") from None
+                except (http().RequestException, OSError) as e:
+                    raise FetchError(fn, chosen["url"], network_reason(e)) from None
+        known[pin.requirement] = fn
+        out.append(dest / fn)
     known = {**_index(dest), **known}  # what another fetcher recorded meanwhile stays
-    tmp = _private(index_file)
-    tmp.write_text("".join(f"{k} {v}\n" for k, v in sorted(known.items())))
-    tmp.replace(index_file)
+    write_whole(dest / "index.txt", "".join(f"{k} {v}\n" for k, v in sorted(known.items())))
     return out
 
 
@@ -577,22 +517,8 @@ def _install_tools(venv: Path) -> None:
     if not (stamp.exists() and stamp.read_text() == want):
         env = dict(os.environ, PIP_CONFIG_FILE=os.devnull, PIP_FIND_LINKS="")
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-        r = subprocess.run(
-            [
-                str(venv / "bin" / "python"),
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "--only-binary=:all:",
-                "--require-hashes",
-                "-r",
-                str(TOOLS_LOCK),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--only-binary=:all:", "--require-hashes"]
+        r = subprocess.run([*pip, "-r", str(TOOLS_LOCK)], env=env, capture_output=True, text=True)
         if r.returncode:
             said = [line.strip() for line in (r.stderr or r.stdout).splitlines() if line.strip()]
             raise FetchError(

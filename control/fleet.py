@@ -20,17 +20,9 @@ from typing import Any
 from control.connection import is_pyinfra_key, looks_like_pyinfra_key
 from control.defaults import ENV_NAME, HOST_PATH, KNOBS, LISTEN, URL, Knob
 from control.inventory_checks import first_contact, placeholders
-from control.knob_check import check_value
-from control.profile import (
-    Problem,
-    Profile,
-    ProfileError,
-    build,
-    checked,
-    current_host,
-    fail,
-    hosts,
-)
+from control.knob_check import set_values
+from control.profile import Problem, Profile, ProfileError, build, checked, fail, for_current_host, hosts
+from control.rules import LOOPBACK
 
 WORKERS, GATEWAY = "workers", "gateway"
 # What a client of the gateway gets from a worker: these resolve to the same value on every worker.
@@ -52,7 +44,6 @@ SERVED = (
     "kv_cache_dtype",
     "api_key_env",
 )
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 # During a deploy the seed worker serves the fleet's artifacts to its peers here (roles/fleet/artifacts.py).
 PEER_PORT = 30080
 ANY = ("0.0.0.0", "::")
@@ -156,19 +147,14 @@ def key_problems(gateway: str, data: dict[str, Any]) -> list[Problem]:
         f"export {worker_env}=$(openssl rand -hex 32) on the control machine (a key of its own, kept like {client_env})"
     )
     if not worker_key:
-        return [Problem(gateway, worker_env, "is not set: workers behind a gateway accept only their own key", fix)]
-    if worker_key == client_key:
-        return [Problem(gateway, worker_env, f"is the clients' key ({client_env}): a worker would hold it", fix)]
-    if not KEY_SHAPE.fullmatch(worker_key):
-        return [
-            Problem(
-                gateway,
-                worker_env,
-                "is not 16 to 4096 printable characters without spaces (its value is not shown)",
-                fix,
-            )
-        ]
-    return []
+        problem = "is not set: workers behind a gateway accept only their own key"
+    elif worker_key == client_key:
+        problem = f"is the clients' key ({client_env}): a worker would hold it"
+    elif not KEY_SHAPE.fullmatch(worker_key):
+        problem = "is not 16 to 4096 printable characters without spaces (its value is not shown)"
+    else:
+        return []
+    return [Problem(gateway, worker_env, problem, fix)]
 
 
 def is_ip(address: str) -> bool:
@@ -277,9 +263,7 @@ def fleet_problems(
         where = {**data, **shared}.get("fleet_address")
         if not where or not isinstance(where, str):
             continue
-        try:
-            ipaddress.ip_address(where)
-        except ValueError:
+        if not is_ip(where):
             problems.append(
                 Problem(
                     name,
@@ -345,21 +329,15 @@ def fleet_problems(
     return problems
 
 
+def _not_a_gateway_setting(name: str, key: str) -> Problem:
+    return Problem(name, key, "is not a gateway setting", "control/fleet.py GATEWAY_KNOBS lists them")
+
+
 def gateway_profile(name: str, data: dict[str, Any]) -> Profile:
     """The gateway host's settings: GATEWAY_KNOBS defaults, then its inventory data."""
-    problems, values = [], {k: knob.default for k, knob in GATEWAY_KNOBS.items()}
-    for key, value in data.items():
-        if is_pyinfra_key(key) or looks_like_pyinfra_key(key):
-            continue
-        knob = GATEWAY_KNOBS.get(key)
-        if knob is None:
-            problems.append(Problem(name, key, "is not a gateway setting", "control/fleet.py GATEWAY_KNOBS lists them"))
-            continue
-        problem = check_value(name, key, knob, value)
-        if problem:
-            problems.append(problem)
-        else:
-            values[key] = float(value) if knob.kind is float else value
+    values = {k: knob.default for k, knob in GATEWAY_KNOBS.items()}
+    mine = {k: v for k, v in data.items() if not (is_pyinfra_key(k) or looks_like_pyinfra_key(k))}
+    problems = set_values(name, GATEWAY_KNOBS, mine, values, unknown=_not_a_gateway_setting)
     ports = {k: values[k] for k in ("gateway_port", "gateway_router_port", "gateway_metrics_port")}
     for key in ("gateway_router_port", "gateway_metrics_port"):
         if not problems and list(ports.values()).count(ports[key]) > 1:
@@ -487,7 +465,4 @@ def fleet(
 
 def gateway_for_current_host() -> Profile:
     """The current pyinfra host's gateway settings (after --data overrides); exits cleanly on mistakes."""
-    try:
-        return gateway_profile(current_host.name, current_host.data.dict())
-    except ProfileError as e:
-        fail(e)
+    return for_current_host(gateway_profile)

@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from control.fleet import is_ip
+from control.pypi_cache import write_whole
 
 CA_DAYS = 3650
 LEAF_DAYS = 397  # what browsers accept for a server certificate
@@ -98,25 +99,6 @@ def _read(path: Path, secret: bool) -> bytes | None:
         return f.read()
 
 
-def _write(path: Path, data: bytes, mode: int) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -140,7 +122,7 @@ def authority(directory: Path | None = None) -> tuple[ec.EllipticCurvePrivateKey
         )
     if key_pem is None:  # the key first: a run killed before the certificate is written makes it next time
         key_pem = _key_pem(ec.generate_private_key(ec.SECP256R1()))
-        _write(d / "ca.key", key_pem, 0o600)
+        write_whole(d / "ca.key", key_pem, 0o600, sync=True)
     try:
         key = serialization.load_pem_private_key(key_pem, password=None)
         cert = x509.load_pem_x509_certificate(cert_pem) if cert_pem is not None else None
@@ -164,20 +146,14 @@ def authority(directory: Path | None = None) -> tuple[ec.EllipticCurvePrivateKey
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(key, hashes.SHA256())
         )
-        _write(d / "ca.crt", cert.public_bytes(serialization.Encoding.PEM), 0o644)
+        write_whole(d / "ca.crt", cert.public_bytes(serialization.Encoding.PEM), 0o644, sync=True)
     if key.public_key() != cert.public_key():
         raise CAError(f"{d}: ca.key is not the key of ca.crt", f"move {d} aside to start a new authority")
     return key, cert, d / "ca.crt"
 
 
 def _names(names: list[str]) -> list[x509.GeneralName]:
-    out: list[x509.GeneralName] = []
-    for n in sorted(set(names)):
-        try:
-            out.append(x509.IPAddress(ipaddress.ip_address(n)))
-        except ValueError:
-            out.append(x509.DNSName(n))
-    return out
+    return [x509.IPAddress(ipaddress.ip_address(n)) if is_ip(n) else x509.DNSName(n) for n in sorted(set(names))]
 
 
 def _current(cert_pem: bytes, ca: x509.Certificate, wanted: list[x509.GeneralName]) -> bool:
@@ -227,6 +203,6 @@ def issue(host: str, names: list[str], directory: Path | None = None) -> Issued:
         .sign(key, hashes.SHA256())
     )
     key_pem, cert_pem = _key_pem(leaf), cert.public_bytes(serialization.Encoding.PEM)
-    _write(d / f"{stem}.key", key_pem, 0o600)
-    _write(d / f"{stem}.crt", cert_pem, 0o644)
+    write_whole(d / f"{stem}.key", key_pem, 0o600, sync=True)
+    write_whole(d / f"{stem}.crt", cert_pem, 0o644, sync=True)
     return Issued(cert_pem, key_pem, ca_pem, ca_path)

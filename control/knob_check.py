@@ -11,7 +11,7 @@ from typing import Any
 from control.connection import PYINFRA_VERSION, looks_like_pyinfra_key, pyinfra_keys
 from control.defaults import HOST_PATH, KNOBS, LOCAL_PATH, Knob
 from control.layout import REPO
-from control.problems import Problem, control_char, non_ascii, safe_repr
+from control.problems import Problem, control_char, non_ascii, of_kind, safe_repr
 
 
 def _type_name(kind) -> str:
@@ -47,11 +47,7 @@ def check_value(host: str, key: str, knob: Knob, value: Any, platform: str = "")
         if knob.optional:
             return None
         return Problem(host, key, "must not be None", f"set it to {knob.default!r} ({knob.why}) or remove the key")
-    kinds = knob.kind if isinstance(knob.kind, tuple) else (knob.kind,)
-    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
-    if float in kinds and isinstance(value, int) and not isinstance(value, bool):
-        ok = True
-    if not ok:
+    if not of_kind(value, knob.kind):
         return Problem(
             host,
             key,
@@ -135,3 +131,20 @@ def unknown_key(host: str, key: Any) -> Problem:
         )
     fix = f"did you mean {near[0]!r}?" if near else "remove it; control/defaults.py lists every key"
     return Problem(host, key, "unknown key", fix)
+
+
+def set_values(
+    host: str, knobs: dict[str, Knob], data: dict, values: dict[str, Any], platform: str = "", unknown=unknown_key
+) -> list[Problem]:
+    """Check each of `data`'s values against its knob in `knobs` and set those that pass into
+    `values` (a float knob's whole number as a float); a key no knob names is `unknown(host, key)`.
+    The problems, in `data`'s order."""
+    problems = []
+    for key, value in data.items():
+        knob = knobs.get(key) if isinstance(key, str) else None
+        problem = unknown(host, key) if knob is None else check_value(host, key, knob, value, platform)
+        if problem:
+            problems.append(problem)
+        else:
+            values[key] = float(value) if knob.kind is float else value
+    return problems

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from control import defaults
-from control.defaults import KNOBS, PLATFORMS, Knob
+from control.defaults import KNOBS, PLATFORMS, Knob, On
 from control.fleet import GATEWAY_KNOBS
 
 _SECTION = re.compile(r"^\s*# --- (?P<title>.+?) -*\s*$")
@@ -36,9 +36,9 @@ def sections() -> dict[str, str]:
     return found
 
 
-def _cell(text: str) -> str:
-    """A value as one Markdown table cell: code, pipes escaped, no line breaks."""
-    return text.replace("|", "\\|").replace("\n", " ")
+def _row(*cells: str) -> str:
+    """One Markdown table row, each cell's pipes escaped and its line breaks gone."""
+    return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
 
 
 def _value(value) -> str:
@@ -58,22 +58,24 @@ def _number(x) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
-def _bounds(low, high) -> str:
+def _limits(limits: Knob | On, each: str = "") -> list[str]:
+    """A knob's (or a platform's) closed set and bounds, in words."""
+    said = ["one of " + ", ".join(f"`{c}`" for c in limits.choices)] if limits.choices else []
+    low, high = limits.low, limits.high
     if low is not None and high is not None:
-        return f"{_number(low)} to {_number(high)}"
-    if low is not None:
-        return f"at least {_number(low)}"
-    return f"at most {_number(high)}"
+        said.append(f"{each}{_number(low)} to {_number(high)}")
+    elif low is not None:
+        said.append(f"{each}at least {_number(low)}")
+    elif high is not None:
+        said.append(f"{each}at most {_number(high)}")
+    return said
 
 
 def shape(knob: Knob) -> str:
     """What an inventory may set, in words: type, closed set, bounds or pattern."""
     kinds = knob.kind if isinstance(knob.kind, tuple) else (knob.kind,)
     parts = [" or ".join(k.__name__ for k in kinds) + (f" of {knob.items.__name__}" if knob.items else "")]
-    if knob.choices:
-        parts.append("one of " + ", ".join(f"`{c}`" for c in knob.choices))
-    if knob.low is not None or knob.high is not None:
-        parts.append(("each " if knob.items else "") + _bounds(knob.low, knob.high))
+    parts += _limits(knob, "each " if knob.items else "")
     if knob.shape:
         parts.append(("each item " if list in kinds else "") + knob.shape)
     if knob.optional:
@@ -90,10 +92,7 @@ def per_platform(key: str, knob: Knob) -> str:
             bits.append("default " + _value(PLATFORMS[name][key]))
         on = knob.platforms.get(name)
         if on is not None:
-            if on.choices:
-                bits.append("one of " + ", ".join(f"`{c}`" for c in on.choices))
-            if on.low is not None or on.high is not None:
-                bits.append(_bounds(on.low, on.high))
+            bits += _limits(on)
         if bits:
             said.append(f"**{name}**: " + ", ".join(bits) + (f" ({on.why})" if on is not None else ""))
     return "; ".join(said)
@@ -101,10 +100,7 @@ def per_platform(key: str, knob: Knob) -> str:
 
 def render() -> str:
     where = sections()
-    order: list[str] = []
-    for key in KNOBS:
-        if where.get(key, "Other") not in order:
-            order.append(where.get(key, "Other"))
+    order = list(dict.fromkeys(where.get(key, "Other") for key in KNOBS))  # the sections, as they come
     lines = [
         "# Knob reference",
         "",
@@ -127,8 +123,7 @@ def render() -> str:
         for key, knob in KNOBS.items():
             if where.get(key, "Other") != title:
                 continue
-            row = (f"`{key}`", _value(knob.default), knob.why, shape(knob), per_platform(key, knob))
-            lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
+            lines.append(_row(f"`{key}`", _value(knob.default), knob.why, shape(knob), per_platform(key, knob)))
     shared = [key for key in GATEWAY_KNOBS if key in KNOBS]
     lines += [
         "",
@@ -142,6 +137,5 @@ def render() -> str:
     ]
     for key, knob in GATEWAY_KNOBS.items():
         if key not in KNOBS:
-            row = (f"`{key}`", _value(knob.default), knob.why, shape(knob))
-            lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
+            lines.append(_row(f"`{key}`", _value(knob.default), knob.why, shape(knob)))
     return "\n".join(lines) + "\n"

@@ -31,7 +31,6 @@ LOG_DIR = "/var/log/glm-flash"
 CACHE_DIR = "/var/cache/glm-flash"  # root's downloads on the host
 CUDA_RUNFILE_CACHE = f"{CACHE_DIR}/cuda"  # files/glm-flash-nvidia-repo: NVIDIA's runfile (5.4 GB)
 FETCH_CACHE = "/var/cache/glm-flash-fetch"  # the download unit's CacheDirectory= (made by systemd), its HF_HOME
-RUN_DIR = "/run/glm-flash"  # tmpfs: a reboot empties it
 CUDA_HEADER_LOG = f"{LOG_DIR}/cuda-header.log"  # the dpkg hook's runs of the header fix
 # The fleet's router (roles/fleet/gateway.py); its environment lives under the gateway_dir knob.
 GATEWAY_CONF_DIR = "/etc/glm-flash-gateway"
@@ -59,8 +58,36 @@ LAST_FAILURE = f"{NOTIFY_STATE}/last-failure.json"  # read by `glm-flash status`
 NOTIFY_TOOL_DIR = "/usr/local/lib/glm-flash-notify"  # the notifier itself, on worker and gateway hosts alike
 
 
-def bin_dir(profile) -> str:
-    return f"{profile.install_root}/bin"
+def _below(base, rel: str):
+    """A profile's host path: `rel` below `base`, a knob naming a directory or another path here."""
+
+    def path(profile) -> str:
+        return f"{base(profile) if callable(base) else getattr(profile, base)}{rel}"
+
+    return path
+
+
+def service_home(profile) -> str:
+    """The service user's HOME and working directory: everything here is the engine's to write."""
+    return f"/var/lib/{profile.service_user}"
+
+
+bin_dir = _below("install_root", "/bin")
+cuda_patch_dir = _below("install_root", "/patches/cuda")
+# The CUDA header patch set, as the host tools read it (roles/cuda_header.py).
+cuda_patch_set = _below(cuda_patch_dir, "/math_functions-12.json")
+fleet_dir = _below("install_root", "/fleet")  # the fleet's manifests and markers (roles/fleet/artifacts.py)
+engine_root = _below("install_root", "/engine")
+# The bin/ of the environment `current` points at (its python, its ninja), and the interpreter of
+# that environment: what the service runs.
+engine_bin = _below(engine_root, "/current/bin")
+engine_python = _below(engine_bin, "/python")
+hub_venv = _below("install_root", "/tools/hf-hub")
+# The uv that builds the host's Python environments (roles/operations/python.py).
+host_uv = _below("install_root", "/tools/uv")
+triton_moe_dir = _below("install_root", "/triton-configs/moe")
+# GB10: the fork's expert store (VLLM_MOE_W2_STORE_DIR), the engine's to write, in its state directory.
+moe_store_dir = _below(service_home, "/moe-w2-store")
 
 
 def tool(profile, name: str) -> str:
@@ -72,59 +99,8 @@ def interpreters_dir(install_root: str) -> str:
     return f"{install_root}/python"
 
 
-def cuda_patch_dir(profile) -> str:
-    return f"{profile.install_root}/patches/cuda"
-
-
-def cuda_patch_set(profile) -> str:
-    """The CUDA header patch set, as the host tools read it (roles/cuda_header.py)."""
-    return f"{cuda_patch_dir(profile)}/math_functions-12.json"
-
-
-def fleet_dir(profile) -> str:
-    """The fleet's manifests and markers (roles/fleet/artifacts.py)."""
-    return f"{profile.install_root}/fleet"
-
-
-def engine_root(profile) -> str:
-    return f"{profile.install_root}/engine"
-
-
 def site_packages(profile, env_dir: str) -> str:
     return f"{env_dir}/lib/python{profile.python_version}/site-packages"
-
-
-def engine_bin(profile) -> str:
-    """The bin/ of the environment `current` points at (its python, its ninja)."""
-    return f"{engine_root(profile)}/current/bin"
-
-
-def engine_python(profile) -> str:
-    """The interpreter of the environment `current` points at: what the service runs."""
-    return f"{engine_bin(profile)}/python"
-
-
-def hub_venv(profile) -> str:
-    return f"{profile.install_root}/tools/hf-hub"
-
-
-def host_uv(profile) -> str:
-    """The uv that builds the host's Python environments (roles/operations/python.py)."""
-    return f"{profile.install_root}/tools/uv"
-
-
-def triton_moe_dir(profile) -> str:
-    return f"{profile.install_root}/triton-configs/moe"
-
-
-def moe_store_dir(profile) -> str:
-    """GB10: the fork's expert store (VLLM_MOE_W2_STORE_DIR), the engine's to write, in its state directory."""
-    return f"{service_home(profile)}/moe-w2-store"
-
-
-def service_home(profile) -> str:
-    """The service user's HOME and working directory: everything here is the engine's to write."""
-    return f"/var/lib/{profile.service_user}"
 
 
 # Root's own state: a directory only root can write (root:root 0755), never under the

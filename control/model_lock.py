@@ -19,15 +19,14 @@ existing entry is never changed by a deploy, only by `make model-lock`.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from control import layout
+from control.pypi_cache import write_whole
 
 LOCK = layout.LOCKS / "model.json"  # the repo's own inventories'
 BESIDE = "model-lock.json"  # an operator's inventory's, in its directory
@@ -92,17 +91,7 @@ def record(model_id: str, revision: str, commit: str, path: Path | None = None) 
         raise ModelLockError(f"the hub answered {commit!r} for {model_id}@{revision}, not a commit")
     data = load(path)
     data.setdefault(model_id, {})[revision] = commit
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_whole(path, json.dumps(data, indent=2, sort_keys=True) + "\n", 0o644, sync=True)
 
 
 def origin(url: str) -> tuple[str, str, int | None]:

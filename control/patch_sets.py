@@ -25,10 +25,6 @@ class PatchSetError(Exception):
     """No patch set for the installed version, or a set that cannot be rendered."""
 
 
-def available_versions(package: str = "sglang-kt") -> list[str]:
-    return sorted(p.stem for p in (PATCHES / package).glob("*.yaml"))
-
-
 def _load(path: Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text())
@@ -64,9 +60,10 @@ def patch_set(profile: Profile, env_dir: str, version: str) -> dict:
     The checkpoint is never edited: what the engine needs of it is an edit to the engine."""
     path = PATCHES / "sglang-kt" / f"{version}.yaml"
     if not path.exists():
+        there = sorted(p.stem for p in path.parent.glob("*.yaml"))
         raise PatchSetError(
             f"no engine patch set for sglang-kt {version} (patches/sglang-kt/{version}.yaml); "
-            f"there are sets for {', '.join(available_versions()) or 'no version'}. Write one for "
+            f"there are sets for {', '.join(there) or 'no version'}. Write one for "
             f"{version} (check each anchor against that version's files), or pick engine_set "
             f"from those versions"
         )

@@ -49,10 +49,7 @@ def is_control(ch: str) -> bool:
 
 def control_char(text: str) -> str | None:
     """How to name the first control character in `text`, or None."""
-    for ch in text:
-        if is_control(ch):
-            return char_name(ch)
-    return None
+    return next((char_name(ch) for ch in text if is_control(ch)), None)
 
 
 def strings(value: Any):
@@ -68,12 +65,18 @@ def strings(value: Any):
             yield from strings(v)
 
 
+def of_kind(value: Any, kinds: type | tuple) -> bool:
+    """`value` is of the type (or one of the types) `kinds` as an inventory means them: a bool is
+    no number, and a whole number is a float too."""
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if isinstance(value, bool):
+        return bool in kinds
+    return isinstance(value, kinds) or (float in kinds and isinstance(value, int))
+
+
 def non_ascii(text: str) -> str | None:
     """How to name the first non-ASCII character in `text` (a lookalike such as Cyrillic 'а'), or None."""
-    for ch in text:
-        if ord(ch) > 127:
-            return char_name(ch)
-    return None
+    return next((char_name(ch) for ch in text if ord(ch) > 127), None)
 
 
 def safe_repr(value: Any, limit: int = 60) -> str:

@@ -24,7 +24,7 @@ from control import model_lock, run_limit
 from control.connection import connection_problems, is_pyinfra_key, looks_like_pyinfra_key, port_problems
 from control.defaults import KNOBS, PLATFORMS
 from control.inventory_checks import check_name, first_contact, host_key_checking, placeholders
-from control.knob_check import check_value, unknown_key
+from control.knob_check import check_value, set_values
 from control.problems import Problem, ProfileError, safe_repr
 from control.rules import cross_checks
 from control.run import json_output
@@ -42,12 +42,8 @@ __all__ = ["Problem", "Profile", "ProfileError", "HostRefused", "build", "fail",
 HOST_ONLY: set[str] = set()
 
 
-class HostRefused(Exception):
+class HostRefused(ProfileError):
     """This host, and only it, is refused; pyinfra_ext/refusal.py turns it into a failed host."""
-
-    def __init__(self, problems: list[Problem]):
-        self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))
 
 
 class Profile:
@@ -124,27 +120,18 @@ ON_PLATFORM: dict[str, PlatformFacts] = {
 
 def build(host: str, data: dict[str, Any], api_key_present: bool | None = None) -> Profile:
     """Resolve defaults, platform overlay and inventory data; raise ProfileError on mistakes."""
-    problems: list[Problem] = []
     platform = data.get("platform", KNOBS["platform"].default)
     if platform not in PLATFORMS:
         problem = check_value(host, "platform", KNOBS["platform"], platform, "")
         raise ProfileError([problem or Problem(host, "platform", f"{platform!r} is unknown", "use l40s or gb10")])
     values = {k: knob.default for k, knob in KNOBS.items()}
     values.update(PLATFORMS[platform])
-    for key, value in data.items():
-        if isinstance(key, str) and is_pyinfra_key(key):
-            continue
-        if host.startswith("@") and isinstance(key, str) and looks_like_pyinfra_key(key):
-            continue  # a pyinfra connector host (@chroot/...): the connector wrote its own keys
-        knob = KNOBS.get(key) if isinstance(key, str) else None
-        if knob is None:
-            problems.append(unknown_key(host, key))
-            continue
-        problem = check_value(host, key, knob, value, platform)
-        if problem:
-            problems.append(problem)
-        else:
-            values[key] = float(value) if knob.kind is float else value
+
+    def pyinfra_key(key: Any) -> bool:
+        # pyinfra's own; on a pyinfra connector host (@chroot/...) also those its connector wrote
+        return isinstance(key, str) and (is_pyinfra_key(key) or host.startswith("@") and looks_like_pyinfra_key(key))
+
+    problems = set_values(host, KNOBS, {k: v for k, v in data.items() if not pyinfra_key(k)}, values, platform)
     problems.extend(connection_problems(host, data))
     if not problems:
         if api_key_present is None:
@@ -314,9 +301,10 @@ def check_inventory() -> None:
         fail(ProfileError(problems))
 
 
-def for_current_host() -> Profile:
-    """The current pyinfra host's profile, after --data overrides; exits cleanly on mistakes."""
+def for_current_host(make: Callable[[str, dict[str, Any]], Profile] = build) -> Profile:
+    """The current pyinfra host's profile (`make`: build, or control/fleet.py's gateway_profile),
+    after --data overrides; exits cleanly on mistakes."""
     try:
-        return build(current_host.name, current_host.data.dict())
+        return make(current_host.name, current_host.data.dict())
     except ProfileError as e:
         fail(e)

@@ -5,6 +5,7 @@ helpers tests/engine/pypi.py and tests/cuda/cuda_assets.py (single wheels) share
 
 - cache_root() / cache_dir(): ${GLM_FLASH_CACHE:-~/.cache/glm-flash} (cache_dir() creates it);
 - sha256_file(path); distrust(stat): a cached file someone else could have written;
+- identity(stat), private(path), write_whole(path, data): what a recorded sha256 is of, written whole;
 - release_wheel(name, version, accept): the one wheel of a release, from PyPI's JSON API
   (${GLM_FLASH_PYPI:-https://pypi.org/pypi}/<name>/json): filename, absolute url, sha256;
 - download(url, path, sha256): into `<path>.part`, renamed to `path` only when the hash matches;
@@ -20,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import secrets
 import stat
 import sys
 import urllib.parse
@@ -102,12 +104,8 @@ def untrusted(tree: Path, top: Path | None = None) -> str | None:
     a planted .pth or an edited os.py would otherwise run on this machine and, packed, as root on
     every host."""
     top = Path(top or cache_root())
-    chain, d = [], Path(tree)
-    while True:
-        chain.append(d)
-        if d == top or d.parent == d:
-            break
-        d = d.parent
+    chain = [Path(tree), *Path(tree).parents]  # the tree and its directories up to top (or /)
+    chain = chain[: chain.index(top) + 1] if top in chain else chain
     for d in reversed(chain):
         st = os.lstat(d)
         if stat.S_ISLNK(st.st_mode):  # a link of this user's own to a directory that passes too
@@ -146,12 +144,47 @@ def trusted(tree: Path, what: str) -> Path:
     return tree
 
 
+def identity(st: os.stat_result) -> str:
+    """A cached file's identity for the sha256 recorded of it. ctime too: only the kernel sets it,
+    on every write, rename or utime, so bytes changed and the mtime set back (same size, same
+    second) do not pass as the file that was hashed."""
+    return f"{st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}"
+
+
+def private(path: Path) -> Path:
+    """A name beside `path` that no other writer (thread, process, session sharing the cache) uses."""
+    return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(6)}")
+
+
+def write_whole(path: Path, data: str | bytes, mode: int = 0o644, sync: bool = False) -> None:
+    """`data` into `path` with `mode` (whatever the umask), whole: written under a private() name
+    (O_EXCL, O_NOFOLLOW) and renamed into place, so a run killed while it writes leaves the old file
+    or the new, never half of one. `sync`: on disk before it counts (the file and its directory
+    synced), for what is not written again when lost (the model lock, the fleet's authority)."""
+    tmp = private(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode)
+            f.write(data.encode() if isinstance(data, str) else data)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if sync:
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def release_wheel(name: str, version: str, accept: tuple[str, ...] = ("x86_64",)) -> dict:

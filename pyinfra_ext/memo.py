@@ -40,7 +40,7 @@ from pyinfra import logger
 from pyinfra.api import FactBase, State, StringCommand
 
 from control.defaults import KNOBS
-from control.pypi_cache import cache_root, distrust
+from control.pypi_cache import cache_root, distrust, write_whole
 from control.run import dry_run
 from pyinfra_ext.host_args import connector_arguments
 
@@ -106,11 +106,7 @@ def changes(state, host) -> int:
 
 def want(host, cls: type[FactBase], **kwargs) -> None:
     """At plan time: this fact will be read during the run; read it with the others in one command."""
-    _want(_run(host.state), host, cls, kwargs)
-
-
-def _want(run: _Run, host, cls, kwargs) -> None:
-    run.wanted.setdefault(host.name, {})[_key(host, cls, kwargs)] = (cls, kwargs)
+    _run(host.state).wanted.setdefault(host.name, {})[_key(host, cls, kwargs)] = (cls, kwargs)
 
 
 def fact(host, cls: type[FactBase], **kwargs):
@@ -128,8 +124,7 @@ def fact(host, cls: type[FactBase], **kwargs):
     _learn(run, host)
     batch = _batch(run, host, key, now)
     if len(batch) > 1:
-        for k, value in _read_together(host, batch).items():
-            run.values[k] = (now, value)
+        run.values.update((k, (now, value)) for k, value in _read_together(host, batch).items())
         held = run.values.get(key)
         if held is not None:
             return held[1]
@@ -277,11 +272,7 @@ def _save(ref) -> None:
         path = _cache_file(name)
         try:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(json.dumps(entries, indent=0, sort_keys=True, default=str))
-            tmp.replace(path)
+            write_whole(path, json.dumps(entries, indent=0, sort_keys=True, default=str), 0o600)
         except (OSError, TypeError, ValueError) as e:
             logger.debug("memo: facts of %s not kept: %s", name, e)
 
