@@ -86,6 +86,19 @@ def write_durably(path: str, data: bytes | str, mode: int = 0o644, owner: tuple[
     fsync_dir(d)
 
 
+def credential(name: str, directory: str | None = None) -> str:
+    """The text of file `name` in `directory` (default: the systemd credentials of the unit running
+    this, $CREDENTIALS_DIRECTORY: LoadCredential=), stripped; "" when there is none."""
+    directory = directory or os.environ.get("CREDENTIALS_DIRECTORY")
+    if not directory:
+        return ""
+    try:
+        with open(os.path.join(directory, name)) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return ""
+
+
 def journal_entries(argv: list[str], timeout: float = 60) -> list[dict]:
     """The entries `journalctl ARGV -o json` prints, each a dict (lines that are not one are skipped)."""
     r = subprocess.run(
