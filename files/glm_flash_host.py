@@ -10,6 +10,7 @@ through the environment, never more.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -97,6 +98,18 @@ def credential(name: str, directory: str | None = None) -> str:
             return f.read().strip()
     except FileNotFoundError:
         return ""
+
+
+def nvidia_pci_devices(root: str = "/sys/bus/pci/devices") -> int:
+    """NVIDIA display/3D controllers on the PCI bus (class 0x03xxxx): what the box has, driver or not."""
+    count = 0
+    for dev in glob.glob(os.path.join(glob.escape(root), "*")):
+        try:
+            with open(os.path.join(dev, "vendor")) as vendor, open(os.path.join(dev, "class")) as cls:
+                count += vendor.read().strip() == "0x10de" and cls.read().strip().startswith("0x03")
+        except OSError:
+            continue
+    return count
 
 
 def journal_entries(argv: list[str], timeout: float = 60) -> list[dict]:
