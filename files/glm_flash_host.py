@@ -10,6 +10,7 @@ through the environment, never more.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import json
@@ -79,10 +80,8 @@ def write_durably(path: str, data: bytes | str, mode: int = 0o644, owner: tuple[
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     fsync_dir(d)
 
