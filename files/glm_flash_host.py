@@ -32,6 +32,12 @@ NOTIFY_CONF = "/etc/glm-flash-notify/notify.json"
 NOTIFY_STATE = "/var/lib/glm-flash-notify"  # the notifier's StateDirectory=
 
 
+def root_dir() -> str:
+    """The install root (e.g. /opt/glm-flash): two levels above the tools' directory, bin/, where this
+    module is installed beside them; $GLM_FLASH_ROOT for tests."""
+    return os.environ.get("GLM_FLASH_ROOT") or os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+
 def sha256_file(file: str | int) -> str:
     """The hex sha256 of a file, by path or by an open descriptor (read from where it stands, left open)."""
     with open(file, "rb", closefd=not isinstance(file, int)) as f:
