@@ -117,6 +117,13 @@ def nvidia_pci_devices(root: str = "/sys/bus/pci/devices") -> int:
     return count
 
 
+def probe_address(listen: str) -> str:
+    """Where to ask a server that listens on `listen`: loopback for a wildcard (or none), else that
+    address; an IPv6 one in brackets, as a URL has it."""
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(listen, listen)
+    return f"[{host}]" if ":" in host else host
+
+
 def journal_entries(argv: list[str], timeout: float = 60) -> list[dict]:
     """The entries `journalctl ARGV -o json` prints, each a dict (lines that are not one are skipped)."""
     r = subprocess.run(
