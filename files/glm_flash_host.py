@@ -124,6 +124,14 @@ def probe_address(listen: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def unit_properties(unit: str, props: str, timeout: float | None = None) -> dict[str, str]:
+    """`systemctl show UNIT --property=PROPS` (names, comma-separated) as {name: value}."""
+    r = subprocess.run(
+        ["systemctl", "show", unit, f"--property={props}"], capture_output=True, text=True, check=False, timeout=timeout
+    )
+    return dict(line.partition("=")[::2] for line in r.stdout.splitlines())
+
+
 def journal_entries(argv: list[str], timeout: float = 60) -> list[dict]:
     """The entries `journalctl ARGV -o json` prints, each a dict (lines that are not one are skipped)."""
     r = subprocess.run(
