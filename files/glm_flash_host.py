@@ -1,4 +1,5 @@
-"""What the host tools share: the host paths they agree on, a file's sha256, durable writes (stdlib only).
+"""What the host tools share: the host paths they agree on, a file's sha256, durable writes, a systemd
+credential, a unit's properties and journal, the GPUs on the PCI bus (stdlib only).
 
 The deploy installs this file beside every tool of files/ it installs (roles/operations/uploads.py
 host_tool: root:root 0644 in a root-owned 0755 directory), and a tool finds it as Python finds any
