@@ -1,4 +1,5 @@
-"""What the host tools share: the host paths they agree on, a file's sha256, durable writes (stdlib only).
+"""What the host tools share: the host paths they agree on, a file's sha256, durable writes, a systemd
+credential, a unit's properties and journal, the GPUs on the PCI bus (stdlib only).
 
 The deploy installs this file beside every tool of files/ it installs (roles/operations/uploads.py
 host_tool: root:root 0644 in a root-owned 0755 directory), and a tool finds it as Python finds any
@@ -10,6 +11,8 @@ through the environment, never more.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -28,6 +31,12 @@ CUDA_RUNFILE_CACHE = "/var/cache/glm-flash/cuda"  # glm-flash-nvidia-repo: NVIDI
 CUDA_HEADER_LOG = "/var/log/glm-flash/cuda-header.log"  # the dpkg hook's runs of the header fix
 NOTIFY_CONF = "/etc/glm-flash-notify/notify.json"
 NOTIFY_STATE = "/var/lib/glm-flash-notify"  # the notifier's StateDirectory=
+
+
+def root_dir() -> str:
+    """The install root (e.g. /opt/glm-flash): two levels above the tools' directory, bin/, where this
+    module is installed beside them; $GLM_FLASH_ROOT for tests."""
+    return os.environ.get("GLM_FLASH_ROOT") or os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 
 def sha256_file(file: str | int) -> str:
@@ -78,12 +87,50 @@ def write_durably(path: str, data: bytes | str, mode: int = 0o644, owner: tuple[
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     fsync_dir(d)
+
+
+def credential(name: str, directory: str | None = None) -> str:
+    """The text of file `name` in `directory` (default: the systemd credentials of the unit running
+    this, $CREDENTIALS_DIRECTORY: LoadCredential=), stripped; "" when there is none."""
+    directory = directory or os.environ.get("CREDENTIALS_DIRECTORY")
+    if not directory:
+        return ""
+    try:
+        with open(os.path.join(directory, name)) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return ""
+
+
+def nvidia_pci_devices(root: str = "/sys/bus/pci/devices") -> int:
+    """NVIDIA display/3D controllers on the PCI bus (class 0x03xxxx): what the box has, driver or not."""
+    count = 0
+    for dev in glob.glob(os.path.join(glob.escape(root), "*")):
+        try:
+            with open(os.path.join(dev, "vendor")) as vendor, open(os.path.join(dev, "class")) as cls:
+                count += vendor.read().strip() == "0x10de" and cls.read().strip().startswith("0x03")
+        except OSError:
+            continue
+    return count
+
+
+def probe_address(listen: str) -> str:
+    """Where to ask a server that listens on `listen`: loopback for a wildcard (or none), else that
+    address; an IPv6 one in brackets, as a URL has it."""
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(listen, listen)
+    return f"[{host}]" if ":" in host else host
+
+
+def unit_properties(unit: str, props: str, timeout: float | None = None) -> dict[str, str]:
+    """`systemctl show UNIT --property=PROPS` (names, comma-separated) as {name: value}."""
+    r = subprocess.run(
+        ["systemctl", "show", unit, f"--property={props}"], capture_output=True, text=True, check=False, timeout=timeout
+    )
+    return dict(line.partition("=")[::2] for line in r.stdout.splitlines())
 
 
 def journal_entries(argv: list[str], timeout: float = 60) -> list[dict]:

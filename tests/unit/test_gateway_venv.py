@@ -30,6 +30,7 @@ TOOL = Path(__file__).resolve().parents[2] / "files" / "glm-flash-gateway-launch
 KILL_AT_LINE = """
 import os, runpy, signal, sys
 n, tool, link, target = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+sys.path.insert(0, os.path.dirname(tool))  # as for a script: its own directory (glm_flash_host)
 swap_venv = runpy.run_path(tool, run_name="glm_flash_gateway_launch")["swap_venv"]
 count = 0
 def trace(frame, event, arg):
