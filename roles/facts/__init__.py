@@ -9,11 +9,19 @@ from pyinfra.api import FactBase
 
 
 class ParsedFact(FactBase):
-    """A fact whose value is `parse(lines of its command's output)`; subclasses give command and parse."""
+    """A fact whose value is `parse(lines of its command's output)`; subclasses give command and parse.
+    With `empty_parsed`, a command that prints nothing has the value `parse([])` (no GPUs, no held
+    packages, ...); without, None, pyinfra's default (where nothing means "not there")."""
+
+    empty_parsed = False
 
     @staticmethod
     def parse(lines):
         raise NotImplementedError
+
+    @classmethod
+    def default(cls):
+        return cls.parse([]) if cls.empty_parsed else None
 
     def process(self, output):
         return self.parse(output)

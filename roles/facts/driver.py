@@ -55,9 +55,7 @@ class NvidiaPciDevices(ParsedFact):
             "echo \"${d##*/} $(cat \"$d/vendor\") $(cat \"$d/device\") $(cat \"$d/class\")\"; done; true"
         )
 
-    @staticmethod
-    def default():
-        return []
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> list[PciDevice]:
@@ -157,9 +155,7 @@ class KernelHeaders(ParsedFact):
     def command(self):
         return "for d in /lib/modules/*/build; do [ -d \"$d/\" ] && { d=${d%/build}; echo \"${d##*/}\"; }; done; true"
 
-    @staticmethod
-    def default():
-        return frozenset()
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> frozenset[str]:
@@ -178,9 +174,7 @@ class RebootRequired(ParsedFact):
     def command(self):
         return "if [ -e /run/reboot-required ]; then echo required; cat /run/reboot-required.pkgs 2>/dev/null; fi; true"
 
-    @staticmethod
-    def default():
-        return RebootFlag(False, ())
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> RebootFlag:
@@ -225,9 +219,7 @@ class AptVersions(ParsedFact):
     def command(self, package: str):
         return StringCommand("apt-cache madison", QuoteString(package), "2>/dev/null || true")
 
-    @staticmethod
-    def default():
-        return []
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> list[str]:
@@ -276,9 +268,7 @@ class SecureBoot(ParsedFact):
             "2>&1 | head -n1; true",
         )
 
-    @staticmethod
-    def default():
-        return SecureBootState(False, False, False)
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> SecureBootState:

@@ -25,10 +25,6 @@ class PythonArtifact(FactBase):
     def command(self, path):
         return f"cat {shlex.quote(path + '/' + MARKER)} 2>/dev/null || true"
 
-    @staticmethod
-    def default():
-        return None
-
     def process(self, output):
         words = " ".join(output).split()
         return words[0] if words and re.fullmatch(r"[0-9a-f]{64}", words[0]) else None
@@ -41,9 +37,7 @@ class WheelhouseFiles(ParsedFact):
         q = shlex.quote(path)
         return f"[ -d {q} ] && find {q} -maxdepth 1 -type f -printf '%f %s\\n' || true"
 
-    @staticmethod
-    def default():
-        return {}
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> dict[str, int]:
@@ -82,9 +76,7 @@ class EngineEnvs(ParsedFact):
         q = shlex.quote(tool)
         return f"if [ -x {q} ]; then {q} status --json; else echo '{{}}'; fi"
 
-    @staticmethod
-    def default():
-        return EngineState()
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> EngineState:
@@ -125,10 +117,6 @@ class EnginePatchCheck(ToolResult):
             *q,
             "2>&1; echo \"exit=$?\"; else echo missing; fi",
         )
-
-    @staticmethod
-    def default():
-        return {"exit": None, "files": {}, "lines": []}
 
     @staticmethod
     def parse(lines) -> dict:

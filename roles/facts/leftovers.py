@@ -47,9 +47,7 @@ class Leftovers(ParsedFact):
         parts.append(f"systemctl list-unit-files --plain --no-legend {glob} 2>/dev/null | awk '{{print \"unit \" $1}}'")
         return "; ".join(f"{{ {p}; }}" for p in parts) + "; true"
 
-    @staticmethod
-    def default():
-        return Found()
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> Found:

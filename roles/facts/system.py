@@ -46,9 +46,7 @@ class Gpus(ParsedFact):
             "--format=csv,noheader,nounits 2>/dev/null || true"
         )
 
-    @staticmethod
-    def default():
-        return []
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> list[Gpu]:
@@ -68,9 +66,7 @@ class GpuProcesses(ParsedFact):
     def command(self):
         return "command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -q -d PIDS 2>/dev/null || true"
 
-    @staticmethod
-    def default():
-        return []
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> list[GpuProcess]:
@@ -136,9 +132,7 @@ class CudaToolkits(ParsedFact):
     def command(self):
         return "for d in /usr/local/cuda-[0-9]*; do [ -d \"$d\" ] && [ ! -L \"$d\" ] && echo \"$d\"; done; true"
 
-    @staticmethod
-    def default():
-        return {}
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> dict[str, str]:
@@ -160,9 +154,7 @@ class UnitFiles(ParsedFact):
             "systemctl list-unit-files --no-legend --no-pager", *(QuoteString(u) for u in units), "2>/dev/null || true"
         )
 
-    @staticmethod
-    def default():
-        return {}
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> dict[str, str]:
@@ -199,10 +191,6 @@ class HostPython(ParsedFact):
         )
 
     @staticmethod
-    def default():
-        return None
-
-    @staticmethod
     def parse(lines) -> dict | None:
         lines = [line.strip() for line in lines if line.strip()]
         if not lines or lines == ["missing"]:
@@ -221,9 +209,7 @@ class ToolResult(ParsedFact):
     uploads it later in the same run): exit is None then.
     """
 
-    @staticmethod
-    def default():
-        return {"exit": None, "lines": []}
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> dict:
