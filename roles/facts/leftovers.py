@@ -63,11 +63,4 @@ class Leftovers(ParsedFact):
                     kinds["unit"].add(name)
             elif kind in kinds and value:
                 kinds[kind].add(value)
-        return Found(
-            frozenset(kinds["path"]),
-            frozenset(kinds["unit"]),
-            frozenset(kinds["user"]),
-            frozenset(kinds["group"]),
-            frozenset(kinds["owned"]),
-            frozenset(kinds["link"]),
-        )
+        return Found(*map(frozenset, kinds.values()))  # kinds in Found's order
