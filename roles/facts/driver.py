@@ -231,15 +231,11 @@ class AptVersions(ParsedFact):
         return out
 
 
-class NvidiaModuleFor(ParsedFact):
+class NvidiaModuleFor(NvidiaModuleOnDisk):
     """Version of the nvidia module built for kernel release `kernel` (None when there is none)."""
 
     def command(self, kernel: str):
         return StringCommand("modinfo -k", QuoteString(kernel), "-F version nvidia 2>/dev/null || true")
-
-    @staticmethod
-    def parse(lines) -> str | None:
-        return NvidiaModuleOnDisk.parse(lines)
 
 
 @dataclass(frozen=True)
