@@ -69,16 +69,10 @@ def held(packages: str | list[str], present: bool = True):
         return
 
     currently_held = set(memo.fact(host, AptHeldPackages))
-    if present:
-        todo = [p for p in names if not _is_held(p, currently_held)]
-        verb = "hold"
-    else:
-        todo = [p for p in names if _is_held(p, currently_held)]
-        verb = "unhold"
-
+    todo = [p for p in names if _is_held(p, currently_held) != present]
     if not todo:
         host.noop(f"{', '.join(names)} already {'held' if present else 'not held'}")
         return
     # apt-mark changes dpkg's selections: it fails at once while another process holds dpkg's lock.
-    mark = StringCommand("apt-mark", verb, *[QuoteString(p) for p in todo]).get_raw_value()
+    mark = StringCommand("apt-mark", "hold" if present else "unhold", *[QuoteString(p) for p in todo]).get_raw_value()
     yield retried_while_locked(mark)
