@@ -38,7 +38,7 @@ from roles.facts.driver import (
 )
 from roles.operations import apt_hold, paths
 from roles.operations.packages import UPDATE as APT_UPDATE
-from roles.operations.packages import apt_get, retried_while_locked
+from roles.operations.packages import apt_install
 
 KEYRING = "/etc/apt/keyrings/glm-flash-nvidia-cuda.gpg"
 SOURCES_FILE = "/etc/apt/sources.list.d/glm-flash-nvidia-cuda.sources"
@@ -105,7 +105,7 @@ def openpgp_tool():
         host.noop("gpg is installed")
         return
     yield APT_UPDATE
-    yield _apt_install(["gpg"])
+    yield apt_install(["gpg"])
 
 
 @operation()
@@ -163,18 +163,13 @@ def driver_branch_pinned(branch: str):
     pinning = f"nvidia-driver-pinning-{branch}"
     if memo.fact(host, AptVersions, package=pinning):
         if not _installed(memo.fact(host, DebPackages), pinning):
-            yield _apt_install([pinning])
+            yield apt_install([pinning])
         else:
             host.noop(f"{pinning} is installed")
         if memo.fact(host, Sha256File, path=PIN_FILE):
             yield StringCommand("rm", "-f", PIN_FILE)
         return
     yield from _ensure_file(PIN_FILE, pin_content(branch))
-
-
-def _apt_install(packages, extra: str = ""):
-    args = "install --no-install-recommends" + (f" {extra}" if extra else "")
-    return StringCommand(apt_get(args), *[QuoteString(p) for p in packages])
 
 
 @operation()
@@ -220,9 +215,9 @@ def driver_installed(packages: list[str], branch: str):
     yield APT_UPDATE
     if missing_support:
         # Headers first, so DKMS builds the module for the kernels when the driver installs.
-        yield _apt_install(missing_support)
+        yield apt_install(missing_support)
     if todo:
-        yield _apt_install(todo, "--allow-downgrades --allow-change-held-packages")
+        yield apt_install(todo, "--allow-downgrades --allow-change-held-packages")
         # The pin only prefers the branch: if the repository does not carry it, apt
         # installs another version. Say so instead of "converging" to the wrong branch.
         yield StringCommand(
@@ -285,7 +280,7 @@ def secure_boot_ready():
         return
     if not _installed(memo.fact(host, DebPackages), "dkms") or not _installed(memo.fact(host, DebPackages), "mokutil"):
         yield APT_UPDATE
-        yield _apt_install(["dkms", "mokutil"])
+        yield apt_install(["dkms", "mokutil"])
     if not state.key_exists:
         yield StringCommand("dkms", "generate_mok")
     # The fact may have run before mokutil was there: ask it again, then stop only if still not enrolled.
@@ -409,9 +404,7 @@ def driver_held(branch: str, hold_kernel: bool):
         held = set(memo.fact(host, AptHeldPackages))
         stale = sorted(n for n in installed if KERNEL_PACKAGE_RE.match(n) and n in held)
         if stale:
-            yield retried_while_locked(
-                StringCommand("apt-mark", "unhold", *[QuoteString(n) for n in stale]).get_raw_value()
-            )
+            yield from apt_hold.held._inner(packages=stale, present=False)
     if not names:
         host.noop("no driver packages installed to hold")
         return

@@ -16,7 +16,7 @@ from roles.facts.driver import AptVersions
 from roles.facts.system import CudaToolkits
 from roles.operations.driver import DRIVER_PACKAGE_RE
 from roles.operations.packages import UPDATE as APT_UPDATE
-from roles.operations.packages import apt_get
+from roles.operations.packages import apt_install
 
 
 def toolkit_package(cuda_version: str) -> str:
@@ -57,7 +57,7 @@ def toolkit_installed(cuda_version: str, tool: str, runfile_url: str, runfile_sh
         needs = [p for p in RUNFILE_NEEDS if not installed.get(p)]
         if needs:
             yield APT_UPDATE
-            yield StringCommand(apt_get("install --no-install-recommends"), *[QuoteString(p) for p in needs])
+            yield apt_install(needs)
         yield StringCommand(
             QuoteString(tool),
             "runfile",
@@ -82,7 +82,7 @@ def toolkit_installed(cuda_version: str, tool: str, runfile_url: str, runfile_sh
         package,
         "would change driver packages:\" $bad >&2; exit 1; fi",
     )
-    yield StringCommand(apt_get("install --no-install-recommends"), QuoteString(package))
+    yield apt_install([package])
     nvcc = f"{path}/bin/nvcc"
     yield StringCommand("test -x", nvcc, "|| { echo \"glm-flash:", package, "installed no", nvcc, "\" >&2; exit 1; }")
 
