@@ -5,7 +5,13 @@ Parsers are plain static methods (`parse(lines)`) so unit tests feed them real c
 
 from __future__ import annotations
 
-from pyinfra.api import FactBase
+from pyinfra.api import FactBase, QuoteString
+
+
+def flags(**values) -> list:
+    """`--name value` for each keyword in order (its underscores as dashes), each value quoted for the
+    shell: the options of a host tool's command line."""
+    return [bit for key, value in values.items() for bit in (f"--{key.replace('_', '-')}", QuoteString(value))]
 
 
 class ParsedFact(FactBase):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pyinfra.api import QuoteString, StringCommand
 
-from roles.facts import ParsedFact
+from roles.facts import ParsedFact, flags
 
 _NUMBERS = re.compile(r"\d+|\D+")
 
@@ -191,19 +191,8 @@ class NvidiaRepoState(ParsedFact):
 
     def command(self, tool: str, repo: str, keyring: str, sources: str):
         q = QuoteString(tool)
-        return StringCommand(
-            "if [ -x",
-            q,
-            "]; then",
-            q,
-            "status --repo",
-            QuoteString(repo),
-            "--keyring",
-            QuoteString(keyring),
-            "--sources",
-            QuoteString(sources),
-            "; else echo missing; fi",
-        )
+        options = flags(repo=repo, keyring=keyring, sources=sources)
+        return StringCommand("if [ -x", q, "]; then", q, "status", *options, "; else echo missing; fi")
 
     @staticmethod
     def parse(lines) -> dict | None:

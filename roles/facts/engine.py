@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from control import layout
-from roles.facts import ParsedFact
+from roles.facts import ParsedFact, flags
 from roles.facts.system import ToolResult
 
 MARKER = ".glm-flash-complete"
@@ -136,21 +136,9 @@ class EnginePatchCheck(ToolResult):
 def flag_check_command(python: str, tool: str, spec_json: str, properties, record_dir: str = layout.FLAG_CHECKS):
     """Root runs the tool under the system python; the engine's import happens in a transient unit
     of `properties` (roles/operations/sandboxing.py engine_check), whose output root reads as data."""
-    props = []
-    for p in properties:
-        props += ["--unit-property", QuoteString(p)]
-    return [
-        "/usr/bin/python3",
-        "-I",
-        QuoteString(tool),
-        "--engine-python",
-        QuoteString(python),
-        *props,
-        "--args-json",
-        QuoteString(spec_json),
-        "--record-dir",
-        QuoteString(record_dir),
-    ]
+    props = [bit for p in properties for bit in flags(unit_property=p)]
+    options = flags(args_json=spec_json, record_dir=record_dir)
+    return ["/usr/bin/python3", "-I", QuoteString(tool), *flags(engine_python=python), *props, *options]
 
 
 class LaunchFlagCheck(ToolResult):

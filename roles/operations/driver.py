@@ -22,6 +22,7 @@ from control.layout import INITRAMFS_MARKER, ROOT_STATE
 from control.report import skipped
 from pyinfra_ext import memo
 from pyinfra_ext.refusal import refusing
+from roles.facts import flags
 from roles.facts.apt import AptHeldPackages
 from roles.facts.driver import (
     AptVersions,
@@ -130,24 +131,8 @@ def nvidia_repository(tool: str, repo_url: str, key_url: str, fingerprint: str, 
     if trusted and installed:
         host.noop(f"{repo_url} trusted through {fingerprint}; {package} {branch} installed")
         return
-    yield StringCommand(
-        QuoteString(tool),
-        "setup",
-        "--repo",
-        QuoteString(repo_url),
-        "--key-url",
-        QuoteString(key_url),
-        "--fingerprint",
-        QuoteString(fingerprint),
-        "--branch",
-        QuoteString(branch),
-        "--package",
-        QuoteString(package),
-        "--keyring",
-        KEYRING,
-        "--sources",
-        SOURCES_FILE,
-    )
+    options = flags(repo=repo_url, key_url=key_url, fingerprint=fingerprint, branch=branch, package=package)
+    yield StringCommand(QuoteString(tool), "setup", *options, *flags(keyring=KEYRING, sources=SOURCES_FILE))
 
 
 @operation()

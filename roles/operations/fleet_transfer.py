@@ -20,6 +20,7 @@ from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringComm
 
 from control import model_lock, run_record
 from pyinfra_ext.host_args import connector_arguments
+from roles.facts import flags
 from roles.operations.checkpoint import COMMIT, UNIT_NAME, download_unit_command, prepared_for
 from roles.operations.job import name_released
 from roles.operations.secrets import Secret, secret_commands
@@ -109,16 +110,7 @@ def checkpoint_exported(
     q = QuoteString
     yield StringCommand("install -d -m 755", q(posixpath.dirname(manifest)))
     export = StringCommand(
-        "python3",
-        q(tool),
-        "export --dest",
-        q(path),
-        "--repo",
-        q(repo_id),
-        "--revision",
-        q(commit),
-        "--manifest",
-        q(manifest),
+        "python3", q(tool), "export", *flags(dest=path, repo=repo_id, revision=commit, manifest=manifest)
     )
     if host.name == seed:
         hub = {"endpoint": hub_endpoint, "token": hub_token, "repo_id": repo_id, "commit": commit}

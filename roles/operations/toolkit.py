@@ -12,6 +12,7 @@ from pyinfra.facts.files import FileContents
 
 from pyinfra_ext import memo
 from pyinfra_ext.refusal import refusing
+from roles.facts import flags
 from roles.facts.driver import AptVersions
 from roles.facts.system import CudaToolkits
 from roles.operations.driver import DRIVER_PACKAGE_RE
@@ -58,16 +59,8 @@ def toolkit_installed(cuda_version: str, tool: str, runfile_url: str, runfile_sh
         if needs:
             yield APT_UPDATE
             yield apt_install(needs)
-        yield StringCommand(
-            QuoteString(tool),
-            "runfile",
-            "--url",
-            QuoteString(runfile_url),
-            "--sha256",
-            QuoteString(runfile_sha256),
-            "--toolkitpath",
-            QuoteString(path),
-        )
+        options = flags(url=runfile_url, sha256=runfile_sha256, toolkitpath=path)
+        yield StringCommand(QuoteString(tool), "runfile", *options)
         return
     yield APT_UPDATE
     # The driver pattern is the one the driver role pins and holds.
