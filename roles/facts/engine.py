@@ -10,7 +10,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api import FactBase, QuoteString
 
 from control import layout
 from roles.facts import ParsedFact, flags
@@ -104,19 +104,7 @@ class EnginePatchCheck(ToolResult):
     """
 
     def command(self, tool: str, sets: list[str]):
-        q = [QuoteString(s) for s in sets]
-        exists = []
-        for s in [tool, *sets]:
-            exists += ["[ -e", QuoteString(s), "] &&"]
-        return StringCommand(
-            "if",
-            *exists,
-            "true; then",
-            QuoteString(tool),
-            "check --json",
-            *q,
-            "2>&1; echo \"exit=$?\"; else echo missing; fi",
-        )
+        return self.ran([("-e", s) for s in [tool, *sets]], QuoteString(tool), "check --json", *map(QuoteString, sets))
 
     @staticmethod
     def parse(lines) -> dict:
@@ -145,12 +133,6 @@ class LaunchFlagCheck(ToolResult):
     """{"exit": int|None, "lines": [...]}; exit None when the engine python or the tool is missing."""
 
     def command(self, python: str, tool: str, spec_json: str, properties=(), record_dir: str = layout.FLAG_CHECKS):
-        return StringCommand(
-            "if [ -x",
-            QuoteString(python),
-            "] && [ -e",
-            QuoteString(tool),
-            "]; then",
-            *flag_check_command(python, tool, spec_json, properties, record_dir),
-            "2>&1; echo \"exit=$?\"; else echo missing; fi",
+        return self.ran(
+            [("-x", python), ("-e", tool)], *flag_check_command(python, tool, spec_json, properties, record_dir)
         )

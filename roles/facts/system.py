@@ -212,6 +212,13 @@ class ToolResult(ParsedFact):
     empty_parsed = True
 
     @staticmethod
+    def ran(needs: list[tuple[str, str]], *command) -> StringCommand:
+        """`command`, its stderr with its output, then `exit=CODE`, where every (test, path) of
+        `needs` holds (`[ -x PATH ]`); else `missing`."""
+        tests = [bit for test, path in needs for bit in ("[", test, QuoteString(path), "] &&")]
+        return StringCommand("if", *tests, "true; then", *command, '2>&1; echo "exit=$?"; else echo missing; fi')
+
+    @staticmethod
     def parse(lines) -> dict:
         lines = [line.rstrip() for line in lines if line.strip()]
         if lines == ["missing"]:
@@ -230,5 +237,4 @@ class CudaHeaderCheck(ToolResult):
     """
 
     def command(self, tool: str):
-        q = QuoteString(tool)
-        return StringCommand("if [ -x", q, "]; then", q, "--check 2>&1; echo \"exit=$?\"; else echo missing; fi")
+        return self.ran([("-x", tool)], QuoteString(tool), "--check")
