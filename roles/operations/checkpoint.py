@@ -117,19 +117,9 @@ def downloader_installed(
     yield StringCommand("rm", "-rf", q(wheelhouse))
     # The marker last: it vouches for everything above, which is flushed to disk first (sync);
     # the marker and its directory then fsynced, so a power cut leaves no marker over empty files.
-    yield StringCommand(
-        "sync && printf '%s\\n'",
-        q(digest),
-        ">",
-        q(marker + ".tmp"),
-        "&& sync",
-        q(marker + ".tmp"),
-        "&& mv -f",
-        q(marker + ".tmp"),
-        q(marker),
-        "&& sync",
-        q(venv),
-    )
+    tmp = q(marker + ".tmp")
+    written = StringCommand("sync && printf '%s\\n'", q(digest), ">", tmp, "&& sync", tmp)
+    yield StringCommand(written, "&& mv -f", tmp, q(marker), "&& sync", q(venv))
 
 
 def _download_properties(dest: str, endpoint: str, token_path: str | None, credential: str) -> list[str]:

@@ -269,27 +269,13 @@ def secure_boot_ready():
     if not state.key_exists:
         yield StringCommand("dkms", "generate_mok")
     # The fact may have run before mokutil was there: ask it again, then stop only if still not enrolled.
-    yield StringCommand(
-        "mokutil",
-        "--test-key",
-        DKMS_MOK,
-        "2>&1",
-        "|",
-        "grep",
-        "-q",
-        QuoteString("is already enrolled"),
-        "||",
-        "{",
-        "echo",
-        QuoteString(
-            f"glm-flash: Secure Boot is on and DKMS's signing key {DKMS_MOK} is not enrolled, so the nvidia "
-            f"module could not load. Fix: run `mokutil --import {DKMS_MOK}` on the host (it asks for a one-time "
-            "password), reboot, choose Enroll MOK on the console with that password, then deploy again"
-        ),
-        ">&2;",
-        "exit 1;",
-        "}",
+    message = (
+        f"glm-flash: Secure Boot is on and DKMS's signing key {DKMS_MOK} is not enrolled, so the nvidia "
+        f"module could not load. Fix: run `mokutil --import {DKMS_MOK}` on the host (it asks for a one-time "
+        "password), reboot, choose Enroll MOK on the console with that password, then deploy again"
     )
+    enrolled = StringCommand("mokutil --test-key", DKMS_MOK, "2>&1 | grep -q", QuoteString("is already enrolled"))
+    yield StringCommand(enrolled, "|| { echo", QuoteString(message), ">&2; exit 1; }")
 
 
 def boot_kernel_lacks_module() -> str | None:
