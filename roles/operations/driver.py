@@ -141,10 +141,8 @@ def driver_branch_pinned(branch: str):
     The branch held the way NVIDIA documents: its `nvidia-driver-pinning-<branch>`
     package where the repository has one, else apt preferences on the branch's versions.
 
-    + branch: the driver branch (three digits, like 590)
+    + branch: the driver branch (three digits, like 590: the profile's driver_branch, checked there)
     """
-    if not re.fullmatch(r"\d{3}", str(branch)):
-        raise OperationError(f"driver_branch: {branch!r} is not a driver branch. Fix: write it like '590'")
     pinning = f"nvidia-driver-pinning-{branch}"
     if memo.fact(host, AptVersions, package=pinning):
         if not _installed(memo.fact(host, DebPackages), pinning):

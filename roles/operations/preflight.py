@@ -13,7 +13,7 @@ from control.profile import Profile
 from pyinfra_ext import memo
 from pyinfra_ext.refusal import refusal
 from roles.facts.capacity import BoxCapacity, Capacity
-from roles.operations.toolkit import RUNFILE_MARKER
+from roles.operations.toolkit import RUNFILE_MARKER, toolkit_package
 
 GIB = 1 << 30
 ENVS_KEPT = 2  # an upgrade builds the new environment beside the serving one
@@ -32,7 +32,7 @@ def toolkit_pending(profile: Profile, installed: dict, marker: list | None) -> b
     neither its package nor a finished runfile install (the marker holding this runfile's sha256)."""
     if profile.driver_source != "nvidia-repo":
         return False
-    package = "cuda-toolkit-" + profile.cuda_version.replace(".", "-")
+    package = toolkit_package(profile.cuda_version)
     done = bool(installed.get(package)) or bool(marker and marker[0].strip() == profile.cuda_runfile_sha256)
     return not done
 
