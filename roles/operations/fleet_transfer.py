@@ -174,20 +174,8 @@ def checkpoint_received(
     # The token file is removed by the shell when the unit has ended, however it ended: a receive
     # can end before an ExecStartPost= removal, and systemd 257 then fails the unit's ExecStopPost=
     # on the missing credential file (seen on the fleet sandbox).
-    yield StringCommand(
-        "trap",
-        q(f"rm -f {token_file}"),
-        "EXIT;",
-        download_unit_command(
-            unit,
-            fetch_user,
-            "/usr/bin/python3",
-            tool,
-            args,
-            path,
-            "",
-            token_file,
-            credential="peer-token",
-        ),
+    receive = download_unit_command(
+        unit, fetch_user, "/usr/bin/python3", tool, args, path, "", token_file, "peer-token"
     )
+    yield StringCommand("trap", q(f"rm -f {token_file}"), "EXIT;", receive)
     yield StringCommand("python3", q(tool), "seal --dest", q(path), "--owner", q(fetch_user))
