@@ -112,6 +112,14 @@ def _follow(state, host, name: str, cmd: StringCommand) -> bool:  # pyinfra pass
     return ok
 
 
+def step(job_tool: str, name: str, command: list[str], **options):
+    """`command` as job `name` through job_tool (glm-flash-job on the host), followed; without a
+    job_tool, in the SSH session (each word quoted)."""
+    if job_tool:
+        return followed(name, job_command(job_tool, name, command, **options))
+    return StringCommand(*map(QuoteString, command))
+
+
 def followed(name: str, cmd: StringCommand) -> FunctionCommand:
     """The command that runs (or attaches to) job `name` and streams its lines; for operations
     that decide from facts whether a long step is due (roles/operations/engine.py environment_built)."""
