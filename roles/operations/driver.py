@@ -72,8 +72,9 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _in_branch(debian_version: str, branch: str) -> bool:
-    return upstream_version(debian_version).split(".")[0] == branch
+def _of_branch(versions, branch: str) -> bool:
+    """One of the Debian `versions` (None: not installed) belongs to driver `branch`."""
+    return any(upstream_version(v).split(".")[0] == branch for v in versions or ())
 
 
 def _installed(packages: dict, name: str) -> list[str]:
@@ -127,7 +128,7 @@ def nvidia_repository(tool: str, repo_url: str, key_url: str, fingerprint: str, 
     """
     state = memo.fact(host, NvidiaRepoState, tool=tool, repo=repo_url, keyring=KEYRING, sources=SOURCES_FILE)
     trusted = state is not None and state["fingerprints"] == [fingerprint.upper()] and state["sources_current"]
-    installed = any(_in_branch(v, branch) for v in _installed(memo.fact(host, DebPackages), package))
+    installed = _of_branch(memo.fact(host, DebPackages).get(package), branch)
     if trusted and installed:
         host.noop(f"{repo_url} trusted through {fingerprint}; {package} {branch} installed")
         return
@@ -187,11 +188,7 @@ def driver_installed(packages: list[str], branch: str):
             )
             support.insert(0, "linux-image-amd64")
     missing_support = [p for p in support if not _installed(installed, p) or p == "linux-image-amd64"]
-    todo = []
-    for name in packages:
-        versions = _installed(installed, name)
-        if not versions or not any(_in_branch(v, branch) for v in versions):
-            todo.append(name)
+    todo = [name for name in packages if not _of_branch(installed.get(name), branch)]
     if not missing_support and not todo:
         host.noop(f"driver {branch} packages, DKMS and kernel headers are installed")
         return
@@ -353,7 +350,7 @@ def hold_candidates(installed: dict, branch: str, hold_kernel: bool) -> list[str
         if KERNEL_PACKAGE_RE.match(name):
             if hold_kernel:
                 names.append(name)
-        elif DRIVER_PACKAGE_RE.match(name) and any(_in_branch(v, branch) for v in versions):
+        elif DRIVER_PACKAGE_RE.match(name) and _of_branch(versions, branch):
             names.append(name)
     return names
 
