@@ -34,19 +34,13 @@ def validate_packages(packages) -> list[str]:
         raise OperationValueError(
             f"apt_hold.held: packages must be a package name or a list of names, not {type(packages).__name__}"
         )
-    names: list[str] = []
-    bad = []
-    for package in packages:
-        if not isinstance(package, str) or not PACKAGE_NAME.match(package):
-            bad.append(repr(package))
-        elif package not in names:
-            names.append(package)
+    bad = [repr(p) for p in packages if not isinstance(p, str) or not PACKAGE_NAME.match(p)]
     if bad:
         raise OperationValueError(
             f"apt_hold.held: not a Debian package name: {', '.join(bad)} "
             "(lower case letters, digits, + - . and an optional :arch)"
         )
-    return names
+    return list(dict.fromkeys(packages))
 
 
 @operation()
