@@ -212,12 +212,8 @@ class AptVersions(ParsedFact):
 
     @staticmethod
     def parse(lines) -> list[str]:
-        out = []
-        for line in lines:
-            parts = [p.strip() for p in line.split("|")]
-            if len(parts) >= 3 and parts[1] not in out:
-                out.append(parts[1])
-        return out
+        rows = ([p.strip() for p in line.split("|")] for line in lines)
+        return list(dict.fromkeys(parts[1] for parts in rows if len(parts) >= 3))
 
 
 class NvidiaModuleFor(NvidiaModuleOnDisk):

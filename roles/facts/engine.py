@@ -41,12 +41,8 @@ class WheelhouseFiles(ParsedFact):
 
     @staticmethod
     def parse(lines) -> dict[str, int]:
-        out = {}
-        for line in lines:
-            name, _, size = line.strip().rpartition(" ")
-            if name and size.isdigit():
-                out[name] = int(size)
-        return out
+        rows = (line.strip().rpartition(" ") for line in lines)
+        return {name: int(size) for name, _, size in rows if name and size.isdigit()}
 
 
 @dataclass(frozen=True)

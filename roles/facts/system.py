@@ -136,12 +136,8 @@ class CudaToolkits(ParsedFact):
 
     @staticmethod
     def parse(lines) -> dict[str, str]:
-        found = {}
-        for line in lines:
-            m = re.match(r"^(/usr/local/cuda-(\d+\.\d+))/?$", line.strip())
-            if m:
-                found[m.group(2)] = m.group(1)
-        return found
+        found = (re.match(r"^(/usr/local/cuda-(\d+\.\d+))/?$", line.strip()) for line in lines)
+        return {m.group(2): m.group(1) for m in found if m}
 
 
 class UnitFiles(ParsedFact):
@@ -158,12 +154,7 @@ class UnitFiles(ParsedFact):
 
     @staticmethod
     def parse(lines) -> dict[str, str]:
-        units = {}
-        for line in lines:
-            parts = line.split()
-            if len(parts) >= 2:
-                units[parts[0]] = parts[1]
-        return units
+        return {parts[0]: parts[1] for parts in map(str.split, lines) if len(parts) >= 2}
 
 
 # Run by the host's python3: what pip's wheel tags come from (packaging.tags: the interpreter, its
