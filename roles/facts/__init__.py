@@ -14,6 +14,11 @@ def flags(**values) -> list:
     return [bit for key, value in values.items() for bit in (f"--{key.replace('_', '-')}", QuoteString(value))]
 
 
+def fields(lines, n: int, sep: str | None = None) -> list[list[str]]:
+    """The lines of exactly `n` fields (split at `sep`, at blanks by default), each field stripped."""
+    return [parts for parts in ([p.strip() for p in line.split(sep)] for line in lines) if len(parts) == n]
+
+
 class ParsedFact(FactBase):
     """A fact whose value is `parse(lines of its command's output)`; subclasses give command and parse.
     With `empty_parsed`, a command that prints nothing has the value `parse([])` (no GPUs, no held

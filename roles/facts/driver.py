@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pyinfra.api import QuoteString, StringCommand
 
-from roles.facts import ParsedFact, flags
+from roles.facts import ParsedFact, fields, flags
 
 _NUMBERS = re.compile(r"\d+|\D+")
 
@@ -59,15 +59,11 @@ class NvidiaPciDevices(ParsedFact):
 
     @staticmethod
     def parse(lines) -> list[PciDevice]:
-        devices = []
-        for line in lines:
-            parts = line.split()
-            if len(parts) != 4:
-                continue
-            address, vendor, device, pci_class = parts
-            if vendor.lower() == "0x10de" and pci_class.lower().startswith("0x03"):
-                devices.append(PciDevice(address, device.lower(), pci_class.lower()))
-        return devices
+        return [
+            PciDevice(address, device.lower(), pci_class.lower())
+            for address, vendor, device, pci_class in fields(lines, 4)
+            if vendor.lower() == "0x10de" and pci_class.lower().startswith("0x03")
+        ]
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
-from roles.facts import ParsedFact
+from roles.facts import ParsedFact, fields
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,11 @@ class Gpus(ParsedFact):
 
     @staticmethod
     def parse(lines) -> list[Gpu]:
-        gpus = []
-        for line in lines:
-            parts = [p.strip() for p in line.split(",")]
-            if len(parts) != 5 or not parts[0].isdigit():
-                continue
-            memory = int(parts[3]) if parts[3].isdigit() else 0
-            gpus.append(Gpu(int(parts[0]), parts[1], parts[2], memory, parts[4]))
-        return gpus
+        return [
+            Gpu(int(index), name, capability, int(memory) if memory.isdigit() else 0, driver)
+            for index, name, capability, memory, driver in fields(lines, 5, ",")
+            if index.isdigit()
+        ]
 
 
 class GpuProcesses(ParsedFact):
