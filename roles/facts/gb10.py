@@ -43,11 +43,7 @@ class OsInfo:
     id: str
     version_id: str
     pretty: str
-    dgx: dict
-
-    @property
-    def is_dgx_os(self) -> bool:
-        return bool(self.dgx)
+    dgx: dict  # /etc/dgx-release's keys: empty when not DGX OS
 
     def describe(self) -> str:
         dgx = self.dgx.get("DGX_PRETTY_NAME") or self.dgx.get("DGX_NAME")
