@@ -77,10 +77,6 @@ def _of_branch(versions, branch: str) -> bool:
     return any(upstream_version(v).split(".")[0] == branch for v in versions or ())
 
 
-def _installed(packages: dict, name: str) -> list[str]:
-    return sorted(packages.get(name) or ())
-
-
 def _ensure_file(path: str, content: str, mode: str = "644"):
     """Yield the commands that write the file whole (roles/operations/paths.py) when its content
     differs; return True if it did."""
@@ -103,7 +99,7 @@ def pin_content(branch: str) -> str:
 @operation()
 def openpgp_tool():
     """gpg on the host: it reads the fingerprint of the key before apt ever uses it."""
-    if _installed(memo.fact(host, DebPackages), "gpg"):
+    if memo.fact(host, DebPackages).get("gpg"):
         host.noop("gpg is installed")
         return
     yield APT_UPDATE
@@ -146,7 +142,7 @@ def driver_branch_pinned(branch: str):
     """
     pinning = f"nvidia-driver-pinning-{branch}"
     if memo.fact(host, AptVersions, package=pinning):
-        if not _installed(memo.fact(host, DebPackages), pinning):
+        if not memo.fact(host, DebPackages).get(pinning):
             yield apt_install([pinning])
         else:
             host.noop(f"{pinning} is installed")
@@ -178,7 +174,7 @@ def driver_installed(packages: list[str], branch: str):
     support = ["linux-headers-amd64", "dkms"]
     if kernels.running in kernels.installed:
         own = f"linux-headers-{kernels.running}"
-        if _installed(installed, own) or memo.fact(host, AptVersions, package=own):
+        if installed.get(own) or memo.fact(host, AptVersions, package=own):
             support.append(own)
         elif not kernels.newer_installed:
             logger.warning(
@@ -187,7 +183,7 @@ def driver_installed(packages: list[str], branch: str):
                 "boots it at the reboot step"
             )
             support.insert(0, "linux-image-amd64")
-    missing_support = [p for p in support if not _installed(installed, p) or p == "linux-image-amd64"]
+    missing_support = [p for p in support if not installed.get(p) or p == "linux-image-amd64"]
     todo = [name for name in packages if not _of_branch(installed.get(name), branch)]
     if not missing_support and not todo:
         host.noop(f"driver {branch} packages, DKMS and kernel headers are installed")
@@ -258,7 +254,7 @@ def secure_boot_ready():
     if state.enrolled:
         host.noop(f"Secure Boot is on and DKMS's key {DKMS_MOK} is enrolled")
         return
-    if not _installed(memo.fact(host, DebPackages), "dkms") or not _installed(memo.fact(host, DebPackages), "mokutil"):
+    if not all(memo.fact(host, DebPackages).get(p) for p in ("dkms", "mokutil")):
         yield APT_UPDATE
         yield apt_install(["dkms", "mokutil"])
     if not state.key_exists:
