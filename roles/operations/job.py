@@ -24,10 +24,6 @@ PROP_RE = re.compile(r"[A-Z][A-Za-z]*=[^\n]*")
 UNIT_RE = re.compile(r"[a-zA-Z0-9:_.@-]+")
 
 
-def unit(name: str) -> str:
-    return f"glm-flash-job-{name}.service"
-
-
 RELEASE_S = 120  # a transient unit's name, waited for before systemd-run takes it again
 
 
