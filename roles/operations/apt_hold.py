@@ -19,11 +19,8 @@ from roles.operations.packages import retried_while_locked
 
 
 def _is_held(package: str, held: set[str]) -> bool:
-    if package in held:
-        return True
-    bare, _, arch = package.partition(":")
     # A native-architecture package is listed bare even when asked for as `name:arch`.
-    return bool(arch) and bare in held
+    return package in held or package.partition(":")[0] in held
 
 
 def validate_packages(packages) -> list[str]:
