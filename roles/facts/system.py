@@ -72,11 +72,7 @@ class GpuProcesses(ParsedFact):
 
         def flush():
             if "pid" in current:
-                procs.append(
-                    GpuProcess(
-                        bus, current["pid"], current.get("kind", "?"), current.get("name", "?"), current.get("used", 0)
-                    )
-                )
+                procs.append(GpuProcess(bus_id=bus, **{"kind": "?", "name": "?", "used_mib": 0, **current}))
             current.clear()
 
         for raw in lines:
@@ -97,7 +93,7 @@ class GpuProcesses(ParsedFact):
                 current["name"] = value
             elif key == "Used GPU Memory":
                 m = re.match(r"(\d+)", value)
-                current["used"] = int(m.group(1)) if m else 0
+                current["used_mib"] = int(m.group(1)) if m else 0
         flush()
         return procs
 
