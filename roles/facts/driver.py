@@ -232,16 +232,13 @@ class SecureBoot(ParsedFact):
 
     def command(self, mok: str):
         q = QuoteString(mok)
+        key = StringCommand("[ -e", q, "] && echo key;")
+        enrolled = StringCommand("command -v mokutil >/dev/null && [ -e", q, "] && mokutil --test-key", q)
         return StringCommand(
             "v=$(ls /sys/firmware/efi/efivars/SecureBoot-* 2>/dev/null | head -n1);",
             "if [ -n \"$v\" ]; then echo \"sb $(od -An -tu1 \"$v\" | awk '{print $NF}')\"; fi;",
-            "[ -e",
-            q,
-            "] && echo key;",
-            "command -v mokutil >/dev/null && [ -e",
-            q,
-            "] && mokutil --test-key",
-            q,
+            key,
+            enrolled,
             "2>&1 | head -n1; true",
         )
 
