@@ -64,7 +64,8 @@ def apt_get(args: str) -> str:
 
 
 def apt_install(packages, extra: str = "") -> StringCommand:
-    """`apt-get install` of `packages` (each quoted) without recommends, waiting for dpkg's lock; `extra`: more options."""
+    """`apt-get install` of `packages` (each quoted) without recommends, waiting for dpkg's lock;
+    `extra`: more options."""
     args = "install --no-install-recommends" + (f" {extra}" if extra else "")
     return StringCommand(apt_get(args), *[QuoteString(p) for p in packages])
 
