@@ -55,13 +55,9 @@ def disk_needs(profile: Profile, c: Capacity, paths: tuple, toolkit: bool = Fals
         """(index in paths, bytes still needed, what): size_gib less what of it is already in sized[sized]."""
         return (at, max(0, size_gib * GIB - c.used.get(sized, 0)), f"{what} ({size_gib:g} GiB)")
 
-    envs = max(0, ENVS_KEPT - c.complete_envs)
+    envs, env_gib = max(0, ENVS_KEPT - c.complete_envs), profile.preflight_engine_env_gib
     parts = [
-        (
-            1,
-            envs * profile.preflight_engine_env_gib * GIB,
-            f"{envs} engine environment(s) of {profile.preflight_engine_env_gib:g} GiB",
-        ),
+        (1, envs * env_gib * GIB, f"{envs} engine environment(s) of {env_gib:g} GiB"),
         part(1, profile.preflight_wheelhouse_gib, "the wheelhouse", 1),
     ]
     if profile.model_download:
