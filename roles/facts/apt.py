@@ -27,9 +27,7 @@ class AptHeldPackages(ParsedFact):
     def requires_command(self):
         return "apt-mark"
 
-    @staticmethod
-    def default():
-        return []
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> list[str]:
@@ -69,9 +67,7 @@ class DpkgInterrupted(ParsedFact):
             "dpkg --audit 2>&1 | sed 's/^/audit /'; fi; true"
         )
 
-    @staticmethod
-    def default():
-        return []
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> list[str]:

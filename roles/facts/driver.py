@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pyinfra.api import QuoteString, StringCommand
 
-from roles.facts import ParsedFact
+from roles.facts import ParsedFact, fields, flags
 
 _NUMBERS = re.compile(r"\d+|\D+")
 
@@ -55,21 +55,15 @@ class NvidiaPciDevices(ParsedFact):
             "echo \"${d##*/} $(cat \"$d/vendor\") $(cat \"$d/device\") $(cat \"$d/class\")\"; done; true"
         )
 
-    @staticmethod
-    def default():
-        return []
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> list[PciDevice]:
-        devices = []
-        for line in lines:
-            parts = line.split()
-            if len(parts) != 4:
-                continue
-            address, vendor, device, pci_class = parts
-            if vendor.lower() == "0x10de" and pci_class.lower().startswith("0x03"):
-                devices.append(PciDevice(address, device.lower(), pci_class.lower()))
-        return devices
+        return [
+            PciDevice(address, device.lower(), pci_class.lower())
+            for address, vendor, device, pci_class in fields(lines, 4)
+            if vendor.lower() == "0x10de" and pci_class.lower().startswith("0x03")
+        ]
 
 
 @dataclass(frozen=True)
@@ -157,9 +151,7 @@ class KernelHeaders(ParsedFact):
     def command(self):
         return "for d in /lib/modules/*/build; do [ -d \"$d/\" ] && { d=${d%/build}; echo \"${d##*/}\"; }; done; true"
 
-    @staticmethod
-    def default():
-        return frozenset()
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> frozenset[str]:
@@ -178,9 +170,7 @@ class RebootRequired(ParsedFact):
     def command(self):
         return "if [ -e /run/reboot-required ]; then echo required; cat /run/reboot-required.pkgs 2>/dev/null; fi; true"
 
-    @staticmethod
-    def default():
-        return RebootFlag(False, ())
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> RebootFlag:
@@ -197,19 +187,8 @@ class NvidiaRepoState(ParsedFact):
 
     def command(self, tool: str, repo: str, keyring: str, sources: str):
         q = QuoteString(tool)
-        return StringCommand(
-            "if [ -x",
-            q,
-            "]; then",
-            q,
-            "status --repo",
-            QuoteString(repo),
-            "--keyring",
-            QuoteString(keyring),
-            "--sources",
-            QuoteString(sources),
-            "; else echo missing; fi",
-        )
+        options = flags(repo=repo, keyring=keyring, sources=sources)
+        return StringCommand("if [ -x", q, "]; then", q, "status", *options, "; else echo missing; fi")
 
     @staticmethod
     def parse(lines) -> dict | None:
@@ -225,29 +204,19 @@ class AptVersions(ParsedFact):
     def command(self, package: str):
         return StringCommand("apt-cache madison", QuoteString(package), "2>/dev/null || true")
 
-    @staticmethod
-    def default():
-        return []
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> list[str]:
-        out = []
-        for line in lines:
-            parts = [p.strip() for p in line.split("|")]
-            if len(parts) >= 3 and parts[1] not in out:
-                out.append(parts[1])
-        return out
+        rows = ([p.strip() for p in line.split("|")] for line in lines)
+        return list(dict.fromkeys(parts[1] for parts in rows if len(parts) >= 3))
 
 
-class NvidiaModuleFor(ParsedFact):
+class NvidiaModuleFor(NvidiaModuleOnDisk):
     """Version of the nvidia module built for kernel release `kernel` (None when there is none)."""
 
     def command(self, kernel: str):
         return StringCommand("modinfo -k", QuoteString(kernel), "-F version nvidia 2>/dev/null || true")
-
-    @staticmethod
-    def parse(lines) -> str | None:
-        return NvidiaModuleOnDisk.parse(lines)
 
 
 @dataclass(frozen=True)
@@ -263,22 +232,17 @@ class SecureBoot(ParsedFact):
 
     def command(self, mok: str):
         q = QuoteString(mok)
+        key = StringCommand("[ -e", q, "] && echo key;")
+        enrolled = StringCommand("command -v mokutil >/dev/null && [ -e", q, "] && mokutil --test-key", q)
         return StringCommand(
             "v=$(ls /sys/firmware/efi/efivars/SecureBoot-* 2>/dev/null | head -n1);",
             "if [ -n \"$v\" ]; then echo \"sb $(od -An -tu1 \"$v\" | awk '{print $NF}')\"; fi;",
-            "[ -e",
-            q,
-            "] && echo key;",
-            "command -v mokutil >/dev/null && [ -e",
-            q,
-            "] && mokutil --test-key",
-            q,
+            key,
+            enrolled,
             "2>&1 | head -n1; true",
         )
 
-    @staticmethod
-    def default():
-        return SecureBootState(False, False, False)
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> SecureBootState:

@@ -10,10 +10,10 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api import FactBase, QuoteString
 
 from control import layout
-from roles.facts import ParsedFact
+from roles.facts import ParsedFact, flags
 from roles.facts.system import ToolResult
 
 MARKER = ".glm-flash-complete"
@@ -24,10 +24,6 @@ class PythonArtifact(FactBase):
 
     def command(self, path):
         return f"cat {shlex.quote(path + '/' + MARKER)} 2>/dev/null || true"
-
-    @staticmethod
-    def default():
-        return None
 
     def process(self, output):
         words = " ".join(output).split()
@@ -41,18 +37,12 @@ class WheelhouseFiles(ParsedFact):
         q = shlex.quote(path)
         return f"[ -d {q} ] && find {q} -maxdepth 1 -type f -printf '%f %s\\n' || true"
 
-    @staticmethod
-    def default():
-        return {}
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> dict[str, int]:
-        out = {}
-        for line in lines:
-            name, _, size = line.strip().rpartition(" ")
-            if name and size.isdigit():
-                out[name] = int(size)
-        return out
+        rows = (line.strip().rpartition(" ") for line in lines)
+        return {name: int(size) for name, _, size in rows if name and size.isdigit()}
 
 
 @dataclass(frozen=True)
@@ -82,9 +72,7 @@ class EngineEnvs(ParsedFact):
         q = shlex.quote(tool)
         return f"if [ -x {q} ]; then {q} status --json; else echo '{{}}'; fi"
 
-    @staticmethod
-    def default():
-        return EngineState()
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> EngineState:
@@ -112,23 +100,7 @@ class EnginePatchCheck(ToolResult):
     """
 
     def command(self, tool: str, sets: list[str]):
-        q = [QuoteString(s) for s in sets]
-        exists = []
-        for s in [tool, *sets]:
-            exists += ["[ -e", QuoteString(s), "] &&"]
-        return StringCommand(
-            "if",
-            *exists,
-            "true; then",
-            QuoteString(tool),
-            "check --json",
-            *q,
-            "2>&1; echo \"exit=$?\"; else echo missing; fi",
-        )
-
-    @staticmethod
-    def default():
-        return {"exit": None, "files": {}, "lines": []}
+        return self.ran([("-e", s) for s in [tool, *sets]], QuoteString(tool), "check --json", *map(QuoteString, sets))
 
     @staticmethod
     def parse(lines) -> dict:
@@ -148,33 +120,15 @@ class EnginePatchCheck(ToolResult):
 def flag_check_command(python: str, tool: str, spec_json: str, properties, record_dir: str = layout.FLAG_CHECKS):
     """Root runs the tool under the system python; the engine's import happens in a transient unit
     of `properties` (roles/operations/sandboxing.py engine_check), whose output root reads as data."""
-    props = []
-    for p in properties:
-        props += ["--unit-property", QuoteString(p)]
-    return [
-        "/usr/bin/python3",
-        "-I",
-        QuoteString(tool),
-        "--engine-python",
-        QuoteString(python),
-        *props,
-        "--args-json",
-        QuoteString(spec_json),
-        "--record-dir",
-        QuoteString(record_dir),
-    ]
+    props = [bit for p in properties for bit in flags(unit_property=p)]
+    options = flags(args_json=spec_json, record_dir=record_dir)
+    return ["/usr/bin/python3", "-I", QuoteString(tool), *flags(engine_python=python), *props, *options]
 
 
 class LaunchFlagCheck(ToolResult):
     """{"exit": int|None, "lines": [...]}; exit None when the engine python or the tool is missing."""
 
     def command(self, python: str, tool: str, spec_json: str, properties=(), record_dir: str = layout.FLAG_CHECKS):
-        return StringCommand(
-            "if [ -x",
-            QuoteString(python),
-            "] && [ -e",
-            QuoteString(tool),
-            "]; then",
-            *flag_check_command(python, tool, spec_json, properties, record_dir),
-            "2>&1; echo \"exit=$?\"; else echo missing; fi",
+        return self.ran(
+            [("-x", python), ("-e", tool)], *flag_check_command(python, tool, spec_json, properties, record_dir)
         )

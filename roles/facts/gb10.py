@@ -43,11 +43,7 @@ class OsInfo:
     id: str
     version_id: str
     pretty: str
-    dgx: dict
-
-    @property
-    def is_dgx_os(self) -> bool:
-        return bool(self.dgx)
+    dgx: dict  # /etc/dgx-release's keys: empty when not DGX OS
 
     def describe(self) -> str:
         dgx = self.dgx.get("DGX_PRETTY_NAME") or self.dgx.get("DGX_NAME")
@@ -106,39 +102,19 @@ class Gb10View:
         """(what, found, fix) for everything that is not a GB10 box as the profile needs it."""
         out = []
         if self.arch != ARCH:
-            out.append(
-                (
-                    "architecture",
-                    f"uname -m says {self.arch or 'nothing'}",
-                    "point the GB10 profile (platform: gb10) at the GB10 box, or use platform: l40s here",
-                )
-            )
+            fix = "point the GB10 profile (platform: gb10) at the GB10 box, or use platform: l40s here"
+            out.append(("architecture", f"uname -m says {self.arch or 'nothing'}", fix))
         if self.os.id != OS_ID or self.os.version_id != OS_VERSION:
-            out.append(
-                (
-                    "operating system",
-                    f"{self.os.pretty or 'unknown'}",
-                    "the GB10 path is written for DGX OS (Ubuntu 24.04); reinstall DGX OS from NVIDIA's recovery image",
-                )
-            )
+            fix = "the GB10 path is written for DGX OS (Ubuntu 24.04); reinstall DGX OS from NVIDIA's recovery image"
+            out.append(("operating system", f"{self.os.pretty or 'unknown'}", fix))
         if self.gpus:
             caps = sorted({g.compute_capability for g in self.gpus})
             if caps != [GB10_CAPABILITY]:
                 out.append(("GPU", f"compute capability {', '.join(caps)}", "this is not a GB10 (sm_121)"))
             elif not self.unified_memory:
-                out.append(
-                    (
-                        "unified memory",
-                        f"nvidia-smi reports {self.gpus[0].memory_mib} MiB of GPU memory",
-                        "a GB10 reports none of its own ([N/A]); check nvidia-smi",
-                    )
-                )
+                fix = "a GB10 reports none of its own ([N/A]); check nvidia-smi"
+                out.append(("unified memory", f"nvidia-smi reports {self.gpus[0].memory_mib} MiB of GPU memory", fix))
         if self.mem_total_kib and self.unified_gib < min_gib:
-            out.append(
-                (
-                    "memory",
-                    f"{self.unified_gib} GiB in /proc/meminfo",
-                    "the model (99.6 GiB) and its KV cache need the box's full 128 GB",
-                )
-            )
+            fix = "the model (99.6 GiB) and its KV cache need the box's full 128 GB"
+            out.append(("memory", f"{self.unified_gib} GiB in /proc/meminfo", fix))
         return out

@@ -47,9 +47,7 @@ class Leftovers(ParsedFact):
         parts.append(f"systemctl list-unit-files --plain --no-legend {glob} 2>/dev/null | awk '{{print \"unit \" $1}}'")
         return "; ".join(f"{{ {p}; }}" for p in parts) + "; true"
 
-    @staticmethod
-    def default():
-        return Found()
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> Found:
@@ -65,11 +63,4 @@ class Leftovers(ParsedFact):
                     kinds["unit"].add(name)
             elif kind in kinds and value:
                 kinds[kind].add(value)
-        return Found(
-            frozenset(kinds["path"]),
-            frozenset(kinds["unit"]),
-            frozenset(kinds["user"]),
-            frozenset(kinds["group"]),
-            frozenset(kinds["owned"]),
-            frozenset(kinds["link"]),
-        )
+        return Found(*map(frozenset, kinds.values()))  # kinds in Found's order

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api import QuoteString, StringCommand
 
 from roles.facts import ParsedFact
 
@@ -55,29 +55,27 @@ class ModelCheck(ParsedFact):
         return out
 
 
-class DownloaderMarker(FactBase):
+class DownloaderMarker(ParsedFact):
     """The downloader venv's marker (the sha256 of the requirements it was built from), or ""."""
 
     def command(self, marker: str):
         return StringCommand("cat", QuoteString(marker), "2>/dev/null || true")
 
+    empty_parsed = True
+
     @staticmethod
-    def default():
-        return ""
-
-    def process(self, output):
-        return "".join(output).strip()
+    def parse(lines) -> str:
+        return "".join(lines).strip()
 
 
-class UnitActive(FactBase):
+class UnitActive(ParsedFact):
     """`systemctl is-active UNIT`: active, activating, inactive, failed, ..."""
 
     def command(self, unit: str):
         return StringCommand("systemctl is-active", QuoteString(unit), "|| true")
 
-    @staticmethod
-    def default():
-        return "inactive"
+    empty_parsed = True
 
-    def process(self, output):
-        return "".join(output).strip() or "inactive"
+    @staticmethod
+    def parse(lines) -> str:
+        return "".join(lines).strip() or "inactive"

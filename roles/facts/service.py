@@ -55,9 +55,7 @@ class ServiceStartState(ParsedFact):
             "-maxdepth 0 -printf 'mtime=%T@ %p\\n' 2>/dev/null; true",
         )
 
-    @staticmethod
-    def default():
-        return ServiceStart()
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> ServiceStart:
@@ -87,9 +85,7 @@ class SystemdVersion(ParsedFact):
     def command(self):
         return "systemctl --version 2>/dev/null | head -n 1"
 
-    @staticmethod
-    def default():
-        return 0
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> int:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api import QuoteString, StringCommand
 
 from roles.facts import ParsedFact
 
 
-class HostStatus(FactBase):
+class HostStatus(ParsedFact):
     """`glm-flash status --json --quick` (its items; the engine environment's files are not hashed),
     or {} before the tool is installed."""
 
@@ -18,13 +18,12 @@ class HostStatus(FactBase):
             "if [ -x", QuoteString(tool), "]; then", QuoteString(tool), "status --json --quick; fi; true"
         )
 
-    @staticmethod
-    def default():
-        return {}
+    empty_parsed = True
 
-    def process(self, output):
+    @staticmethod
+    def parse(lines) -> dict:
         try:
-            return json.loads("\n".join(output))
+            return json.loads("\n".join(lines))
         except ValueError:
             return {}
 

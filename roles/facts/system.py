@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
-from roles.facts import ParsedFact
+from roles.facts import ParsedFact, fields
 
 
 @dataclass(frozen=True)
@@ -46,20 +46,15 @@ class Gpus(ParsedFact):
             "--format=csv,noheader,nounits 2>/dev/null || true"
         )
 
-    @staticmethod
-    def default():
-        return []
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> list[Gpu]:
-        gpus = []
-        for line in lines:
-            parts = [p.strip() for p in line.split(",")]
-            if len(parts) != 5 or not parts[0].isdigit():
-                continue
-            memory = int(parts[3]) if parts[3].isdigit() else 0
-            gpus.append(Gpu(int(parts[0]), parts[1], parts[2], memory, parts[4]))
-        return gpus
+        return [
+            Gpu(int(index), name, capability, int(memory) if memory.isdigit() else 0, driver)
+            for index, name, capability, memory, driver in fields(lines, 5, ",")
+            if index.isdigit()
+        ]
 
 
 class GpuProcesses(ParsedFact):
@@ -68,9 +63,7 @@ class GpuProcesses(ParsedFact):
     def command(self):
         return "command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -q -d PIDS 2>/dev/null || true"
 
-    @staticmethod
-    def default():
-        return []
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> list[GpuProcess]:
@@ -79,11 +72,7 @@ class GpuProcesses(ParsedFact):
 
         def flush():
             if "pid" in current:
-                procs.append(
-                    GpuProcess(
-                        bus, current["pid"], current.get("kind", "?"), current.get("name", "?"), current.get("used", 0)
-                    )
-                )
+                procs.append(GpuProcess(bus_id=bus, **{"kind": "?", "name": "?", "used_mib": 0, **current}))
             current.clear()
 
         for raw in lines:
@@ -104,7 +93,7 @@ class GpuProcesses(ParsedFact):
                 current["name"] = value
             elif key == "Used GPU Memory":
                 m = re.match(r"(\d+)", value)
-                current["used"] = int(m.group(1)) if m else 0
+                current["used_mib"] = int(m.group(1)) if m else 0
         flush()
         return procs
 
@@ -136,18 +125,12 @@ class CudaToolkits(ParsedFact):
     def command(self):
         return "for d in /usr/local/cuda-[0-9]*; do [ -d \"$d\" ] && [ ! -L \"$d\" ] && echo \"$d\"; done; true"
 
-    @staticmethod
-    def default():
-        return {}
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> dict[str, str]:
-        found = {}
-        for line in lines:
-            m = re.match(r"^(/usr/local/cuda-(\d+\.\d+))/?$", line.strip())
-            if m:
-                found[m.group(2)] = m.group(1)
-        return found
+        found = (re.match(r"^(/usr/local/cuda-(\d+\.\d+))/?$", line.strip()) for line in lines)
+        return {m.group(2): m.group(1) for m in found if m}
 
 
 class UnitFiles(ParsedFact):
@@ -160,18 +143,11 @@ class UnitFiles(ParsedFact):
             "systemctl list-unit-files --no-legend --no-pager", *(QuoteString(u) for u in units), "2>/dev/null || true"
         )
 
-    @staticmethod
-    def default():
-        return {}
+    empty_parsed = True
 
     @staticmethod
     def parse(lines) -> dict[str, str]:
-        units = {}
-        for line in lines:
-            parts = line.split()
-            if len(parts) >= 2:
-                units[parts[0]] = parts[1]
-        return units
+        return {parts[0]: parts[1] for parts in map(str.split, lines) if len(parts) >= 2}
 
 
 # Run by the host's python3: what pip's wheel tags come from (packaging.tags: the interpreter, its
@@ -199,10 +175,6 @@ class HostPython(ParsedFact):
         )
 
     @staticmethod
-    def default():
-        return None
-
-    @staticmethod
     def parse(lines) -> dict | None:
         lines = [line.strip() for line in lines if line.strip()]
         if not lines or lines == ["missing"]:
@@ -221,9 +193,14 @@ class ToolResult(ParsedFact):
     uploads it later in the same run): exit is None then.
     """
 
+    empty_parsed = True
+
     @staticmethod
-    def default():
-        return {"exit": None, "lines": []}
+    def ran(needs: list[tuple[str, str]], *command) -> StringCommand:
+        """`command`, its stderr with its output, then `exit=CODE`, where every (test, path) of
+        `needs` holds (`[ -x PATH ]`); else `missing`."""
+        tests = [bit for test, path in needs for bit in ("[", test, QuoteString(path), "] &&")]
+        return StringCommand("if", *tests, "true; then", *command, '2>&1; echo "exit=$?"; else echo missing; fi')
 
     @staticmethod
     def parse(lines) -> dict:
@@ -244,5 +221,4 @@ class CudaHeaderCheck(ToolResult):
     """
 
     def command(self, tool: str):
-        q = QuoteString(tool)
-        return StringCommand("if [ -x", q, "]; then", q, "--check 2>&1; echo \"exit=$?\"; else echo missing; fi")
+        return self.ran([("-x", tool)], QuoteString(tool), "--check")

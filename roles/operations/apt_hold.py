@@ -19,11 +19,8 @@ from roles.operations.packages import retried_while_locked
 
 
 def _is_held(package: str, held: set[str]) -> bool:
-    if package in held:
-        return True
-    bare, _, arch = package.partition(":")
     # A native-architecture package is listed bare even when asked for as `name:arch`.
-    return bool(arch) and bare in held
+    return package in held or package.partition(":")[0] in held
 
 
 def validate_packages(packages) -> list[str]:
@@ -34,19 +31,13 @@ def validate_packages(packages) -> list[str]:
         raise OperationValueError(
             f"apt_hold.held: packages must be a package name or a list of names, not {type(packages).__name__}"
         )
-    names: list[str] = []
-    bad = []
-    for package in packages:
-        if not isinstance(package, str) or not PACKAGE_NAME.match(package):
-            bad.append(repr(package))
-        elif package not in names:
-            names.append(package)
+    bad = [repr(p) for p in packages if not isinstance(p, str) or not PACKAGE_NAME.match(p)]
     if bad:
         raise OperationValueError(
             f"apt_hold.held: not a Debian package name: {', '.join(bad)} "
             "(lower case letters, digits, + - . and an optional :arch)"
         )
-    return names
+    return list(dict.fromkeys(packages))
 
 
 @operation()
@@ -69,16 +60,10 @@ def held(packages: str | list[str], present: bool = True):
         return
 
     currently_held = set(memo.fact(host, AptHeldPackages))
-    if present:
-        todo = [p for p in names if not _is_held(p, currently_held)]
-        verb = "hold"
-    else:
-        todo = [p for p in names if _is_held(p, currently_held)]
-        verb = "unhold"
-
+    todo = [p for p in names if _is_held(p, currently_held) != present]
     if not todo:
         host.noop(f"{', '.join(names)} already {'held' if present else 'not held'}")
         return
     # apt-mark changes dpkg's selections: it fails at once while another process holds dpkg's lock.
-    mark = StringCommand("apt-mark", verb, *[QuoteString(p) for p in todo]).get_raw_value()
+    mark = StringCommand("apt-mark", "hold" if present else "unhold", *[QuoteString(p) for p in todo]).get_raw_value()
     yield retried_while_locked(mark)

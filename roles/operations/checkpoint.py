@@ -117,31 +117,23 @@ def downloader_installed(
     yield StringCommand("rm", "-rf", q(wheelhouse))
     # The marker last: it vouches for everything above, which is flushed to disk first (sync);
     # the marker and its directory then fsynced, so a power cut leaves no marker over empty files.
-    yield StringCommand(
-        "sync && printf '%s\\n'",
-        q(digest),
-        ">",
-        q(marker + ".tmp"),
-        "&& sync",
-        q(marker + ".tmp"),
-        "&& mv -f",
-        q(marker + ".tmp"),
-        q(marker),
-        "&& sync",
-        q(venv),
-    )
+    tmp = q(marker + ".tmp")
+    written = StringCommand("sync && printf '%s\\n'", q(digest), ">", tmp, "&& sync", tmp)
+    yield StringCommand(written, "&& mv -f", tmp, q(marker), "&& sync", q(venv))
 
 
-def _download_properties(dest: str, endpoint: str) -> list[str]:
+def _download_properties(dest: str, endpoint: str, token_path: str | None, credential: str) -> list[str]:
     """The download's and the receive's unit settings but their user: the cache, the hub, the
-    sandbox (roles/operations/sandboxing.py) that lets it write `dest` only."""
-    return [
+    sandbox (roles/operations/sandboxing.py) that lets it write `dest` only, and the token at
+    `token_path` (if any) as the credential `credential`."""
+    props = [
         f"CacheDirectory={layout.FETCH_CACHE.rsplit('/', 1)[1]}",
         f"Environment=HF_HOME={layout.FETCH_CACHE}",
         "Environment=HF_HUB_DISABLE_TELEMETRY=1",
         f"Environment=HF_ENDPOINT={endpoint}",
         *sandboxing.fetch_unit([dest]),
     ]
+    return [*props, f"LoadCredential={credential}:{token_path}"] if token_path else props
 
 
 def download_unit_command(
@@ -159,9 +151,7 @@ def download_unit_command(
     own user, sandboxed, the token a credential (the caller removes root's file once the unit has
     ended), journal output; its journal lines when it fails."""
     q = QuoteString
-    props = [f"User={user}", f"Group={user}", *_download_properties(dest, endpoint)]
-    if token_path:
-        props.append(f"LoadCredential={credential}:{token_path}")
+    props = [f"User={user}", f"Group={user}", *_download_properties(dest, endpoint, token_path, credential)]
     # the failure's log is this start's lines only: the unit's name is reused, its old runs are in the journal too
     parts = ["since=$(date +%s);", "systemd-run", "--quiet", "--wait", "--collect", "--service-type=exec"]
     parts.append(q(f"--unit={unit}"))
@@ -208,9 +198,7 @@ def download_unit_text(
     """The download's unit file (the NixOS shape: a real unit, systemd's restart backoff, enabled so
     a reboot resumes it): `command` as `user` in the fetch sandbox writing `dest` only, the token a
     credential systemd reads from root's `token_path` at each start. `what`: its description."""
-    props = _download_properties(dest, endpoint)
-    if token_path:
-        props.append(f"LoadCredential=hf-token:{token_path}")
+    props = _download_properties(dest, endpoint, token_path, "hf-token")
     return get_template(str(layout.TEMPLATES / "glm-flash-model-download.service.j2")).render(
         what=what,
         user=user,
@@ -232,24 +220,20 @@ def _checked(repo_id: str, commit: str, path: str, unit: str):
 RUNNING = ("active", "activating", "deactivating")  # activating: waiting to be restarted too
 
 
-def _running(unit: str) -> bool:
-    return memo.fact(host, UnitActive, unit=unit) in RUNNING
-
-
-def _download_args(repo_id: str, commit: str, path: str, requested: str, every: int) -> list[str]:
-    args = ["download", "--dest", path, "--repo", repo_id, "--revision", commit, "--every", str(int(every))]
-    return args + ["--requested", requested] if requested else args
-
-
 def _unit_written(d: dict) -> list:
-    """The download's unit file as `d` (the operation's arguments) says, and systemd told of it."""
+    """The download's unit file as `d` (the operation's arguments) says, and systemd told of it; the
+    hub token's file first (systemd reads it at each start; removed once the checkpoint is complete)."""
     token_path = token_file(d["secrets_dir"], d["unit"]) if d["token"] is not None else None
-    args = _download_args(d["repo_id"], d["commit"], d["path"], d["requested"], d["every"])
+    token = secret_commands(d["token"], token_path, d["secrets_dir"], "root", "root", "600") if token_path else []
+    args = ["download", "--dest", d["path"], "--repo", d["repo_id"], "--revision", d["commit"]]
+    args += ["--every", str(int(d["every"]))]
+    args += ["--requested", d["requested"]] if d["requested"] else []
     what = f"{d['repo_id']}@{d['commit']} into {d['path']}"
     text = download_unit_text(
         d["fetch_user"], [d["hub_python"], d["tool"], *args], d["path"], d["endpoint"], token_path, what
     )
     return [
+        *token,
         *replaced_whole(io.StringIO(text), download_unit_path(d["unit"]), user="root", group="root", mode="644"),
         StringCommand("systemctl daemon-reload"),
     ]
@@ -312,11 +296,9 @@ def checkpoint_download_started(
     if check["exit"] == 0:
         host.noop(f"{repo_id}@{commit} is in {path}, verified")
         return
-    if _running(unit):
+    if memo.fact(host, UnitActive, unit=unit) in RUNNING:
         host.noop(f"the download of {repo_id}@{commit} runs already ({unit}): the deploy waits for it later")
         return
-    if token is not None:
-        yield from secret_commands(token, token_file(secrets_dir, unit), secrets_dir, "root", "root", "600")
     yield from _unit_written(d)
     yield from _start(d)
 
@@ -374,8 +356,6 @@ def checkpoint_present(
         return
     q = QuoteString
     if check["exit"] != 0 or running:
-        if token is not None:  # systemd reads it at each start; removed below once complete
-            yield from secret_commands(token, token_path, secrets_dir, "root", "root", "600")
         yield from _unit_written(d)
         if not running and unit_state != "failed" and check["exit"] != 0:
             # stopped by hand, or an older deploy's transient unit: a failed one is followed to its end

@@ -22,6 +22,7 @@ from control.layout import INITRAMFS_MARKER, ROOT_STATE
 from control.report import skipped
 from pyinfra_ext import memo
 from pyinfra_ext.refusal import refusing
+from roles.facts import flags
 from roles.facts.apt import AptHeldPackages
 from roles.facts.driver import (
     AptVersions,
@@ -38,7 +39,7 @@ from roles.facts.driver import (
 )
 from roles.operations import apt_hold, paths
 from roles.operations.packages import UPDATE as APT_UPDATE
-from roles.operations.packages import apt_get, retried_while_locked
+from roles.operations.packages import apt_install
 
 KEYRING = "/etc/apt/keyrings/glm-flash-nvidia-cuda.gpg"
 SOURCES_FILE = "/etc/apt/sources.list.d/glm-flash-nvidia-cuda.sources"
@@ -71,12 +72,9 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _in_branch(debian_version: str, branch: str) -> bool:
-    return upstream_version(debian_version).split(".")[0] == branch
-
-
-def _installed(packages: dict, name: str) -> list[str]:
-    return sorted(packages.get(name) or ())
+def _of_branch(versions, branch: str) -> bool:
+    """One of the Debian `versions` (None: not installed) belongs to driver `branch`."""
+    return any(upstream_version(v).split(".")[0] == branch for v in versions or ())
 
 
 def _ensure_file(path: str, content: str, mode: str = "644"):
@@ -101,11 +99,11 @@ def pin_content(branch: str) -> str:
 @operation()
 def openpgp_tool():
     """gpg on the host: it reads the fingerprint of the key before apt ever uses it."""
-    if _installed(memo.fact(host, DebPackages), "gpg"):
+    if memo.fact(host, DebPackages).get("gpg"):
         host.noop("gpg is installed")
         return
     yield APT_UPDATE
-    yield _apt_install(["gpg"])
+    yield apt_install(["gpg"])
 
 
 @operation()
@@ -126,28 +124,12 @@ def nvidia_repository(tool: str, repo_url: str, key_url: str, fingerprint: str, 
     """
     state = memo.fact(host, NvidiaRepoState, tool=tool, repo=repo_url, keyring=KEYRING, sources=SOURCES_FILE)
     trusted = state is not None and state["fingerprints"] == [fingerprint.upper()] and state["sources_current"]
-    installed = any(_in_branch(v, branch) for v in _installed(memo.fact(host, DebPackages), package))
+    installed = _of_branch(memo.fact(host, DebPackages).get(package), branch)
     if trusted and installed:
         host.noop(f"{repo_url} trusted through {fingerprint}; {package} {branch} installed")
         return
-    yield StringCommand(
-        QuoteString(tool),
-        "setup",
-        "--repo",
-        QuoteString(repo_url),
-        "--key-url",
-        QuoteString(key_url),
-        "--fingerprint",
-        QuoteString(fingerprint),
-        "--branch",
-        QuoteString(branch),
-        "--package",
-        QuoteString(package),
-        "--keyring",
-        KEYRING,
-        "--sources",
-        SOURCES_FILE,
-    )
+    options = flags(repo=repo_url, key_url=key_url, fingerprint=fingerprint, branch=branch, package=package)
+    yield StringCommand(QuoteString(tool), "setup", *options, *flags(keyring=KEYRING, sources=SOURCES_FILE))
 
 
 @operation()
@@ -156,25 +138,18 @@ def driver_branch_pinned(branch: str):
     The branch held the way NVIDIA documents: its `nvidia-driver-pinning-<branch>`
     package where the repository has one, else apt preferences on the branch's versions.
 
-    + branch: the driver branch (three digits, like 590)
+    + branch: the driver branch (three digits, like 590: the profile's driver_branch, checked there)
     """
-    if not re.fullmatch(r"\d{3}", str(branch)):
-        raise OperationError(f"driver_branch: {branch!r} is not a driver branch. Fix: write it like '590'")
     pinning = f"nvidia-driver-pinning-{branch}"
     if memo.fact(host, AptVersions, package=pinning):
-        if not _installed(memo.fact(host, DebPackages), pinning):
-            yield _apt_install([pinning])
+        if not memo.fact(host, DebPackages).get(pinning):
+            yield apt_install([pinning])
         else:
             host.noop(f"{pinning} is installed")
         if memo.fact(host, Sha256File, path=PIN_FILE):
             yield StringCommand("rm", "-f", PIN_FILE)
         return
     yield from _ensure_file(PIN_FILE, pin_content(branch))
-
-
-def _apt_install(packages, extra: str = ""):
-    args = "install --no-install-recommends" + (f" {extra}" if extra else "")
-    return StringCommand(apt_get(args), *[QuoteString(p) for p in packages])
 
 
 @operation()
@@ -199,7 +174,7 @@ def driver_installed(packages: list[str], branch: str):
     support = ["linux-headers-amd64", "dkms"]
     if kernels.running in kernels.installed:
         own = f"linux-headers-{kernels.running}"
-        if _installed(installed, own) or memo.fact(host, AptVersions, package=own):
+        if installed.get(own) or memo.fact(host, AptVersions, package=own):
             support.append(own)
         elif not kernels.newer_installed:
             logger.warning(
@@ -208,21 +183,17 @@ def driver_installed(packages: list[str], branch: str):
                 "boots it at the reboot step"
             )
             support.insert(0, "linux-image-amd64")
-    missing_support = [p for p in support if not _installed(installed, p) or p == "linux-image-amd64"]
-    todo = []
-    for name in packages:
-        versions = _installed(installed, name)
-        if not versions or not any(_in_branch(v, branch) for v in versions):
-            todo.append(name)
+    missing_support = [p for p in support if not installed.get(p) or p == "linux-image-amd64"]
+    todo = [name for name in packages if not _of_branch(installed.get(name), branch)]
     if not missing_support and not todo:
         host.noop(f"driver {branch} packages, DKMS and kernel headers are installed")
         return
     yield APT_UPDATE
     if missing_support:
         # Headers first, so DKMS builds the module for the kernels when the driver installs.
-        yield _apt_install(missing_support)
+        yield apt_install(missing_support)
     if todo:
-        yield _apt_install(todo, "--allow-downgrades --allow-change-held-packages")
+        yield apt_install(todo, "--allow-downgrades --allow-change-held-packages")
         # The pin only prefers the branch: if the repository does not carry it, apt
         # installs another version. Say so instead of "converging" to the wrong branch.
         yield StringCommand(
@@ -283,33 +254,19 @@ def secure_boot_ready():
     if state.enrolled:
         host.noop(f"Secure Boot is on and DKMS's key {DKMS_MOK} is enrolled")
         return
-    if not _installed(memo.fact(host, DebPackages), "dkms") or not _installed(memo.fact(host, DebPackages), "mokutil"):
+    if not all(memo.fact(host, DebPackages).get(p) for p in ("dkms", "mokutil")):
         yield APT_UPDATE
-        yield _apt_install(["dkms", "mokutil"])
+        yield apt_install(["dkms", "mokutil"])
     if not state.key_exists:
         yield StringCommand("dkms", "generate_mok")
     # The fact may have run before mokutil was there: ask it again, then stop only if still not enrolled.
-    yield StringCommand(
-        "mokutil",
-        "--test-key",
-        DKMS_MOK,
-        "2>&1",
-        "|",
-        "grep",
-        "-q",
-        QuoteString("is already enrolled"),
-        "||",
-        "{",
-        "echo",
-        QuoteString(
-            f"glm-flash: Secure Boot is on and DKMS's signing key {DKMS_MOK} is not enrolled, so the nvidia "
-            f"module could not load. Fix: run `mokutil --import {DKMS_MOK}` on the host (it asks for a one-time "
-            "password), reboot, choose Enroll MOK on the console with that password, then deploy again"
-        ),
-        ">&2;",
-        "exit 1;",
-        "}",
+    message = (
+        f"glm-flash: Secure Boot is on and DKMS's signing key {DKMS_MOK} is not enrolled, so the nvidia "
+        f"module could not load. Fix: run `mokutil --import {DKMS_MOK}` on the host (it asks for a one-time "
+        "password), reboot, choose Enroll MOK on the console with that password, then deploy again"
     )
+    enrolled = StringCommand("mokutil --test-key", DKMS_MOK, "2>&1 | grep -q", QuoteString("is already enrolled"))
+    yield StringCommand(enrolled, "|| { echo", QuoteString(message), ">&2; exit 1; }")
 
 
 def boot_kernel_lacks_module() -> str | None:
@@ -389,7 +346,7 @@ def hold_candidates(installed: dict, branch: str, hold_kernel: bool) -> list[str
         if KERNEL_PACKAGE_RE.match(name):
             if hold_kernel:
                 names.append(name)
-        elif DRIVER_PACKAGE_RE.match(name) and any(_in_branch(v, branch) for v in versions):
+        elif DRIVER_PACKAGE_RE.match(name) and _of_branch(versions, branch):
             names.append(name)
     return names
 
@@ -409,9 +366,7 @@ def driver_held(branch: str, hold_kernel: bool):
         held = set(memo.fact(host, AptHeldPackages))
         stale = sorted(n for n in installed if KERNEL_PACKAGE_RE.match(n) and n in held)
         if stale:
-            yield retried_while_locked(
-                StringCommand("apt-mark", "unhold", *[QuoteString(n) for n in stale]).get_raw_value()
-            )
+            yield from apt_hold.held._inner(packages=stale, present=False)
     if not names:
         host.noop("no driver packages installed to hold")
         return

@@ -12,7 +12,7 @@ from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
 
 from pyinfra_ext import memo
 from roles.facts.engine import EngineEnvs, WheelhouseFiles
-from roles.operations.job import followed, job_command
+from roles.operations.job import step
 
 
 @operation()
@@ -47,11 +47,7 @@ def environment_built(
         for w in map(Path, wheels):
             if have.get(w.name) != w.stat().st_size:
                 yield FileUploadCommand(str(w), f"{wheelhouse}/{w.name}")
-    if job_tool:
-        watch = wheelhouse.rsplit("/", 1)[0]
-        yield followed("engine-build", job_command(job_tool, "engine-build", build, watch=watch, properties=sandbox))
-        return
-    yield StringCommand(*[QuoteString(word) for word in build])
+    yield step(job_tool, "engine-build", build, watch=wheelhouse.rsplit("/", 1)[0], properties=sandbox)
 
 
 @operation()
@@ -105,12 +101,4 @@ def pin_asserted(
         return
     force = ["--force"] if wrong_owner else []
     force += ["--uv", uv] if uv else []  # else the tool's default, install_root/tools/uv
-    if job_tool:
-        yield followed(
-            "engine-pin",
-            job_command(job_tool, "engine-pin", [tool, "assert-pin", env, package, *force], properties=sandbox),
-        )
-        return
-    yield StringCommand(
-        QuoteString(tool), "assert-pin", QuoteString(env), QuoteString(package), *map(QuoteString, force)
-    )
+    yield step(job_tool, "engine-pin", [tool, "assert-pin", env, package, *force], properties=sandbox)

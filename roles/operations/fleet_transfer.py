@@ -20,6 +20,7 @@ from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringComm
 
 from control import model_lock, run_record
 from pyinfra_ext.host_args import connector_arguments
+from roles.facts import flags
 from roles.operations.checkpoint import COMMIT, UNIT_NAME, download_unit_command, prepared_for
 from roles.operations.job import name_released
 from roles.operations.secrets import Secret, secret_commands
@@ -109,16 +110,7 @@ def checkpoint_exported(
     q = QuoteString
     yield StringCommand("install -d -m 755", q(posixpath.dirname(manifest)))
     export = StringCommand(
-        "python3",
-        q(tool),
-        "export --dest",
-        q(path),
-        "--repo",
-        q(repo_id),
-        "--revision",
-        q(commit),
-        "--manifest",
-        q(manifest),
+        "python3", q(tool), "export", *flags(dest=path, repo=repo_id, revision=commit, manifest=manifest)
     )
     if host.name == seed:
         hub = {"endpoint": hub_endpoint, "token": hub_token, "repo_id": repo_id, "commit": commit}
@@ -182,20 +174,8 @@ def checkpoint_received(
     # The token file is removed by the shell when the unit has ended, however it ended: a receive
     # can end before an ExecStartPost= removal, and systemd 257 then fails the unit's ExecStopPost=
     # on the missing credential file (seen on the fleet sandbox).
-    yield StringCommand(
-        "trap",
-        q(f"rm -f {token_file}"),
-        "EXIT;",
-        download_unit_command(
-            unit,
-            fetch_user,
-            "/usr/bin/python3",
-            tool,
-            args,
-            path,
-            "",
-            token_file,
-            credential="peer-token",
-        ),
+    receive = download_unit_command(
+        unit, fetch_user, "/usr/bin/python3", tool, args, path, "", token_file, "peer-token"
     )
+    yield StringCommand("trap", q(f"rm -f {token_file}"), "EXIT;", receive)
     yield StringCommand("python3", q(tool), "seal --dest", q(path), "--owner", q(fetch_user))

@@ -16,34 +16,19 @@ from roles.facts.system import Gpus
 
 def mismatches(name: str, gpu_count: int, capability: str, require_gpu: bool, gpus, pci_devices) -> list[Problem]:
     """What the host's GPUs contradict in the profile (nvidia-smi's view when it has one, else the PCI bus's)."""
+    fix = "fix the hardware or set gpu_count (and tp_size) to match"
     found = []
     if gpus and len(gpus) < gpu_count:
-        found.append(
-            Problem(
-                name,
-                "gpu_count",
-                f"the profile expects {gpu_count} GPUs, nvidia-smi shows {len(gpus)}",
-                "fix the hardware or set gpu_count (and tp_size) to match",
-            )
-        )
+        said = f"the profile expects {gpu_count} GPUs, nvidia-smi shows {len(gpus)}"
+        found.append(Problem(name, "gpu_count", said, fix))
     elif not gpus and require_gpu and len(pci_devices) < gpu_count:
-        found.append(
-            Problem(
-                name,
-                "gpu_count",
-                f"the profile expects {gpu_count} NVIDIA GPUs, the PCI bus shows {len(pci_devices)}",
-                "fix the hardware or set gpu_count (and tp_size) to match; require_gpu: false for a test box",
-            )
-        )
+        said = f"the profile expects {gpu_count} NVIDIA GPUs, the PCI bus shows {len(pci_devices)}"
+        found.append(Problem(name, "gpu_count", said, f"{fix}; require_gpu: false for a test box"))
     caps = sorted({g.compute_capability for g in gpus})
     if caps and caps != [capability]:
+        said = f"the profile says {capability}, the GPUs report {', '.join(caps)}"
         found.append(
-            Problem(
-                name,
-                "gpu_compute_capability",
-                f"the profile says {capability}, the GPUs report {', '.join(caps)}",
-                "set gpu_compute_capability to what the GPUs report",
-            )
+            Problem(name, "gpu_compute_capability", said, "set gpu_compute_capability to what the GPUs report")
         )
     return found
 

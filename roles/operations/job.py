@@ -24,10 +24,6 @@ PROP_RE = re.compile(r"[A-Z][A-Za-z]*=[^\n]*")
 UNIT_RE = re.compile(r"[a-zA-Z0-9:_.@-]+")
 
 
-def unit(name: str) -> str:
-    return f"glm-flash-job-{name}.service"
-
-
 RELEASE_S = 120  # a transient unit's name, waited for before systemd-run takes it again
 
 
@@ -110,6 +106,14 @@ def _follow(state, host, name: str, cmd: StringCommand) -> bool:  # pyinfra pass
         last = [line.line for line in output if line.buffer_name == "stderr"][-1:]
         logger.error(f"[{host.name}] job {name} did not succeed: {last[0] if last else 'no output'}")
     return ok
+
+
+def step(job_tool: str, name: str, command: list[str], **options):
+    """`command` as job `name` through job_tool (glm-flash-job on the host), followed; without a
+    job_tool, in the SSH session (each word quoted)."""
+    if job_tool:
+        return followed(name, job_command(job_tool, name, command, **options))
+    return StringCommand(*map(QuoteString, command))
 
 
 def followed(name: str, cmd: StringCommand) -> FunctionCommand:

@@ -22,7 +22,7 @@ Two things a real box does that a fresh sandbox does not (docs/sources.md §7b):
 from __future__ import annotations
 
 from pyinfra import host, logger
-from pyinfra.api import operation
+from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.apt import noninteractive_apt
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt
@@ -61,6 +61,13 @@ UPDATE = retried_while_locked(f"apt-get {LOCK_WAIT} update")
 def apt_get(args: str) -> str:
     """`apt-get -y <args>` without questions, waiting for dpkg's lock (pyinfra's noninteractive_apt plus the wait)."""
     return noninteractive_apt(f"{LOCK_WAIT} {args}")
+
+
+def apt_install(packages, extra: str = "") -> StringCommand:
+    """`apt-get install` of `packages` (each quoted) without recommends, waiting for dpkg's lock;
+    `extra`: more options."""
+    args = "install --no-install-recommends" + (f" {extra}" if extra else "")
+    return StringCommand(apt_get(args), *[QuoteString(p) for p in packages])
 
 
 def missing(installed: dict[str, list[str]], packages: list[str]) -> list[str]:

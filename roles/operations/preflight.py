@@ -13,7 +13,7 @@ from control.profile import Profile
 from pyinfra_ext import memo
 from pyinfra_ext.refusal import refusal
 from roles.facts.capacity import BoxCapacity, Capacity
-from roles.operations.toolkit import RUNFILE_MARKER
+from roles.operations.toolkit import RUNFILE_MARKER, toolkit_package
 
 GIB = 1 << 30
 ENVS_KEPT = 2  # an upgrade builds the new environment beside the serving one
@@ -32,7 +32,7 @@ def toolkit_pending(profile: Profile, installed: dict, marker: list | None) -> b
     neither its package nor a finished runfile install (the marker holding this runfile's sha256)."""
     if profile.driver_source != "nvidia-repo":
         return False
-    package = "cuda-toolkit-" + profile.cuda_version.replace(".", "-")
+    package = toolkit_package(profile.cuda_version)
     done = bool(installed.get(package)) or bool(marker and marker[0].strip() == profile.cuda_runfile_sha256)
     return not done
 
@@ -50,45 +50,29 @@ def disk_needs(profile: Profile, c: Capacity, paths: tuple, toolkit: bool = Fals
     """Bytes still to be written per filesystem against what is free there. With `toolkit` (not yet
     installed), paths[2:5] are cuda_paths(profile): the runfile (less what of it is already
     downloaded), its extraction and the toolkit, all there at once at the end of the install."""
-    wheelhouse = profile.preflight_wheelhouse_gib * GIB
+
+    def part(at: int, size_gib: float, what: str, sized: int | None = None) -> tuple:
+        """(index in paths, bytes still needed, what): size_gib less what of it is already in sized[sized]."""
+        return (at, max(0, size_gib * GIB - c.used.get(sized, 0)), f"{what} ({size_gib:g} GiB)")
+
+    envs, env_gib = max(0, ENVS_KEPT - c.complete_envs), profile.preflight_engine_env_gib
     parts = [
-        # (index in paths, bytes still needed, what)
-        (
-            1,
-            max(0, ENVS_KEPT - c.complete_envs) * profile.preflight_engine_env_gib * GIB,
-            f"{max(0, ENVS_KEPT - c.complete_envs)} engine environment(s) of {profile.preflight_engine_env_gib:g} GiB",
-        ),
-        (1, max(0, wheelhouse - c.used.get(1, 0)), f"the wheelhouse ({profile.preflight_wheelhouse_gib:g} GiB)"),
+        (1, envs * env_gib * GIB, f"{envs} engine environment(s) of {env_gib:g} GiB"),
+        part(1, profile.preflight_wheelhouse_gib, "the wheelhouse", 1),
     ]
     if profile.model_download:
-        model = profile.preflight_model_gib * GIB
-        parts.append((0, max(0, model - c.used.get(0, 0)), f"the model ({profile.preflight_model_gib:g} GiB)"))
+        parts.append(part(0, profile.preflight_model_gib, "the model", 0))
     if toolkit:
-        runfile = profile.preflight_cuda_runfile_gib * GIB
         parts += [
-            (2, max(0, runfile - c.used.get(2, 0)), f"the CUDA runfile ({profile.preflight_cuda_runfile_gib:g} GiB)"),
-            (
-                3,
-                profile.preflight_cuda_extract_gib * GIB,
-                f"its extraction ({profile.preflight_cuda_extract_gib:g} GiB)",
-            ),
-            (
-                4,
-                profile.preflight_cuda_toolkit_gib * GIB,
-                f"the CUDA toolkit ({profile.preflight_cuda_toolkit_gib:g} GiB)",
-            ),
+            part(2, profile.preflight_cuda_runfile_gib, "the CUDA runfile", 2),
+            part(3, profile.preflight_cuda_extract_gib, "its extraction"),
+            part(4, profile.preflight_cuda_toolkit_gib, "the CUDA toolkit"),
         ]
     if profile.on_platform.fork_files:  # after the toolkit's, in paths and in sized (where() below)
         at, sz = (5, 3) if toolkit else (2, 2)
         if profile.moe_w2_store:
-            store = profile.preflight_moe_store_gib * GIB
-            parts.append(
-                (at, max(0, store - c.used.get(sz, 0)), f"the expert store ({profile.preflight_moe_store_gib:g} GiB)")
-            )
-        drafter = profile.preflight_drafter_gib * GIB
-        parts.append(
-            (at + 1, max(0, drafter - c.used.get(sz + 1, 0)), f"the drafter ({profile.preflight_drafter_gib:g} GiB)")
-        )
+            parts.append(part(at, profile.preflight_moe_store_gib, "the expert store", sz))
+        parts.append(part(at + 1, profile.preflight_drafter_gib, "the drafter", sz + 1))
     by_mount: dict[str, list] = {}
     for index, need, what in parts:
         disk = c.disks.get(index)

@@ -32,6 +32,7 @@ from control.report import skipped
 from control.run import dry_run
 from pyinfra_ext import memo
 from pyinfra_ext.refusal import refusal
+from roles.facts import flags
 from roles.facts.engine import PythonArtifact
 from roles.facts.system import HostPython
 from roles.operations.paths import _owned, replaced_whole
@@ -53,18 +54,8 @@ def interpreter_installed(tool: str, archive: str, dest: str, sha256: str, sourc
         return
     upload = f"{Path(dest).parent}/.{Path(dest).name}.tar.gz"
     yield from files.put._inner(src=archive, dest=upload, mode="644")  # kept: a fleet's later worker takes it
-    yield StringCommand(
-        QuoteString(tool),
-        "python-install",
-        "--archive",
-        QuoteString(upload),
-        "--dest",
-        QuoteString(dest),
-        "--sha256",
-        QuoteString(sha256),
-        "--source-prefix",
-        QuoteString(source_prefix),
-    )
+    options = flags(archive=upload, dest=dest, sha256=sha256, source_prefix=source_prefix)
+    yield StringCommand(QuoteString(tool), "python-install", *options)
 
 
 @operation()

@@ -60,16 +60,19 @@ def _safe_dir(path: str, what: str) -> None:
         )
 
 
+def _fed(host, command: StringCommand, secret: Secret):
+    """`command` run on the host with the secret on its stdin (base64: one line, as pyinfra writes
+    stdin), neither shown: (ok, output)."""
+    stdin = base64.b64encode(secret.reveal()).decode()
+    return host.run_shell_command(
+        command, _stdin=stdin, print_output=False, print_input=False, **connector_arguments(host)
+    )
+
+
 def holds(dest: str, secret: Secret) -> bool:
     """dest's bytes are the secret's, compared on the host: the command names no secret and
-    prints nothing; the secret travels on its stdin (base64: one line, as pyinfra writes stdin)."""
-    status, _ = host.run_shell_command(
-        StringCommand("base64", "-d", "|", "cmp", "-s", "--", "-", QuoteString(dest)),
-        _stdin=base64.b64encode(secret.reveal()).decode(),
-        print_output=False,
-        print_input=False,
-        **connector_arguments(host),
-    )
+    prints nothing; the secret travels on its stdin."""
+    status, _ = _fed(host, StringCommand("base64", "-d", "|", "cmp", "-s", "--", "-", QuoteString(dest)), secret)
     return bool(status)
 
 
@@ -77,13 +80,7 @@ def _written(state, host, staged: str, secret: Secret) -> bool:  # pyinfra passe
     """The secret into `staged` (root's 0700 staging directory) through the command's stdin, by
     root (`_sudo` too). Not pyinfra's upload: through a sudo user that lands the file in the SSH
     user's temp file first (/tmp, the user's umask: readable by others) before root copies it."""
-    ok, output = host.run_shell_command(
-        StringCommand("umask 077 && base64 -d >", QuoteString(staged)),
-        _stdin=base64.b64encode(secret.reveal()).decode(),
-        print_output=False,
-        print_input=False,
-        **connector_arguments(host),
-    )
+    ok, output = _fed(host, StringCommand("umask 077 && base64 -d >", QuoteString(staged)), secret)
     if not ok:
         logger.error(f"[{host.name}] {staged}: the secret could not be written: {output.stderr or 'no output'}")
     return ok

@@ -64,19 +64,12 @@ def started_from_disk(
     yield StringCommand("systemctl stop", unit)
 
 
-def restart_due(state, running: tuple[str, ...] | None) -> list[str]:
-    """Why a unit must be (re)started from its files on disk (none: it runs from them): systemd
+def restart_due(state, running: tuple[str, ...] | None) -> bool:
+    """Whether a unit must be (re)started from its files on disk (no: it runs from them): systemd
     holds an older copy of a unit, an input is newer than its last start, or it is not in one of
     the `running` states (None: whether it runs does not matter)."""
-    newest, path = state.newest_input
-    reasons = []
-    if state.need_daemon_reload:
-        reasons.append("a unit changed since systemd loaded it")
-    if newest > state.last_start:
-        reasons.append(f"{path} changed after its last start" if state.last_start else "it never started")
-    if running is not None and state.active_state not in running:
-        reasons.append(f"it is {state.active_state or 'not loaded'}")
-    return reasons
+    stopped = running is not None and state.active_state not in running
+    return state.need_daemon_reload or state.newest_input[0] > state.last_start or stopped
 
 
 def restart_followed(unit: QuoteString) -> StringCommand:

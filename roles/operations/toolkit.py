@@ -3,8 +3,6 @@ or runfile, or checked where the OS ships it; each decides from facts read when 
 
 from __future__ import annotations
 
-import re
-
 from pyinfra import host
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.deb import DebPackages
@@ -12,16 +10,16 @@ from pyinfra.facts.files import FileContents
 
 from pyinfra_ext import memo
 from pyinfra_ext.refusal import refusing
+from roles.facts import flags
 from roles.facts.driver import AptVersions
 from roles.facts.system import CudaToolkits
 from roles.operations.driver import DRIVER_PACKAGE_RE
 from roles.operations.packages import UPDATE as APT_UPDATE
-from roles.operations.packages import apt_get
+from roles.operations.packages import apt_install
 
 
 def toolkit_package(cuda_version: str) -> str:
-    if not re.fullmatch(r"\d+\.\d+", cuda_version):
-        raise OperationError(f"cuda_version: {cuda_version!r} is not like '12.8'")
+    """The toolkit's package; cuda_version is one of the knob's choices (control/defaults.py)."""
     return "cuda-toolkit-" + cuda_version.replace(".", "-")
 
 
@@ -57,17 +55,9 @@ def toolkit_installed(cuda_version: str, tool: str, runfile_url: str, runfile_sh
         needs = [p for p in RUNFILE_NEEDS if not installed.get(p)]
         if needs:
             yield APT_UPDATE
-            yield StringCommand(apt_get("install --no-install-recommends"), *[QuoteString(p) for p in needs])
-        yield StringCommand(
-            QuoteString(tool),
-            "runfile",
-            "--url",
-            QuoteString(runfile_url),
-            "--sha256",
-            QuoteString(runfile_sha256),
-            "--toolkitpath",
-            QuoteString(path),
-        )
+            yield apt_install(needs)
+        options = flags(url=runfile_url, sha256=runfile_sha256, toolkitpath=path)
+        yield StringCommand(QuoteString(tool), "runfile", *options)
         return
     yield APT_UPDATE
     # The driver pattern is the one the driver role pins and holds.
@@ -82,7 +72,7 @@ def toolkit_installed(cuda_version: str, tool: str, runfile_url: str, runfile_sh
         package,
         "would change driver packages:\" $bad >&2; exit 1; fi",
     )
-    yield StringCommand(apt_get("install --no-install-recommends"), QuoteString(package))
+    yield apt_install([package])
     nvcc = f"{path}/bin/nvcc"
     yield StringCommand("test -x", nvcc, "|| { echo \"glm-flash:", package, "installed no", nvcc, "\" >&2; exit 1; }")
 

@@ -25,14 +25,9 @@ def host_tool(name: str, bin_dir: str):
     planned = _MODULE_PLANNED.setdefault(host.state, set())
     if (host.name, bin_dir) not in planned:
         planned.add((host.name, bin_dir))
-        paths.put(
-            str(FILES / HOST_MODULE),
-            f"{bin_dir}/{HOST_MODULE}",
-            user="root",
-            group="root",
-            mode="644",
-            name=f"Install {bin_dir}/{HOST_MODULE} (what the host tools share)",
-        )
+        module = f"{bin_dir}/{HOST_MODULE}"
+        what = f"Install {module} (what the host tools share)"
+        paths.put(str(FILES / HOST_MODULE), module, user="root", group="root", mode="644", name=what)
     return paths.put(
         str(FILES / name), f"{bin_dir}/{name}", user="root", group="root", mode="755", name=f"Install {bin_dir}/{name}"
     )

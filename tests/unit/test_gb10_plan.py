@@ -246,7 +246,7 @@ def test_facts_recognise_the_gb10_box():
     assert view.problems() == []
     assert view.unified_memory and view.unified_gib == 121.6
     assert f[Gpus][0].compute_capability == "12.1" and f[Gpus][0].name == "NVIDIA GB10"
-    assert f[OsRelease].is_dgx_os and f[OsRelease].describe() == "Ubuntu 24.04.3 LTS (NVIDIA DGX Spark 7.2.3)"
+    assert f[OsRelease].dgx and f[OsRelease].describe() == "Ubuntu 24.04.3 LTS (NVIDIA DGX Spark 7.2.3)"
 
 
 def test_fresh_gb10_box_plan(monkeypatch, profile):

@@ -141,7 +141,7 @@ def test_other_machines_are_not_taken_for_a_gb10():
         ['PRETTY_NAME="Debian GNU/Linux 13 (trixie)"', "ID=debian", 'VERSION_ID="13"', OsRelease.SEP]
     )
     assert [w for w, _, _ in view(os=debian).problems()] == ["operating system"]
-    assert not debian.is_dgx_os
+    assert not debian.dgx
     # a discrete card with its own memory reported at 12.1 is not unified memory
     from roles.facts.system import Gpu
 
