@@ -241,60 +241,40 @@ def fleet_problems(
     shared: dict[str, Any], workers: list[tuple[str, dict[str, Any]]], has_gateway: bool
 ) -> list[Problem]:
     """Mistakes that make workers serve different things, or a gateway unable to reach them."""
-    problems = []
-    for key in shared:
-        if key not in KNOBS or is_pyinfra_key(key) or looks_like_pyinfra_key(key):
-            problems.append(Problem("(shared)", key, "is not a node setting", "control/defaults.py lists them"))
+    problems = [
+        Problem("(shared)", key, "is not a node setting", "control/defaults.py lists them")
+        for key in shared
+        if key not in KNOBS or is_pyinfra_key(key) or looks_like_pyinfra_key(key)
+    ]
+    once = "set it once in shared= (every worker serves the same thing), not per worker"
     for name, data in workers:
-        for key, value in data.items():
-            if key in shared and value != shared[key]:
-                problems.append(
-                    Problem(
-                        name,
-                        key,
-                        f"{value!r} differs from the fleet's shared {shared[key]!r}",
-                        "set it once in shared= (every worker serves the same thing), not per worker",
-                    )
-                )
+        problems += [
+            Problem(name, key, f"{value!r} differs from the fleet's shared {shared[key]!r}", once)
+            for key, value in data.items()
+            if key in shared and value != shared[key]
+        ]
     if not workers:
         problems.append(Problem("(fleet)", "workers", "is empty", "list at least one worker"))
+    merged = [(name, {**data, **shared}) for name, data in workers]
     seen: dict[str, str] = {}
-    for name, data in workers:
-        where = {**data, **shared}.get("fleet_address")
+    not_ip = "set the worker's IP address on the fleet's private network, or leave it unset (its SSH address)"
+    own = "give every worker its own address (set fleet_address per worker, not in shared=)"
+    for name, data in merged:
+        where = data.get("fleet_address")
         if not where or not isinstance(where, str):
             continue
         if not is_ip(where):
-            problems.append(
-                Problem(
-                    name,
-                    "fleet_address",
-                    f"{where!r} is not an IP address",
-                    "set the worker's IP address on the fleet's private network, or leave it unset (its SSH address)",
-                )
-            )
+            problems.append(Problem(name, "fleet_address", f"{where!r} is not an IP address", not_ip))
             continue
         if where in seen:
-            problems.append(
-                Problem(
-                    name,
-                    "fleet_address",
-                    f"{where} is also {seen[where]}'s",
-                    "give every worker its own address (set fleet_address per worker, not in shared=)",
-                )
-            )
+            problems.append(Problem(name, "fleet_address", f"{where} is also {seen[where]}'s", own))
         seen.setdefault(where, name)
-    merged = [(name, {**data, **shared}) for name, data in workers]
     revision = merged[0][1].get("model_revision", KNOBS["model_revision"].default) if merged else ""
     downloads = any(d.get("model_download", KNOBS["model_download"].default) for _, d in merged)
     if len(merged) > 1 and downloads and not re.fullmatch(r"[0-9a-f]{40}", str(revision)):
-        problems.append(
-            Problem(
-                "(shared)",
-                "model_revision",
-                f"{revision!r} moves: workers downloading at different times would serve different checkpoints",
-                "pin the checkpoint's 40-character commit in shared= (the hub's model page, 'Files', commit)",
-            )
-        )
+        moves = f"{revision!r} moves: workers downloading at different times would serve different checkpoints"
+        pin = "pin the checkpoint's 40-character commit in shared= (the hub's model page, 'Files', commit)"
+        problems.append(Problem("(shared)", "model_revision", moves, pin))
     profiles = []
     for name, data in merged:
         problems.extend(first_contact(name, data))
@@ -302,30 +282,21 @@ def fleet_problems(
             profiles.append(build(name, data))
         except ProfileError as e:
             problems.extend(e.problems)
-    if profiles:
-        first = _served(profiles[0])
-        for p in profiles[1:]:
-            for key, value in _served(p).items():
-                if value != first[key]:
-                    problems.append(
-                        Problem(
-                            p.host,
-                            key,
-                            f"resolves to {value!r} but {profiles[0].host} serves {first[key]!r}",
-                            "give every worker the same value (in shared=)",
-                        )
-                    )
-    if has_gateway:
-        for name, data in merged:
-            if data.get("listen_host", KNOBS["listen_host"].default) in LOOPBACK:
-                problems.append(
-                    Problem(
-                        name,
-                        "listen_host",
-                        "the worker listens on loopback only, so the gateway cannot reach it",
-                        "set listen_host to the address the gateway reaches it on (with GLM_FLASH_API_KEY exported)",
-                    )
-                )
+    first = _served(profiles[0]) if profiles else {}
+    same = "give every worker the same value (in shared=)"
+    problems += [
+        Problem(p.host, key, f"resolves to {value!r} but {profiles[0].host} serves {first[key]!r}", same)
+        for p in profiles[1:]
+        for key, value in _served(p).items()
+        if value != first[key]
+    ]
+    loopback = "the worker listens on loopback only, so the gateway cannot reach it"
+    reach = "set listen_host to the address the gateway reaches it on (with GLM_FLASH_API_KEY exported)"
+    problems += [
+        Problem(name, "listen_host", loopback, reach)
+        for name, data in merged
+        if has_gateway and data.get("listen_host", KNOBS["listen_host"].default) in LOOPBACK
+    ]
     return problems
 
 
@@ -382,38 +353,24 @@ def behind_gateway(
         )
         gaddr = str(gdata.get("ssh_hostname") or gname)
         if not is_ip(gaddr):
-            problems.append(
-                Problem(
-                    gname,
-                    "ssh_hostname" if gdata.get("ssh_hostname") else "(host name)",
-                    f"{gaddr!r} is a name: the workers' engine units let the gateway in by address (IPAddressAllow=)",
-                    "give the gateway's ssh_hostname as the IP address the workers see its connections from",
-                )
-            )
+            key = "ssh_hostname" if gdata.get("ssh_hostname") else "(host name)"
+            allow = f"{gaddr!r} is a name: the workers' engine units let the gateway in by address (IPAddressAllow=)"
+            fix = "give the gateway's ssh_hostname as the IP address the workers see its connections from"
+            problems.append(Problem(gname, key, allow, fix))
+    by_fleet = "remove it from the worker's entry (the worker key's variable is the gateway's worker_key_env)"
     for name, data in workers:
         extra: dict[str, Any] = {"fleet_peer_port": PEER_PORT}
-        for key in FLEET_SET + (("api_key_env",) if gateway is not None else ()):
-            if key in data:
-                problems.append(
-                    Problem(
-                        name,
-                        key,
-                        "is set by the fleet, not per worker",
-                        "remove it from the worker's entry (the worker key's variable is the gateway's worker_key_env)",
-                    )
-                )
+        problems += [
+            Problem(name, key, "is set by the fleet, not per worker", by_fleet)
+            for key in FLEET_SET + (("api_key_env",) if gateway is not None else ())
+            if key in data
+        ]
         if gateway is not None:
-            merged = {**data, **shared}
-            own = worker_address(name, merged)
+            own = worker_address(name, {**data, **shared})
             if not is_ip(own):
-                problems.append(
-                    Problem(
-                        name,
-                        "ssh_hostname",
-                        f"{own!r} is a name: the worker's engine unit lets in its own address (IPAddressAllow=)",
-                        "give the worker's ssh_hostname (or listen_host) as its IP address",
-                    )
-                )
+                allow = f"{own!r} is a name: the worker's engine unit lets in its own address (IPAddressAllow=)"
+                fix = "give the worker's ssh_hostname (or listen_host) as its IP address"
+                problems.append(Problem(name, "ssh_hostname", allow, fix))
             extra.update(
                 api_key_env=gdata.get("worker_key_env", WORKER_KEY_ENV),
                 fleet_gateway_address=gaddr if is_ip(gaddr) else "",
