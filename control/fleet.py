@@ -265,8 +265,7 @@ def fleet_problems(
             continue
         if not is_ip(where):
             problems.append(Problem(name, "fleet_address", f"{where!r} is not an IP address", not_ip))
-            continue
-        if where in seen:
+        elif where in seen:  # seen may record a name too: a name never gets here
             problems.append(Problem(name, "fleet_address", f"{where} is also {seen[where]}'s", own))
         seen.setdefault(where, name)
     revision = merged[0][1].get("model_revision", KNOBS["model_revision"].default) if merged else ""
@@ -348,9 +347,7 @@ def behind_gateway(
     out = []
     gname, gdata = gateway if gateway is not None else ("", {})
     if gateway is not None:
-        problems += key_problems(
-            gname, {**gdata, **({"api_key_env": shared["api_key_env"]} if "api_key_env" in shared else {})}
-        )
+        problems += key_problems(gname, {**gdata, **{k: v for k, v in shared.items() if k == "api_key_env"}})
         gaddr = str(gdata.get("ssh_hostname") or gname)
         if not is_ip(gaddr):
             key = "ssh_hostname" if gdata.get("ssh_hostname") else "(host name)"
