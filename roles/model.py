@@ -45,13 +45,7 @@ from control.report import skipped
 from control.run import dry_run
 from pyinfra_ext import memo
 from roles.facts.model import ModelCheck
-from roles.operations.checkpoint import (
-    checkpoint_download_started,
-    checkpoint_present,
-    checkpoint_staged,
-    downloader_installed,
-    token_file,
-)
+from roles.operations.checkpoint import checkpoint_download, checkpoint_staged, downloader_installed, token_file
 from roles.operations.job import JOB_TOOL
 from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
@@ -76,7 +70,7 @@ class Plan:
     locked_from: str  # " (main)" when the commit was locked from a moving revision, else ""
     seed: object  # in a fleet: the worker that downloads (a pyinfra Host), else None
     lacking: list  # in a fleet: names of the workers that receive it from the seed
-    download: dict  # checkpoint_download_started's arguments (checkpoint_present takes the same)
+    download: dict  # checkpoint_download's arguments, for its start and its wait
 
 
 class Alone:
@@ -350,7 +344,7 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
         every=profile.download_progress_s,
     )
     if host.name not in lacking:
-        checkpoint_download_started(
+        checkpoint_download(
             name=f"Download of {repo_id}@{commit}{locked_from} into {path} started (in the background)", **download
         )
     return Plan(locked_from, seed, lacking, download)
@@ -363,7 +357,9 @@ def waited(profile: Profile, plan: Plan | None) -> None:
         return
     d = plan.download
     if host.name not in plan.lacking:
-        checkpoint_present(name=f"Checkpoint {d['repo_id']}@{d['commit']}{plan.locked_from} in {d['path']}", **d)
+        checkpoint_download(
+            name=f"Checkpoint {d['repo_id']}@{d['commit']}{plan.locked_from} in {d['path']}", wait=True, **d
+        )
     if plan.lacking:
         sharing().copied(
             profile, plan.seed, plan.lacking, d["path"], d["repo_id"], d["commit"], d["unit"], fetch_user(profile)
