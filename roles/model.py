@@ -74,19 +74,14 @@ class Plan:
 
 
 class Alone:
-    """How a single host shares its checkpoints: not at all. Another way (the fleet's,
-    roles/fleet/checkpoint.py) has the same two functions and is registered per run with shared_by()."""
+    """How a single host shares its checkpoints: not at all, so nobody lacks one and waited() never
+    asks it to copy. Another way (the fleet's, roles/fleet/checkpoint.py) has plan() and copied()
+    and is registered per run with shared_by()."""
 
     @staticmethod
     def plan(complete) -> tuple:
         """(the host that downloads for the others, names of the hosts that receive from it)."""
         return None, []
-
-    @staticmethod
-    def copied(
-        profile: Profile, seed, lacking: list[str], path: str, repo_id: str, commit: str, unit: str, fetch_user: str
-    ):
-        raise AssertionError("nobody lacks a checkpoint that is not shared")
 
 
 def shared_by(sharing) -> None:
@@ -361,6 +356,4 @@ def waited(profile: Profile, plan: Plan | None) -> None:
             name=f"Checkpoint {d['repo_id']}@{d['commit']}{plan.locked_from} in {d['path']}", wait=True, **d
         )
     if plan.lacking:
-        sharing().copied(
-            profile, plan.seed, plan.lacking, d["path"], d["repo_id"], d["commit"], d["unit"], fetch_user(profile)
-        )
+        sharing().copied(profile, plan)
