@@ -100,7 +100,7 @@ def fetch_user(profile: Profile) -> str:
 
 def token_path(profile: Profile, unit: str = MODEL_UNIT) -> str:
     """Where the hub token sits (root-only) while the download's unit exists."""
-    return token_file(layout.SECRETS_DIR, unit)
+    return token_file(unit)
 
 
 def _vault_password(environ) -> bytes:
@@ -331,7 +331,6 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
         tool=tool,
         hub_python=f"{venv}/bin/python",
         fetch_user=fetch_user(profile),
-        secrets_dir=layout.SECRETS_DIR,
         job_tool=layout.tool(profile, JOB_TOOL),
         token=Secret(token) if token else None,
         endpoint=profile.hf_endpoint,

@@ -178,9 +178,9 @@ def download_unit_path(unit: str) -> str:
     return f"{layout.SYSTEMD_DIR}/{unit}.service"
 
 
-def token_file(secrets_dir: str, unit: str) -> str:
+def token_file(unit: str) -> str:
     """Root's file of the hub token while the download unit `unit` exists (its LoadCredential= source)."""
-    return f"{secrets_dir}/hf-token-{unit}"
+    return f"{layout.SECRETS_DIR}/hf-token-{unit}"
 
 
 def _exec_word(arg: str) -> str:
@@ -208,23 +208,14 @@ def download_unit_text(
     )
 
 
-def _checked(repo_id: str, commit: str, path: str, unit: str):
-    if not REPO_ID.fullmatch(repo_id):
-        raise OperationError(f"checkpoint: {repo_id!r} is not a hub repository id (owner/name)")
-    if not COMMIT.fullmatch(commit):
-        raise OperationError(f"checkpoint: {commit!r} is not a commit (40 hex digits); lock the revision")
-    if not posixpath.isabs(path) or path.rstrip("/") != path or not UNIT_NAME.fullmatch(unit):
-        raise OperationError(f"checkpoint: bad path {path!r} or unit {unit!r}")
-
-
 RUNNING = ("active", "activating", "deactivating")  # activating: waiting to be restarted too
 
 
 def _unit_written(d: dict) -> list:
     """The download's unit file as `d` (the operation's arguments) says, and systemd told of it; the
     hub token's file first (systemd reads it at each start; removed once the checkpoint is complete)."""
-    token_path = token_file(d["secrets_dir"], d["unit"]) if d["token"] is not None else None
-    token = secret_commands(d["token"], token_path, d["secrets_dir"], "root", "root", "600") if token_path else []
+    token_path = token_file(d["unit"]) if d["token"] is not None else None
+    token = secret_commands(d["token"], token_path, layout.SECRETS_DIR, "root", "root", "600") if token_path else []
     args = ["download", "--dest", d["path"], "--repo", d["repo_id"], "--revision", d["commit"]]
     args += ["--every", str(int(d["every"]))]
     args += ["--requested", d["requested"]] if d["requested"] else []
@@ -262,7 +253,6 @@ def checkpoint_download(
     tool: str,
     hub_python: str,
     fetch_user: str,
-    secrets_dir: str,
     job_tool: str,
     wait: bool = False,
     requested: str = "",
@@ -297,7 +287,6 @@ def checkpoint_download(
       file, written again by the wait as this run says)
     + fetch_user: the account the download runs as (it owns path until the seal: the tree is sealed
       away from it at the end)
-    + secrets_dir: root's directory for the token's file while the unit exists
     + job_tool: files/glm-flash-job on the host: `follow` prints the unit's lines through its restarts
     + wait: false: start the download when needed; true: wait for it, then seal
     + requested: the revision name the commit was locked from (main), for the download's record
@@ -306,7 +295,12 @@ def checkpoint_download(
     + unit: the download unit's name
     + every: seconds between the download's progress lines (its journal, followed by the wait)
     """
-    _checked(repo_id, commit, path, unit)
+    if not REPO_ID.fullmatch(repo_id):
+        raise OperationError(f"checkpoint: {repo_id!r} is not a hub repository id (owner/name)")
+    if not COMMIT.fullmatch(commit):
+        raise OperationError(f"checkpoint: {commit!r} is not a commit (40 hex digits); lock the revision")
+    if not posixpath.isabs(path) or path.rstrip("/") != path or not UNIT_NAME.fullmatch(unit):
+        raise OperationError(f"checkpoint: bad path {path!r} or unit {unit!r}")
     d = dict(locals())
     check = memo.fact(host, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit)
     if not wait:
@@ -318,7 +312,7 @@ def checkpoint_download(
             yield from _unit_written(d)
             yield from _start(d)
         return
-    token_path, unit_path = token_file(secrets_dir, unit), download_unit_path(unit)
+    token_path, unit_path = token_file(unit), download_unit_path(unit)
     leftovers = memo.fact(host, File, path=token_path) or memo.fact(host, File, path=unit_path)
     unit_state = memo.fact(host, UnitActive, unit=unit)
     running = unit_state in RUNNING

@@ -186,7 +186,6 @@ STARTED = dict(
     tool="/opt/glm-flash/bin/glm-flash-model-fetch",
     hub_python="/opt/glm-flash/tools/hf-hub/bin/python",
     fetch_user="glm-flash-fetch",
-    secrets_dir="/etc/glm-flash/secrets",
     job_tool="/opt/glm-flash/bin/glm-flash-job",
 )
 PRESENT = {**STARTED, "wait": True}  # the same arguments: the wait starts the download again when it is not running
