@@ -155,8 +155,7 @@ def download_unit_command(
     # the failure's log is this start's lines only: the unit's name is reused, its old runs are in the journal too
     parts = ["since=$(date +%s);", "systemd-run", "--quiet", "--wait", "--collect", "--service-type=exec"]
     parts.append(q(f"--unit={unit}"))
-    for p in props:
-        parts += ["-p", q(p)]
+    parts += [word for p in props for word in ("-p", q(p))]
     parts += ["--", q(hub_python), q(tool), *[q(a) for a in args]]
     return StringCommand(
         *parts,

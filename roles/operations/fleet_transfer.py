@@ -168,8 +168,7 @@ def checkpoint_received(
     # small files: "already loaded or has a fragment file" at the next systemd-run).
     yield StringCommand(name_released(f"{unit}.service"))
     args = ["receive", "--dest", path, "--repo", repo_id, "--revision", commit, "--marker", marker]
-    for source in sources:
-        args += ["--source", source]
+    args += [word for source in sources for word in ("--source", source)]
     args += ["--peer-tool", peer_tool, "--interface", interface, "--peer-token", "peer-token"]
     # The token file is removed by the shell when the unit has ended, however it ended: a receive
     # can end before an ExecStartPost= removal, and systemd 257 then fails the unit's ExecStopPost=
