@@ -70,6 +70,7 @@ class Plan:
     locked_from: str  # " (main)" when the commit was locked from a moving revision, else ""
     seed: object  # in a fleet: the worker that downloads (a pyinfra Host), else None
     lacking: list  # in a fleet: names of the workers that receive it from the seed
+    sources: list  # in a fleet: the workers they receive it from (every one that holds it, else the seed)
     download: dict  # checkpoint_download's arguments, for its start and its wait
 
 
@@ -80,8 +81,8 @@ class Alone:
 
     @staticmethod
     def plan(complete) -> tuple:
-        """(the host that downloads for the others, names of the hosts that receive from it)."""
-        return None, []
+        """(the host that downloads for the others, names of the hosts that receive, the hosts they receive from)."""
+        return None, [], []
 
 
 def shared_by(sharing) -> None:
@@ -320,7 +321,7 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
     )
     # In a fleet one worker (the seed) downloads; the others that lack it receive it from the seed
     # (the fleet's sharing, registered for this run by roles/fleet/checkpoint.py).
-    seed, lacking = sharing().plan(
+    seed, lacking, sources = sharing().plan(
         lambda h: memo.fact(h, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit)["exit"] == 0
     )
     download = dict(
@@ -341,7 +342,7 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
         checkpoint_download(
             name=f"Download of {repo_id}@{commit}{locked_from} into {path} started (in the background)", **download
         )
-    return Plan(locked_from, seed, lacking, download)
+    return Plan(locked_from, seed, lacking, sources, download)
 
 
 def waited(profile: Profile, plan: Plan | None) -> None:

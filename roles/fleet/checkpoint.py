@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-from pyinfra import host, state
+from pyinfra import host
 from pyinfra.operations import server
 
 from control import layout, run_record
@@ -38,8 +38,6 @@ from roles.fleet.artifacts import (
 from roles.operations.fleet_transfer import checkpoint_exported, checkpoint_received
 from roles.operations.uploads import host_tool
 
-_SOURCES: dict = {}  # per run (pyinfra State): the workers the others receive the checkpoint from
-
 
 def share() -> None:
     """This run's checkpoints are shared among the fleet's workers (plan and copied below)."""
@@ -47,16 +45,15 @@ def share() -> None:
 
 
 def plan(complete) -> tuple:
-    """(seed, names of the workers that lack the checkpoint); (None, []) outside a fleet of two or
-    more reached workers. complete(host): whether that host holds the checkpoint verified. Every
-    worker that holds it verified serves it (the seed alone when nobody does: it downloads)."""
+    """(seed, names of the workers that lack the checkpoint, those that serve it); (None, [], []) outside
+    a fleet of two or more reached workers. complete(host): whether that host holds the checkpoint
+    verified. Every worker that holds it verified serves it (the seed alone when nobody does: it downloads)."""
     workers = reached()
     if host not in workers or len(workers) < 2:
-        return None, []
+        return None, [], []
     have = [h for h in workers if complete(h)]
     seed = have[0] if have else workers[0]
-    _SOURCES[id(state)] = have or [seed]
-    return seed, [h.name for h in workers if h is not seed and h not in have]
+    return seed, [h.name for h in workers if h is not seed and h not in have], have or [seed]
 
 
 def copied(profile: Profile, plan: model.Plan) -> None:
@@ -64,8 +61,7 @@ def copied(profile: Profile, plan: model.Plan) -> None:
     holds it (the seed has it by now: downloaded by an operation defined before this call). Defined on
     every worker (empty where they do nothing), so pyinfra runs the servers' start before any receive,
     the receives before the servers stop."""
-    seed, lacking, d, unit = plan.seed, plan.lacking, plan.download, plan.download["unit"]
-    sources = _SOURCES.get(id(state)) or [seed]
+    seed, lacking, sources, d, unit = plan.seed, plan.lacking, plan.sources, plan.download, plan.download["unit"]
     receivers = [h for h in reached() if h.name in lacking]
     run_record.current().seeded_by.update(dict.fromkeys(lacking, seed.name))
     peer = layout.tool(profile, "glm-flash-peer")
