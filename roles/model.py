@@ -45,7 +45,7 @@ from control.report import skipped
 from control.run import dry_run
 from pyinfra_ext import memo
 from roles.facts.model import ModelCheck
-from roles.operations.checkpoint import checkpoint_download, checkpoint_staged, downloader_installed, token_file
+from roles.operations.checkpoint import checkpoint_download, checkpoint_staged, downloader_installed
 from roles.operations.job import JOB_TOOL
 from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
@@ -97,11 +97,6 @@ def sharing():
 def fetch_user(profile: Profile) -> str:
     """The downloader's own system user: not the service user, so the engine cannot steer it."""
     return f"{profile.service_user}-fetch"
-
-
-def token_path(profile: Profile, unit: str = MODEL_UNIT) -> str:
-    """Where the hub token sits (root-only) while the download's unit exists."""
-    return token_file(unit)
 
 
 def _vault_password(environ) -> bytes:
