@@ -304,7 +304,6 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
         )
     locked_from = f" ({revision})" if revision != commit else ""
     venv = layout.hub_venv(profile)
-    uv = layout.host_uv(profile)  # roles/tools.py put it there
     downloader_installed(
         name=f"Model downloader {venv} (huggingface-hub {profile.huggingface_hub_version}, hash-locked)",
         venv=venv,
@@ -312,7 +311,7 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
         # chosen for the host's python3 where the operation reads it (after base_packages installed it)
         wheels_for=lambda found: downloader_wheels(requirements, found),
         user=fetch_user(profile),
-        uv=uv,
+        uv=layout.host_uv(profile),  # roles/tools.py put it there
     )
     # In a fleet one worker (the seed) downloads; the others that lack it receive it from the seed
     # (the fleet's sharing, registered for this run by roles/fleet/checkpoint.py).
