@@ -77,9 +77,7 @@ def copied(profile: Profile, plan: model.Plan) -> None:
         name=f"Serve the checkpoint from {names} on port {PEER_PORT} (to {', '.join(lacking)})",
         servers=[s.name for s in sources],
         manifest=mfile,
-        serve=serving(serve_unit, peer, d["path"], mfile, address(host), allow, tfile, idle_seconds(profile))
-        if host in sources
-        else [],
+        serve=serving(serve_unit, peer, d["path"], mfile, address(host), allow, tfile, idle_seconds(profile)),
         # the seed's marker is held against the hub's own file list before it reaches a receiver
         hub_endpoint=profile.hf_endpoint,
         hub_token=d["token"],
