@@ -52,11 +52,10 @@ from roles.operations.uploads import host_tool
 
 __all__ = ["ModelCheck", "apply", "read_token", "ready"]
 
-REPO = layout.REPO
 FETCH = "glm-flash-model-fetch"
 # The download units (a unit file each while its checkpoint is not complete): the model's, the GB10 drafter's.
 MODEL_UNIT, DRAFTER_UNIT = "glm-flash-model-download", "glm-flash-drafter-download"
-REQUIREMENTS = REPO / "files" / "hf-hub-requirements.txt"
+REQUIREMENTS = layout.REPO / "files" / "hf-hub-requirements.txt"
 
 
 class ModelError(Exception):
@@ -121,7 +120,7 @@ def read_token(profile: Profile, environ=None) -> str | None:
     environ = os.environ if environ is None else environ
     if profile.hf_token_vault:
         path = Path(profile.hf_token_vault)
-        path = path if path.is_absolute() else REPO / path
+        path = path if path.is_absolute() else layout.REPO / path
         try:
             data = path.read_bytes()
         except OSError as e:
