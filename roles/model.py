@@ -45,24 +45,17 @@ from control.report import skipped
 from control.run import dry_run
 from pyinfra_ext import memo
 from roles.facts.model import ModelCheck
-from roles.operations.checkpoint import (
-    checkpoint_download_started,
-    checkpoint_present,
-    checkpoint_staged,
-    downloader_installed,
-    token_file,
-)
+from roles.operations.checkpoint import checkpoint_download, checkpoint_staged, downloader_installed
 from roles.operations.job import JOB_TOOL
 from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
 
 __all__ = ["ModelCheck", "apply", "read_token", "ready"]
 
-REPO = layout.REPO
 FETCH = "glm-flash-model-fetch"
 # The download units (a unit file each while its checkpoint is not complete): the model's, the GB10 drafter's.
 MODEL_UNIT, DRAFTER_UNIT = "glm-flash-model-download", "glm-flash-drafter-download"
-REQUIREMENTS = REPO / "files" / "hf-hub-requirements.txt"
+REQUIREMENTS = layout.REPO / "files" / "hf-hub-requirements.txt"
 
 
 class ModelError(Exception):
@@ -76,23 +69,19 @@ class Plan:
     locked_from: str  # " (main)" when the commit was locked from a moving revision, else ""
     seed: object  # in a fleet: the worker that downloads (a pyinfra Host), else None
     lacking: list  # in a fleet: names of the workers that receive it from the seed
-    download: dict  # checkpoint_download_started's arguments (checkpoint_present takes the same)
+    sources: list  # in a fleet: the workers they receive it from (every one that holds it, else the seed)
+    download: dict  # checkpoint_download's arguments, for its start and its wait
 
 
 class Alone:
-    """How a single host shares its checkpoints: not at all. Another way (the fleet's,
-    roles/fleet/checkpoint.py) has the same two functions and is registered per run with shared_by()."""
+    """How a single host shares its checkpoints: not at all, so nobody lacks one and waited() never
+    asks it to copy. Another way (the fleet's, roles/fleet/checkpoint.py) has plan() and copied()
+    and is registered per run with shared_by()."""
 
     @staticmethod
     def plan(complete) -> tuple:
-        """(the host that downloads for the others, names of the hosts that receive from it)."""
-        return None, []
-
-    @staticmethod
-    def copied(
-        profile: Profile, seed, lacking: list[str], path: str, repo_id: str, commit: str, unit: str, fetch_user: str
-    ):
-        raise AssertionError("nobody lacks a checkpoint that is not shared")
+        """(the host that downloads for the others, names of the hosts that receive, the hosts they receive from)."""
+        return None, [], []
 
 
 def shared_by(sharing) -> None:
@@ -107,11 +96,6 @@ def sharing():
 def fetch_user(profile: Profile) -> str:
     """The downloader's own system user: not the service user, so the engine cannot steer it."""
     return f"{profile.service_user}-fetch"
-
-
-def token_path(profile: Profile, unit: str = MODEL_UNIT) -> str:
-    """Where the hub token sits (root-only) while the download's unit exists."""
-    return token_file(layout.SECRETS_DIR, unit)
 
 
 def _vault_password(environ) -> bytes:
@@ -136,7 +120,7 @@ def read_token(profile: Profile, environ=None) -> str | None:
     environ = os.environ if environ is None else environ
     if profile.hf_token_vault:
         path = Path(profile.hf_token_vault)
-        path = path if path.is_absolute() else REPO / path
+        path = path if path.is_absolute() else layout.REPO / path
         try:
             data = path.read_bytes()
         except OSError as e:
@@ -319,7 +303,6 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
         )
     locked_from = f" ({revision})" if revision != commit else ""
     venv = layout.hub_venv(profile)
-    uv = layout.host_uv(profile)  # roles/tools.py put it there
     downloader_installed(
         name=f"Model downloader {venv} (huggingface-hub {profile.huggingface_hub_version}, hash-locked)",
         venv=venv,
@@ -327,11 +310,11 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
         # chosen for the host's python3 where the operation reads it (after base_packages installed it)
         wheels_for=lambda found: downloader_wheels(requirements, found),
         user=fetch_user(profile),
-        uv=uv,
+        uv=layout.host_uv(profile),  # roles/tools.py put it there
     )
     # In a fleet one worker (the seed) downloads; the others that lack it receive it from the seed
     # (the fleet's sharing, registered for this run by roles/fleet/checkpoint.py).
-    seed, lacking = sharing().plan(
+    seed, lacking, sources = sharing().plan(
         lambda h: memo.fact(h, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit)["exit"] == 0
     )
     download = dict(
@@ -342,7 +325,6 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
         tool=tool,
         hub_python=f"{venv}/bin/python",
         fetch_user=fetch_user(profile),
-        secrets_dir=layout.SECRETS_DIR,
         job_tool=layout.tool(profile, JOB_TOOL),
         token=Secret(token) if token else None,
         endpoint=profile.hf_endpoint,
@@ -350,10 +332,10 @@ def started(profile: Profile, repo_id: str, revision: str, path: str, unit: str)
         every=profile.download_progress_s,
     )
     if host.name not in lacking:
-        checkpoint_download_started(
+        checkpoint_download(
             name=f"Download of {repo_id}@{commit}{locked_from} into {path} started (in the background)", **download
         )
-    return Plan(locked_from, seed, lacking, download)
+    return Plan(locked_from, seed, lacking, sources, download)
 
 
 def waited(profile: Profile, plan: Plan | None) -> None:
@@ -363,8 +345,8 @@ def waited(profile: Profile, plan: Plan | None) -> None:
         return
     d = plan.download
     if host.name not in plan.lacking:
-        checkpoint_present(name=f"Checkpoint {d['repo_id']}@{d['commit']}{plan.locked_from} in {d['path']}", **d)
-    if plan.lacking:
-        sharing().copied(
-            profile, plan.seed, plan.lacking, d["path"], d["repo_id"], d["commit"], d["unit"], fetch_user(profile)
+        checkpoint_download(
+            name=f"Checkpoint {d['repo_id']}@{d['commit']}{plan.locked_from} in {d['path']}", wait=True, **d
         )
+    if plan.lacking:
+        sharing().copied(profile, plan)

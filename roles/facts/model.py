@@ -3,6 +3,7 @@ downloader environment's marker."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 from pyinfra.api import QuoteString, StringCommand
@@ -48,10 +49,8 @@ class ModelCheck(ParsedFact):
             if line.startswith("exit="):
                 out["exit"] = int(line[5:])
             elif line.startswith("{"):
-                try:
+                with contextlib.suppress(ValueError):
                     out.update(json.loads(line))
-                except ValueError:
-                    pass
         return out
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-from pyinfra import host, state
+from pyinfra import host
 from pyinfra.operations import server
 
 from control import layout, run_record
@@ -36,10 +36,7 @@ from roles.fleet.artifacts import (
     url,
 )
 from roles.operations.fleet_transfer import checkpoint_exported, checkpoint_received
-from roles.operations.secrets import Secret
 from roles.operations.uploads import host_tool
-
-_SOURCES: dict = {}  # per run (pyinfra State): the workers the others receive the checkpoint from
 
 
 def share() -> None:
@@ -48,47 +45,42 @@ def share() -> None:
 
 
 def plan(complete) -> tuple:
-    """(seed, names of the workers that lack the checkpoint); (None, []) outside a fleet of two or
-    more reached workers. complete(host): whether that host holds the checkpoint verified. Every
-    worker that holds it verified serves it (the seed alone when nobody does: it downloads)."""
+    """(seed, names of the workers that lack the checkpoint, those that serve it); (None, [], []) outside
+    a fleet of two or more reached workers. complete(host): whether that host holds the checkpoint
+    verified. Every worker that holds it verified serves it (the seed alone when nobody does: it downloads)."""
     workers = reached()
     if host not in workers or len(workers) < 2:
-        return None, []
+        return None, [], []
     have = [h for h in workers if complete(h)]
     seed = have[0] if have else workers[0]
-    _SOURCES[id(state)] = have or [seed]
-    return seed, [h.name for h in workers if h is not seed and h not in have]
+    return seed, [h.name for h in workers if h is not seed and h not in have], have or [seed]
 
 
-def copied(
-    profile: Profile, seed, lacking: list[str], path: str, repo_id: str, commit: str, unit: str, fetch_user: str
-) -> None:
-    """The workers in `lacking` receive the checkpoint in `path` from every worker that holds it
-    (the seed has it by now: downloaded by an operation defined before this call). Defined on every
-    worker (empty where they do nothing), so pyinfra runs the servers' start before any receive,
+def copied(profile: Profile, plan: model.Plan) -> None:
+    """The workers in `plan.lacking` receive the checkpoint of `plan.download` from every worker that
+    holds it (the seed has it by now: downloaded by an operation defined before this call). Defined on
+    every worker (empty where they do nothing), so pyinfra runs the servers' start before any receive,
     the receives before the servers stop."""
-    sources = _SOURCES.get(id(state)) or [seed]
+    seed, lacking, sources, d, unit = plan.seed, plan.lacking, plan.sources, plan.download, plan.download["unit"]
     receivers = [h for h in reached() if h.name in lacking]
     run_record.current().seeded_by.update(dict.fromkeys(lacking, seed.name))
-    tool, peer = layout.tool(profile, "glm-flash-model-fetch"), layout.tool(profile, "glm-flash-peer")
+    peer = layout.tool(profile, "glm-flash-peer")
     host_tool("glm-flash-peer", layout.bin_dir(profile))
     fleet_dir = layout.fleet_dir(profile)
     serve_unit, mfile, tfile = server_unit(unit), f"{fleet_dir}/{unit}.txt", token_path(profile, unit)
     if host in sources or host in receivers:
         token_placed(profile, unit)
     allow = sorted({ip for r in receivers for ip in ips(r)})
-    checkpoint = dict(seed=seed.name, path=path, tool=tool, repo_id=repo_id, commit=commit)
+    checkpoint = dict(seed=seed.name, path=d["path"], tool=d["tool"], repo_id=d["repo_id"], commit=d["commit"])
     names = ", ".join(s.name for s in sources)
     checkpoint_exported(
         name=f"Serve the checkpoint from {names} on port {PEER_PORT} (to {', '.join(lacking)})",
         servers=[s.name for s in sources],
         manifest=mfile,
-        serve=serving(serve_unit, peer, path, mfile, address(host), allow, tfile, idle_seconds(profile))
-        if host in sources
-        else [],
+        serve=serving(serve_unit, peer, d["path"], mfile, address(host), allow, tfile, idle_seconds(profile)),
         # the seed's marker is held against the hub's own file list before it reaches a receiver
         hub_endpoint=profile.hf_endpoint,
-        hub_token=Secret(token) if (token := model.read_token(profile)) else None,
+        hub_token=d["token"],
         **checkpoint,
     )
     checkpoint_received(
@@ -100,7 +92,7 @@ def copied(
         token_file=tfile,
         peer_tool=peer,
         marker=f"{fleet_dir}/{unit}.json",
-        fetch_user=fetch_user,
+        fetch_user=d["fetch_user"],
         unit=f"{unit}-peer",
     )
     server.shell(

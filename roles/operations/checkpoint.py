@@ -11,7 +11,7 @@ HostPython fact; the host needs no package index). A marker in the venv holds th
 of the requirements it was built from; it is written after the install and its check, so a
 killed build is rebuilt on the next run.
 
-checkpoint_download_started, checkpoint_present: `glm-flash-model-fetch check` (a fact) says
+checkpoint_download (its start, then its wait): `glm-flash-model-fetch check` (a fact) says
 whether the commit is there and verified. When it is not, the tree is handed to the downloader's
 user and the download runs as a real unit (templates/glm-flash-model-download.service.j2, the
 NixOS shape): systemd restarts a failed download with a growing wait, bounded, and a reboot
@@ -155,8 +155,7 @@ def download_unit_command(
     # the failure's log is this start's lines only: the unit's name is reused, its old runs are in the journal too
     parts = ["since=$(date +%s);", "systemd-run", "--quiet", "--wait", "--collect", "--service-type=exec"]
     parts.append(q(f"--unit={unit}"))
-    for p in props:
-        parts += ["-p", q(p)]
+    parts += [word for p in props for word in ("-p", q(p))]
     parts += ["--", q(hub_python), q(tool), *[q(a) for a in args]]
     return StringCommand(
         *parts,
@@ -178,9 +177,9 @@ def download_unit_path(unit: str) -> str:
     return f"{layout.SYSTEMD_DIR}/{unit}.service"
 
 
-def token_file(secrets_dir: str, unit: str) -> str:
+def token_file(unit: str) -> str:
     """Root's file of the hub token while the download unit `unit` exists (its LoadCredential= source)."""
-    return f"{secrets_dir}/hf-token-{unit}"
+    return f"{layout.SECRETS_DIR}/hf-token-{unit}"
 
 
 def _exec_word(arg: str) -> str:
@@ -208,23 +207,14 @@ def download_unit_text(
     )
 
 
-def _checked(repo_id: str, commit: str, path: str, unit: str):
-    if not REPO_ID.fullmatch(repo_id):
-        raise OperationError(f"checkpoint: {repo_id!r} is not a hub repository id (owner/name)")
-    if not COMMIT.fullmatch(commit):
-        raise OperationError(f"checkpoint: {commit!r} is not a commit (40 hex digits); lock the revision")
-    if not posixpath.isabs(path) or path.rstrip("/") != path or not UNIT_NAME.fullmatch(unit):
-        raise OperationError(f"checkpoint: bad path {path!r} or unit {unit!r}")
-
-
 RUNNING = ("active", "activating", "deactivating")  # activating: waiting to be restarted too
 
 
 def _unit_written(d: dict) -> list:
     """The download's unit file as `d` (the operation's arguments) says, and systemd told of it; the
     hub token's file first (systemd reads it at each start; removed once the checkpoint is complete)."""
-    token_path = token_file(d["secrets_dir"], d["unit"]) if d["token"] is not None else None
-    token = secret_commands(d["token"], token_path, d["secrets_dir"], "root", "root", "600") if token_path else []
+    token_path = token_file(d["unit"]) if d["token"] is not None else None
+    token = secret_commands(d["token"], token_path, layout.SECRETS_DIR, "root", "root", "600") if token_path else []
     args = ["download", "--dest", d["path"], "--repo", d["repo_id"], "--revision", d["commit"]]
     args += ["--every", str(int(d["every"]))]
     args += ["--requested", d["requested"]] if d["requested"] else []
@@ -255,99 +245,73 @@ def _told(state, host, text: str) -> bool:  # pyinfra passes state and host
 
 
 @operation()
-def checkpoint_download_started(
+def checkpoint_download(
     repo_id: str,
     commit: str,
     path: str,
     tool: str,
     hub_python: str,
     fetch_user: str,
-    secrets_dir: str,
     job_tool: str,
+    wait: bool = False,
     requested: str = "",
     token: Secret | None = None,
     endpoint: str = "https://huggingface.co",
     unit: str = "glm-flash-model-download",
     every: int = 30,
 ):
-    """The download of repo_id at commit into path runs, or is not needed: the unit `unit` is
-    written, enabled and started in the background when the checkpoint is incomplete and no
-    download runs (a re-run while one runs starts no second). checkpoint_present waits for it
-    later. The unit is a real one (templates/glm-flash-model-download.service.j2): systemd restarts
-    a failed download with a growing wait, and a reboot resumes it.
+    """wait false (early in the run): the download of repo_id at commit into path runs, or is not
+    needed: the unit `unit` is written, enabled and started in the background when the checkpoint is
+    incomplete and no download runs (a re-run while one runs starts no second). The same operation
+    with wait true waits for it later. The unit is a real one
+    (templates/glm-flash-model-download.service.j2): systemd restarts a failed download with a
+    growing wait, and a reboot resumes it.
 
-    + repo_id: the hub repository (zai-org/GLM-5.3-Flash)
+    wait true: path holds repo_id at commit, verified, root's and read-only to others; no token
+    left, and no download unit.
+    The download was started with wait false (earlier in the run, or in an earlier run that was
+    stopped): this waits for its unit through systemd's restarts, printing its journal lines
+    (progress, failures, restarts) as they come, and fails with its log when it ended without a
+    complete checkpoint. A unit that is neither running nor failed while the checkpoint is
+    incomplete (stopped by hand, or started by an older deploy as a transient unit) is started again
+    first: the files that finished are kept. Once the checkpoint is complete the unit and the
+    token's file go, then the tree is sealed.
+
+    + repo_id: the hub repository (zai-org/GLM-5.3-Flash); the same for the start and the wait (a
+      restart is the same download)
     + commit: the full commit the checkpoint is pinned to
     + path: the checkpoint's directory on the host
     + tool: files/glm-flash-model-fetch on the host
-    + hub_python: the downloader environment's python, which runs the tool in the unit
-    + fetch_user: the account the download runs as (it owns path until the seal)
-    + secrets_dir: root's directory for the token's file while the unit exists
+    + hub_python: the downloader environment's python, which runs the tool in the unit (the unit
+      file, written again by the wait as this run says)
+    + fetch_user: the account the download runs as (it owns path until the seal: the tree is sealed
+      away from it at the end)
+    + job_tool: files/glm-flash-job on the host: `follow` prints the unit's lines through its restarts
+    + wait: false: start the download when needed; true: wait for it, then seal
     + requested: the revision name the commit was locked from (main), for the download's record
     + token: the hub token, wrapped in Secret; handed to the unit as a credential only
     + endpoint: the hub's URL (hf_endpoint)
     + unit: the download unit's name
     + every: seconds between the download's progress lines (its journal, followed by the wait)
-    + job_tool: files/glm-flash-job on the host (checkpoint_present follows the unit with it)
     """
-    _checked(repo_id, commit, path, unit)
+    if not REPO_ID.fullmatch(repo_id):
+        raise OperationError(f"checkpoint: {repo_id!r} is not a hub repository id (owner/name)")
+    if not COMMIT.fullmatch(commit):
+        raise OperationError(f"checkpoint: {commit!r} is not a commit (40 hex digits); lock the revision")
+    if not posixpath.isabs(path) or path.rstrip("/") != path or not UNIT_NAME.fullmatch(unit):
+        raise OperationError(f"checkpoint: bad path {path!r} or unit {unit!r}")
     d = dict(locals())
     check = memo.fact(host, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit)
-    if check["exit"] == 0:
-        host.noop(f"{repo_id}@{commit} is in {path}, verified")
+    if not wait:
+        if check["exit"] == 0:
+            host.noop(f"{repo_id}@{commit} is in {path}, verified")
+        elif memo.fact(host, UnitActive, unit=unit) in RUNNING:
+            host.noop(f"the download of {repo_id}@{commit} runs already ({unit}): the deploy waits for it later")
+        else:
+            yield from _unit_written(d)
+            yield from _start(d)
         return
-    if memo.fact(host, UnitActive, unit=unit) in RUNNING:
-        host.noop(f"the download of {repo_id}@{commit} runs already ({unit}): the deploy waits for it later")
-        return
-    yield from _unit_written(d)
-    yield from _start(d)
-
-
-@operation()
-def checkpoint_present(
-    repo_id: str,
-    commit: str,
-    path: str,
-    tool: str,
-    hub_python: str,
-    fetch_user: str,
-    secrets_dir: str,
-    job_tool: str,
-    requested: str = "",
-    token: Secret | None = None,
-    endpoint: str = "https://huggingface.co",
-    unit: str = "glm-flash-model-download",
-    every: int = 30,
-):
-    """path holds repo_id at commit, verified, root's and read-only to others; no token left, and
-    no download unit.
-
-    The download was started by checkpoint_download_started (earlier in the run, or in an
-    earlier run that was stopped): this waits for its unit through systemd's restarts, printing
-    its journal lines (progress, failures, restarts) as they come, and fails with its log when it
-    ended without a complete checkpoint. A unit that is neither running nor failed while the
-    checkpoint is incomplete (stopped by hand, or started by an older deploy as a transient unit)
-    is started again first: the files that finished are kept. Once the checkpoint is complete the
-    unit and the token's file go, then the tree is sealed.
-
-    + repo_id: the hub repository, as checkpoint_download_started's (a restart is the same download)
-    + commit: the full commit the checkpoint is pinned to
-    + path: the checkpoint's directory on the host
-    + tool: files/glm-flash-model-fetch on the host
-    + hub_python: the downloader environment's python (the unit file, written again as this run says)
-    + fetch_user: the account the download runs as (the tree is sealed away from it at the end)
-    + secrets_dir: root's directory for the token's file while the unit exists
-    + requested: the revision name the commit was locked from (main)
-    + token: the hub token, wrapped in Secret; handed to the unit as a credential only
-    + endpoint: the hub's URL (hf_endpoint)
-    + unit: the download unit's name
-    + every: seconds between the download's progress lines
-    + job_tool: files/glm-flash-job on the host: `follow` prints the unit's lines through its restarts
-    """
-    _checked(repo_id, commit, path, unit)
-    d = dict(locals())
-    token_path, unit_path = token_file(secrets_dir, unit), download_unit_path(unit)
-    check = memo.fact(host, ModelCheck, tool=tool, dest=path, repo=repo_id, revision=commit)
+    token_path, unit_path = token_file(unit), download_unit_path(unit)
     leftovers = memo.fact(host, File, path=token_path) or memo.fact(host, File, path=unit_path)
     unit_state = memo.fact(host, UnitActive, unit=unit)
     running = unit_state in RUNNING

@@ -2,7 +2,7 @@
 served by the workers that hold them and received by those that lack them.
 
 In a fleet the checkpoint crosses the outside link once (roles/fleet/checkpoint.py): the seed
-downloads it with checkpoint_present, checkpoint_exported reads its verified marker over the
+downloads it with checkpoint_download, checkpoint_exported reads its verified marker over the
 seed's SSH connection (root's, so neither the engine's user on the seed nor the local network
 has a say in it), and checkpoint_received puts that marker on each worker that lacks the
 checkpoint (root's file) and runs `glm-flash-model-fetch receive` as the downloader's user in a
@@ -168,8 +168,7 @@ def checkpoint_received(
     # small files: "already loaded or has a fragment file" at the next systemd-run).
     yield StringCommand(name_released(f"{unit}.service"))
     args = ["receive", "--dest", path, "--repo", repo_id, "--revision", commit, "--marker", marker]
-    for source in sources:
-        args += ["--source", source]
+    args += [word for source in sources for word in ("--source", source)]
     args += ["--peer-tool", peer_tool, "--interface", interface, "--peer-token", "peer-token"]
     # The token file is removed by the shell when the unit has ended, however it ended: a receive
     # can end before an ExecStartPost= removal, and systemd 257 then fails the unit's ExecStopPost=

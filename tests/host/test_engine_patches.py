@@ -21,6 +21,7 @@ from control.engine_lock import load_lock, pin_of
 from roles import model
 from roles.engines.kt import patches as engine_patches
 from roles.engines.kt import triton_configs
+from roles.operations.checkpoint import token_file
 
 STATE = engine_patches.STATE_DIR
 
@@ -142,7 +143,7 @@ def test_model_present_and_no_token_left(host, profile):
     )
     r = host.run(f"python3 {shlex.quote(tool)} check --dest {shlex.quote(profile.model_path)}{extra}")
     assert r.rc == 0, r.stdout + r.stderr
-    assert not host.file(model.token_path(profile)).exists
+    assert not host.file(token_file(model.MODEL_UNIT)).exists
 
 
 def test_service_environment_is_offline(host):

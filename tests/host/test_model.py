@@ -15,7 +15,7 @@ import pytest
 from control import layout
 from control.model_lock import commit_for
 from roles import model
-from roles.operations.checkpoint import download_unit_path
+from roles.operations.checkpoint import download_unit_path, token_file
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ def test_no_token_left_and_secrets_root_only(host, profile):
     if secrets.exists:
         assert secrets.is_directory and secrets.user == "root" and secrets.mode == 0o700
         assert host.run(f"ls -A {shlex.quote(layout.SECRETS_DIR)}").stdout.strip() == ""
-    assert not host.file(model.token_path(profile)).exists
+    assert not host.file(token_file(model.MODEL_UNIT)).exists
     assert host.run("systemctl is-active glm-flash-model-download").stdout.strip() != "active"
     # the download's unit goes with its token once the checkpoint is complete: none is left enabled
     # to fetch again at the next boot

@@ -15,7 +15,7 @@ def new_state() -> State:
 
 def test_alone_unless_the_fleet_registered_for_this_run():
     assert model.sharing() is model.Alone  # no run
-    assert model.Alone.plan(lambda h: True) == (None, [])
+    assert model.Alone.plan(lambda h: True) == (None, [], [])
     first, second = new_state(), new_state()
     with ctx_state.use(first):
         assert model.sharing() is model.Alone

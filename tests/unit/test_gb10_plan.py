@@ -37,7 +37,7 @@ from roles.facts.service import ServiceStart, ServiceStartState, SystemdVersion
 from roles.facts.status import Answers, HostStatus
 from roles.facts.system import CudaToolkits, DefaultTarget, GpuProcesses, Gpus, HostPython, NumaNodes, UnitFiles
 from roles.operations import driver as driver_ops
-from roles.operations.checkpoint import download_unit_path
+from roles.operations.checkpoint import download_unit_path, token_file
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data"
@@ -209,7 +209,7 @@ def model_facts(fake, monkeypatch, main_ok=True, drafter_ok=False):
     fetch = AccountInfo("/nonexistent", "/usr/sbin/nologin", f"{p.service_user}-fetch", frozenset())
     fake.facts[F(Account, user=f"{p.service_user}-fetch")] = fetch if drafter_ok else None
     for unit in (model.DRAFTER_UNIT, model.MODEL_UNIT):
-        fake.facts[F(File, path=model.token_path(p, unit))] = None
+        fake.facts[F(File, path=token_file(unit))] = None
         fake.facts[F(File, path=download_unit_path(unit))] = None
     fake.facts[UnitActive] = "inactive"
     fake.facts[check] = missing

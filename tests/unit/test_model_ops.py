@@ -186,20 +186,19 @@ STARTED = dict(
     tool="/opt/glm-flash/bin/glm-flash-model-fetch",
     hub_python="/opt/glm-flash/tools/hf-hub/bin/python",
     fetch_user="glm-flash-fetch",
-    secrets_dir="/etc/glm-flash/secrets",
     job_tool="/opt/glm-flash/bin/glm-flash-job",
 )
-PRESENT = STARTED  # the same arguments: the wait starts the download again when it is not running
+PRESENT = {**STARTED, "wait": True}  # the same arguments: the wait starts the download again when it is not running
 UNIT_FILE = "/etc/systemd/system/glm-flash-model-download.service"
 TOKEN_FILE = "/etc/glm-flash/secrets/hf-token-glm-flash-model-download"
 
 
 def started(facts, **kw):
-    return commands(checkpoint.checkpoint_download_started, facts, **{**STARTED, **kw})
+    return commands(checkpoint.checkpoint_download, facts, **{**STARTED, **kw})
 
 
 def present(facts, **kw):
-    return commands(checkpoint.checkpoint_present, facts, **{**PRESENT, **kw})
+    return commands(checkpoint.checkpoint_download, facts, **{**PRESENT, **kw})
 
 
 def check_facts(exit_code=0, sealed=True, token_left=None, active="inactive", unit_file=None):
@@ -282,7 +281,7 @@ def test_exec_start_words_are_quoted_for_systemd():
 
 def present_cmds(facts) -> tuple[list, list[str]]:
     with on(FakeHost(facts)):
-        cmds = list(checkpoint.checkpoint_present._inner(**PRESENT, token=secrets.Secret(KEY)))
+        cmds = list(checkpoint.checkpoint_download._inner(**PRESENT, token=secrets.Secret(KEY)))
     return cmds, [render(c) for c in cmds]
 
 
