@@ -1,5 +1,6 @@
-"""What the host tools share: the host paths they agree on, a file's sha256, durable writes, a systemd
-credential, a unit's properties and journal, the GPUs on the PCI bus (stdlib only).
+"""What the host tools share: the host paths they agree on, a file's sha256, durable writes, the one way
+an engine environment is built (uv), a systemd credential, a unit's properties and journal, the GPUs
+on the PCI bus (stdlib only).
 
 The deploy installs this file beside every tool of files/ it installs (roles/operations/uploads.py
 host_tool: root:root 0644 in a root-owned 0755 directory), and a tool finds it as Python finds any
@@ -37,6 +38,32 @@ def root_dir() -> str:
     """The install root (e.g. /opt/glm-flash): two levels above the tools' directory, bin/, where this
     module is installed beside them; $GLM_FLASH_ROOT for tests."""
     return os.environ.get("GLM_FLASH_ROOT") or os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+
+# uv (locks/tools.txt), the one builder of the hosts' Python environments: no configuration file of
+# the host read, no managed Python downloaded, nothing from a user site.
+UV_ENV = {"UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never", "PYTHONNOUSERSITE": "1"}
+
+
+def default_uv() -> str:
+    """The uv the deploy installs (locks/tools.txt; roles/operations/python.py uv_installed): <root>/tools/uv."""
+    return os.path.join(root_dir(), "tools", "uv")
+
+
+def uv_venv(uv: str, python: str, env_dir: str) -> list[str]:
+    """`uv venv` of `python` at env_dir; what is already there (a build's checkouts) is kept."""
+    options = "--quiet --no-config --no-cache --no-python-downloads --allow-existing".split()
+    return [uv, "venv", *options, "--python", python, env_dir]
+
+
+def uv_install(uv: str, env_dir: str, cache: str, *args: str) -> list[str]:
+    """`uv pip install` of what `args` name into env_dir, nothing beyond it (--no-deps), no configuration
+    file, .pyc written (the service cannot write them: its tree is read-only). uv unpacks each wheel into
+    `cache` (on the environment's filesystem, not /tmp, which a tmpfs may not hold: an engine's set
+    unpacks to 7-12 GiB) and the environment's files are hard links to those: the set's size once on
+    disk, not twice."""
+    options = "--quiet --no-config --link-mode hardlink --compile-bytecode --no-deps".split()
+    return [uv, "pip", "install", *options, "--cache-dir", cache, "--python", f"{env_dir}/bin/python", *args]
 
 
 def sha256_file(file: str | int) -> str:
