@@ -29,7 +29,7 @@ def apply(profile: Profile) -> None:
     for tool in TOOLS:
         host_tool(tool, bin_dir(profile))
         paths.link(f"{SBIN}/{tool}", f"{bin_dir(profile)}/{tool}", name=f"Link {SBIN}/{tool}")
-    # the one builder of the host's Python environments: the engine's, the model downloader's
+    # the one builder of the host's Python environments: the engines', the model downloader's
     uv = layout.host_uv(profile)
     paths.directory(posixpath.dirname(uv), mode="755", name=f"Directory {posixpath.dirname(uv)}")
     uv_installed(name=f"uv {uv} (locks/tools.txt)", dest=uv)

@@ -26,7 +26,9 @@ What is simulated, at the edges only (the roles run unchanged; inventory/gb10_sa
   (GLM_FLASH_PYTHON312_SOURCE, default pyenv's 3.12.1) into /usr as DGX OS has it (Debian 13 has
   none; its python3 is 3.13, which apt brings with the base packages and which runs our host
   tools here, where DGX OS's python3 is 3.12), with the stand-in sitecustomize of
-  sandbox/gb10_python.py (the lock install, the build's CUDA import, the flag parser).
+  sandbox/gb10_python.py (uv's query answered as aarch64, so the lock installs PyPI's real aarch64
+  wheels; the build's CUDA import; the flag parser). The machine resolves pypi.org and
+  files.pythonhosted.org as this one does (the box fetches its engine's wheels itself).
 - the fork (kacper-daftcode/vLLM-Moet's shape): a git repository of ours served over HTTP on
   loopback, a series of two patches of ours against the real vLLM 0.24.0 files (the fork's
   VLLM_MOE_W2* reads and the checkpoint's architecture registered; then "patch 12", the scheduler
@@ -50,7 +52,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -84,7 +85,6 @@ DRAFTER_COMMIT = "bf582e4eacc1810f76656d1811693ff6c6737d2a"  # the commit public
 PY312 = Path(os.environ.get("GLM_FLASH_PYTHON312_SOURCE", "/root/.pyenv/versions/3.12.1"))
 PARSER_DUMP = HERE / "vllm-0.24.0-parser.json"  # vLLM 0.24.0's serve parser (tests/gb10 check it is the real one's)
 VLLM_VERSION = "0.24.0"
-TORCH_STANDIN = "2.11.0"  # what vLLM 0.24.0 pins (its CUDA 13 build on the box)
 PATCH = "patch/vllm-moet-v0.24.0.patch"
 # The fork's patches are a series (the field report's scheduler fix is its "patch 12"): the stand-in
 # has two, the inventory lists both (fork_patches), and the second edits what the first left.
@@ -375,46 +375,27 @@ def build_deepgemm() -> dict[str, str]:
 # --- the machine ----------------------------------------------------------------------------
 
 
-def wheel_bytes(name: str, version: str, files: dict[str, str]) -> tuple[str, bytes]:
-    """A minimal py3-none-any wheel (the stand-in torch: a version record with CUDA 13.0)."""
-    dist = f"{name}-{version}.dist-info"
-    files = dict(files)
-    files[f"{dist}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-    files[f"{dist}/WHEEL"] = (
-        "Wheel-Version: 1.0\nGenerator: glm-flash-sandbox\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    )
-    record = "".join(f"{p},,\n" for p in files) + f"{dist}/RECORD,,\n"
-    files[f"{dist}/RECORD"] = record
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        for path, text in sorted(files.items()):
-            info = zipfile.ZipInfo(path, date_time=(2026, 1, 1, 0, 0, 0))
-            z.writestr(info, text)
-    return f"{name}-{version}-py3-none-any.whl", buf.getvalue()
-
-
-def stage_wheelhouse(root: Path) -> None:
-    sys.path.insert(0, str(HERE.parent))
-    from control import pypi_cache
-
-    house = root / STANDIN / "wheelhouse"
-    house.mkdir(parents=True, exist_ok=True)
-    vllm = pypi_cache.wheel("vllm", VLLM_VERSION, accept=("none-any", "x86_64"))
-    shutil.copy(vllm, house / vllm.name)
-    torch_name, torch_whl = wheel_bytes(
-        "torch",
-        TORCH_STANDIN,
-        {
-            "torch/__init__.py": '"""GB10 sandbox stand-in: the version record of CUDA 13 torch, nothing more."""\n'
-            "from . import version\n__version__ = version.__version__\n",
-            "torch/version.py": f'__version__ = "{TORCH_STANDIN}"\ncuda = "13.0"\n',
-        },
-    )
-    (house / torch_name).write_bytes(torch_whl)
+def reach_pypi(root: Path) -> None:
+    """The box fetches the engine's wheels from PyPI itself, so the machine reaches PyPI as this one
+    does: PyPI's two names resolve to the addresses they have here (a CI machine may reach PyPI through
+    an address its /etc/hosts gives), and the certificate authorities this machine's administrator
+    added (/usr/local/share/ca-certificates: a CI machine's egress proxy signs with its own) are
+    trusted there too, in the bundle uv reads and where update-ca-certificates keeps them."""
     lines = []
-    for pin, path in ((f"vllm=={VLLM_VERSION}", house / vllm.name), (f"torch=={TORCH_STANDIN}", house / torch_name)):
-        lines.append(f"{pin} --hash=sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}\n")
-    (house / "requirements.txt").write_text("".join(lines))
+    for name in ("pypi.org", "files.pythonhosted.org"):
+        try:
+            address = socket.getaddrinfo(name, 443, type=socket.SOCK_STREAM)[0][4][0]
+        except OSError as e:
+            sys.exit(f"gb10-sandbox: cannot resolve {name} here ({e}); the GB10 build fetches its wheels from PyPI")
+        lines.append(f"{address}\t{name}\n")
+    with open(root / "etc/hosts", "a") as f:
+        f.write("# PyPI as the control machine reaches it (sandbox/gb10.py reach_pypi)\n" + "".join(lines))
+    added = sorted(Path("/usr/local/share/ca-certificates").glob("*.crt"))
+    (root / "usr/local/share/ca-certificates").mkdir(parents=True, exist_ok=True)
+    for crt in added:
+        shutil.copy(crt, root / "usr/local/share/ca-certificates" / crt.name)
+    with open(root / "etc/ssl/certs/ca-certificates.crt", "a") as bundle:
+        bundle.write("".join(crt.read_text() for crt in added))
 
 
 def stage_python(root: Path) -> None:
@@ -468,8 +449,9 @@ def create_rootfs(port: int) -> None:
     (root / "usr/local/cuda-13.0").mkdir(parents=True)
     (root / "usr/local/cuda-13.0/version.json").write_text('{"cuda": {"version": "13.0.88"}}\n')
     stage_python(root)
-    stage_wheelhouse(root)
+    reach_pypi(root)
     # /proc/meminfo: the GX10's, bind-mounted over the kernel's early at boot (as lxcfs does)
+    (root / STANDIN).mkdir(parents=True)
     (root / STANDIN / "meminfo").write_text(meminfo())
     (root / "etc/systemd/system/standin-meminfo.service").write_text(MEMINFO_UNIT)
     wants = root / "etc/systemd/system/sysinit.target.wants"

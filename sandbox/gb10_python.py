@@ -2,25 +2,23 @@
 machine (sandbox/gb10.py), so it runs in that interpreter and in every venv made from it.
 
 Why a stand-in: DGX OS ships python3.12 and the box is aarch64 with CUDA 13; the engine
-environment installs locks/vllm/0.24.0-aarch64.txt (aarch64 wheels, hash-locked: nothing an
-x86_64 machine can install) and its torch imports only with CUDA. Here, in the three places
-the deploy meets that, this interpreter answers as the box would, from real files where there
-are any; everything else is plain CPython 3.12:
+environment installs locks/vllm/0.24.0-aarch64.txt (aarch64 wheels, hash-locked) and its torch
+imports only with CUDA on an aarch64 CPU. Here, in the places the deploy meets that, this
+interpreter answers as the box's would; everything else is plain CPython 3.12:
 
-1. `python -m pip install ... --require-hashes -r <env>.vllm.txt` (files/glm-flash-vllm-build):
-   the same flags, but the sandbox's wheelhouse instead of PyPI and the lock: the real vLLM
-   0.24.0 x86_64 wheel from PyPI (the same Python files as the aarch64 one; its compiled parts do
-   not matter here) and a stand-in torch 2.11.0 (a version record, CUDA 13.0) in its place,
-   both hash-checked (--require-hashes stays on).
-2. the build's last step, `import torch, vllm; ... moe_w2_cubit`: vLLM's import needs CUDA torch,
-   so this checks instead that the fork's module the import names is installed and compiles,
-   and prints the versions the installed metadata records.
+1. uv's query of the interpreter (`python -I -B -c '... get_interpreter_info ...'`, by
+   files/glm-flash-vllm-build's `uv venv` and `uv pip install`): the machine is aarch64
+   (platform.machine, sysconfig.get_platform), so uv installs the lock as on the box: PyPI's real
+   aarch64 wheels, every file's sha256 checked (--require-hashes). They are never executed here.
+2. the build's last step, `import torch, vllm; ... moe_w2_cubit`: vLLM's import needs CUDA torch on
+   aarch64, so this checks instead that the fork's module the import names is installed and
+   compiles, and prints the versions the installed files record (torch/version.py of the wheel).
 3. files/glm-flash-check-flags: vLLM's parser module imports torch, so the parser comes from a
    replica of vLLM 0.24.0's own serve parser (every option, its nargs and choices, dumped from
    the real parser: sandbox/vllm-0.24.0-parser.json). The rest of the tool is real: the fork's
    VLLM_* settings are looked up in the installed (patched) files, the record is written.
-4. `python -c 'import vllm ...'` elsewhere (the host checks read the versions): `vllm` is a
-   stand-in module carrying the installed version and path.
+4. `python -c 'import vllm, torch ...'` elsewhere (the host checks read the versions): `vllm` and
+   `torch` are stand-in modules carrying the installed versions (and torch's CUDA) and paths.
 Each answer says "stand-in" on stderr. Nothing here runs anywhere but in the GB10 sandbox.
 """
 
@@ -48,27 +46,22 @@ def _purelib() -> str:
     return sysconfig.get_paths()["purelib"]
 
 
-def _pip(argv: list[str]) -> None:
-    """sys.argv is ['-m', 'install', ...] here; rewrite it in place (runpy keeps argv[1:])."""
-    if "install" not in argv or "--require-hashes" not in argv or "-r" not in argv:
-        return
-    at = argv.index("-r")
-    if not argv[at + 1].endswith(".vllm.txt"):
-        return
-    out, skip = [], False
-    for i, a in enumerate(argv):
-        if skip:
-            skip = False
-            continue
-        if a == "--index-url":
-            out += ["--no-index", "--find-links", f"{STANDIN}/wheelhouse"]
-            skip = True
-        elif i == at + 1:
-            out.append(f"{STANDIN}/wheelhouse/requirements.txt")
-        else:
-            out.append(a)
-    _note(f"installing the sandbox's wheelhouse instead of {argv[at + 1]} (aarch64 wheels)")
-    argv[:] = out
+def _aarch64() -> None:
+    """uv's interpreter query: answer as the box's python3.12 (aarch64; glibc and the rest are this machine's)."""
+    import platform
+    import sysconfig
+
+    platform.machine = lambda: "aarch64"
+    sysconfig.get_platform = lambda: "linux-aarch64"
+    _note("uv asks which machine this is: aarch64 (the box's)")
+
+
+def _torch_version() -> tuple[str, str | None]:
+    """(__version__, cuda) from the installed torch's version.py (pure Python; torch itself is aarch64)."""
+    namespace: dict = {}
+    with open(os.path.join(_purelib(), "torch", "version.py")) as f:
+        exec(compile(f.read(), "torch/version.py", "exec"), namespace)
+    return namespace["__version__"], namespace.get("cuda")
 
 
 def _smoke(code: str) -> None:
@@ -82,26 +75,30 @@ def _smoke(code: str) -> None:
     for name in ("vllm/v1/core/sched/scheduler.py", "vllm/envs.py"):
         with open(os.path.join(_purelib(), name)) as f:
             compile(f.read(), name, "exec")
-    import torch  # the stand-in torch of the wheelhouse
-
-    _note("vLLM's import needs CUDA torch: checked that the patched files compile instead")
-    print(json.dumps({"vllm": version("vllm"), "torch": version("torch"), "torch_cuda": torch.version.cuda}))
+    torch, cuda = _torch_version()
+    _note("vLLM's import needs CUDA torch on aarch64: checked that the patched files compile instead")
+    print(json.dumps({"vllm": version("vllm"), "torch": torch, "torch_cuda": cuda}))
     sys.stdout.flush()
     os._exit(0)
 
 
 def _version_only() -> None:
-    """`python -c 'import vllm, torch; print(vllm.__version__, ...)'` (the host checks): vLLM's
-    package import needs CUDA torch, so `vllm` is a stand-in module with the installed version
-    (from its metadata) and the installed package's path; torch is the wheelhouse's record."""
+    """`python -c 'import vllm, torch; print(vllm.__version__, torch.version.cuda)'` (the host checks):
+    both imports need CUDA torch on aarch64, so `vllm` and `torch` are stand-in modules with the
+    installed versions (vLLM's from its metadata, torch's and its CUDA from its version.py) and the
+    installed packages' paths."""
     import types
     from importlib.metadata import version
 
     mod = types.ModuleType("vllm")
     mod.__version__ = version("vllm")
     mod.__path__ = [os.path.join(_purelib(), "vllm")]
-    sys.modules["vllm"] = mod
-    _note("vLLM's import needs CUDA torch: `vllm` answers its installed version only")
+    torch, cuda = _torch_version()
+    tmod = types.ModuleType("torch")
+    tmod.__version__, tmod.version = torch, types.SimpleNamespace(__version__=torch, cuda=cuda)
+    tmod.__path__ = [os.path.join(_purelib(), "torch")]
+    sys.modules["vllm"], sys.modules["torch"] = mod, tmod
+    _note("vLLM's and torch's imports need CUDA torch on aarch64: they answer their installed versions only")
 
 
 def _parser() -> None:
@@ -155,8 +152,8 @@ def _main() -> None:
     if not os.path.isdir(STANDIN):
         return
     cmd = _cmdline()
-    if len(cmd) > 2 and cmd[1:3] == ["-m", "pip"]:
-        _pip(sys.argv)
+    if len(cmd) > 4 and cmd[1:4] == ["-I", "-B", "-c"] and "get_interpreter_info" in cmd[4]:
+        _aarch64()
     elif len(cmd) > 2 and cmd[1] == "-c" and "moe_w2_cubit" in cmd[2]:
         try:
             _smoke(cmd[2])

@@ -3,21 +3,23 @@
 Real: git (the fork is a local repository of ours fetched by commit, as the tool fetches the
 real one), files/glm-flash-fork-patch on the real Python files of PyPI's vLLM 0.24.0 wheel,
 the kernel check, the record, the marker. Simulated (this machine has no aarch64, no GPU and
-no CUDA torch): the venv, pip installing the lock (the release's Python files are copied into
+no CUDA torch): uv's venv, uv installing the lock (the release's Python files are copied into
 the environment's site-packages instead) and the last import, which answers torch's CUDA.
 The fork is a stand-in of ours shaped like its upstream (docs/sources.md §20): its patch at
 patch/vllm-moet-v0.24.0.patch, cubins under kernels/cubins-sm120/. DeepGEMM is a local git
-repository of ours fetched by commit (real git); its build and install by pip are simulated
+repository of ours fetched by commit (real git); its build and install by uv are simulated
 (the real one compiles CUDA with nvcc): a deep_gemm package and its dist-info are written.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.machinery
 import importlib.util
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +33,7 @@ from tests.conftest import host_tool
 REPO = Path(__file__).resolve().parents[2]
 LOCK = REPO / "locks" / "vllm" / "0.24.0-aarch64.txt"
 PATCH = "patch/vllm-moet-v0.24.0.patch"
+UV = "/opt/glm-flash/tools/uv"
 KERNELS = "kernels/cubins-sm120"
 
 
@@ -78,7 +81,7 @@ def make_deepgemm(tmp_path: Path) -> tuple[Path, str]:
 
 @pytest.fixture
 def build(tmp_path, release, monkeypatch):
-    """Run the tool's build() with the simulated venv/pip; return (result or exception, calls, env_dir)."""
+    """Run the tool's build() with the simulated uv; return (result or exception, calls, env_dir)."""
     t = tool()
     root = tmp_path / "opt"
     monkeypatch.setenv("GLM_FLASH_ROOT", str(root))
@@ -92,16 +95,16 @@ def build(tmp_path, release, monkeypatch):
         site = env_dir / "lib" / "python3.12" / "site-packages"
         if cmd[0] == "git" or (len(cmd) > 1 and str(cmd[1]).endswith("glm-flash-fork-patch")):
             return real_run(cmd, cwd=cwd, env=env, capture=capture)
-        if cmd[1:3] == ["-m", "venv"]:
+        if cmd[:2] == [UV, "venv"]:
             (env_dir / "bin").mkdir(parents=True)
             return ""
-        if cmd[1:4] == ["-m", "pip", "install"] and "--no-build-isolation" in cmd:
-            src = Path(cmd[-1])  # simulated: DeepGEMM's setup.py build (nvcc) and pip's install
+        if cmd[:3] == [UV, "pip", "install"] and "--no-build-isolation" in cmd:
+            src = Path(cmd[-1])  # simulated: DeepGEMM's setup.py build (nvcc) and uv's install
             version = f"2.3.0+{git('rev-parse', '--short', 'HEAD', cwd=src)}"
             shutil.copytree(src / "deep_gemm", site / "deep_gemm")
             (site / f"deep_gemm-{version}.dist-info").mkdir()
             return ""
-        if cmd[1:4] == ["-m", "pip", "install"]:
+        if cmd[:3] == [UV, "pip", "install"]:
             shutil.copytree(release, site)  # simulated: the wheels of the lock
             return ""
         if "sysconfig" in cmd[-1]:
@@ -126,6 +129,7 @@ def build(tmp_path, release, monkeypatch):
             dict(
                 env=env,
                 python="/usr/bin/python3.12",
+                uv=UV,
                 lock=str(LOCK),
                 vllm_version="0.24.0",
                 fork_repo=str(fork),
@@ -149,22 +153,18 @@ def test_builds_from_the_lock_applies_the_fork_and_records_it(build, tmp_path, r
     fork, commit = make_fork(tmp_path, release)
     result, calls, env_dir = build(fork, commit)
     assert result == 0, result
-    pip = next(c for c in calls if c[1:4] == ["-m", "pip", "install"])
-    assert pip[4:] == [
-        "--progress-bar",
-        "off",
-        "--index-url",
-        "https://pypi.org/simple",
-        "--require-hashes",
-        "--no-deps",
-        "--only-binary",
-        ":all:",
-        "-r",
-        str(LOCK),
-    ]
+    # the lock by the deploy's uv, from PyPI, hash-checked, nothing beyond its pins, through the
+    # lock's own cache (root's alone: the environments' files are hard links into it)
+    uv = [c for c in calls if c[:3] == [UV, "pip", "install"]]
+    cache = env_dir.parents[1] / "uv-cache" / hashlib.sha256(LOCK.read_bytes()).hexdigest()
+    common = ["--quiet", "--no-config", "--link-mode", "hardlink", "--compile-bytecode", "--no-deps"]
+    assert uv[0][3:] == [*common, "--cache-dir", str(cache), "--python", f"{env_dir}/bin/python", "--system-certs",
+                         "--index-url", "https://pypi.org/simple", "--require-hashes", "--only-binary", ":all:",
+                         "-r", str(LOCK)]  # fmt: skip
+    assert stat.S_IMODE(cache.parent.stat().st_mode) == 0o700
     # the fork is fetched and its parts checked before anything is installed
     order = [i for i, c in enumerate(calls) if c[0] == "git"]
-    assert max(order) < calls.index(next(c for c in calls if c[1:3] == ["-m", "venv"]))
+    assert max(order) < calls.index(next(c for c in calls if c[:2] == [UV, "venv"]))
     site = env_dir / "lib" / "python3.12" / "site-packages"
     assert (site / NEW_MODULE).is_file()
     record = json.loads((env_dir / "glm-flash-fork-patch.json").read_text())
@@ -180,15 +180,10 @@ def test_builds_from_the_lock_applies_the_fork_and_records_it(build, tmp_path, r
     # the lock without isolation, recorded
     dg = git("rev-parse", "HEAD", cwd=env_dir / "deepgemm")
     assert (marker["deepgemm_commit"], marker["deep_gemm"]) == (dg, f"2.3.0+{dg[:7]}")
-    pips = [c for c in calls if c[1:4] == ["-m", "pip", "install"]]
-    assert pips[1][4:] == [
-        "--progress-bar",
-        "off",
-        "--no-deps",
-        "--no-build-isolation",
-        "--no-index",
-        str(env_dir / "deepgemm"),
-    ]
+    build_cache = env_dir / ".glm-flash-uv-cache"  # DeepGEMM's build meets no other checkout's: deleted after
+    assert uv[1][3:] == [*common, "--cache-dir", str(build_cache), "--python", f"{env_dir}/bin/python",
+                         "--no-build-isolation", "--no-index", str(env_dir / "deepgemm")]  # fmt: skip
+    assert len(uv) == 2 and not build_cache.exists()
     assert (site / "deep_gemm" / "__init__.py").is_file()
 
 
@@ -196,7 +191,7 @@ def test_a_deepgemm_commit_not_in_its_repository_stops_before_installing(build, 
     fork, commit = make_fork(tmp_path, release)
     result, calls, env_dir = build(fork, commit, deepgemm_commit="d" * 40)
     assert f"has no commit {'d' * 40}; deepgemm_ref must be a full commit" in str(result), result
-    assert not [c for c in calls if c[1:3] == ["-m", "venv"]] and not (env_dir / ".glm-flash-complete").exists()
+    assert not [c for c in calls if c[:2] == [UV, "venv"]] and not (env_dir / ".glm-flash-complete").exists()
 
 
 def test_a_deepgemm_tag_is_refused_before_anything(build, tmp_path, release):
@@ -268,14 +263,14 @@ def test_fork_commit_without_the_patch_stops_before_installing(build, tmp_path, 
     fork, commit = make_fork(tmp_path, release)
     result, calls, env_dir = build(fork, commit, patch="patch/vllm-moet-v0.25.0.patch")
     assert "has no patch/vllm-moet-v0.25.0.patch (fork_patches)" in str(result)
-    assert not [c for c in calls if c[1:3] == ["-m", "venv"]] and not (env_dir / ".glm-flash-complete").exists()
+    assert not [c for c in calls if c[:2] == [UV, "venv"]] and not (env_dir / ".glm-flash-complete").exists()
 
 
 def test_fork_commit_without_kernels_stops_before_installing(build, tmp_path, release):
     fork, commit = make_fork(tmp_path, release)
     result, calls, _ = build(fork, commit, kernels="kernels/cubins-sm121")
     assert "no kernel directory" in str(result) and "fork_kernels" in str(result)
-    assert not [c for c in calls if c[1:3] == ["-m", "venv"]]
+    assert not [c for c in calls if c[:2] == [UV, "venv"]]
 
 
 def test_patch_that_does_not_apply_is_refused_and_the_environment_stays_incomplete(build, tmp_path, release):
@@ -346,3 +341,22 @@ def test_glm_flash_status_items_for_the_fork(build, tmp_path, release, monkeypat
         "fork kernels": "problem",
     }
     assert "does not apply" in got["fork patch"]["detail"] and got["fork patch"]["fix"].startswith("run the deploy")
+
+
+def test_the_lock_cache_outlives_a_build_and_holds_one_lock_at_most(tmp_path, monkeypatch):
+    """The lock's unpacked wheels are kept for the next build of the same lock (a new fork commit
+    downloads nothing); another lock's are deleted first, so one set at most stays on disk."""
+    t = tool()
+    monkeypatch.setenv("GLM_FLASH_ROOT", str(tmp_path))
+    top = tmp_path / "engine" / "uv-cache"
+    mine = top / hashlib.sha256(LOCK.read_bytes()).hexdigest()
+    (mine / "wheels-v5").mkdir(parents=True)  # what uv left from an earlier build of this lock
+    (top / ("0" * 64) / "wheels-v5").mkdir(parents=True)  # another lock's
+    top.chmod(0o755)  # made by hand, or by an older deploy
+    assert t.lock_cache(str(LOCK)) == str(mine)
+    assert sorted(p.name for p in top.iterdir()) == [mine.name] and (mine / "wheels-v5").is_dir()
+    assert stat.S_IMODE(top.stat().st_mode) == 0o700
+    other = tmp_path / "other.txt"
+    other.write_text("vllm==0.24.0 --hash=sha256:" + "1" * 64 + "\n")
+    assert t.lock_cache(str(other)) == str(top / hashlib.sha256(other.read_bytes()).hexdigest())
+    assert list(top.iterdir()) == []

@@ -79,6 +79,16 @@ def test_engine_is_the_fork_at_the_pinned_commit(host, profile, env_dir):
     assert version.split()[1] != "None", f"torch without CUDA in {env_dir}: {version}"
 
 
+def test_the_lock_cache_is_roots_alone_and_holds_this_lock_only(host, profile):
+    """The engine's unpacked wheels (the environments' files are hard links into them): root's, 0700,
+    so nothing the service user writes reaches a later build; one lock's set, the serving one's."""
+    top = f"{layout.engine_root(profile)}/uv-cache"
+    cache = host.file(top)
+    assert (cache.is_directory, cache.user, cache.group, cache.mode) == (True, "root", "root", 0o700)
+    lock = host.check_output(f"sha256sum {layout.engine_root(profile)}/locks/{engine_vllm.env_id(profile)}.vllm.txt")
+    assert host.check_output(f"ls {top}").split() == [lock.split()[0]]
+
+
 def test_deepgemm_is_the_pinned_commit(host, profile, env_dir):
     """DeepGEMM built from deepgemm_ref into the serving environment (the fork's Dockerfile's swap):
     recorded, its checkout at that commit, one deep_gemm installed whose version's +<rev> names it."""

@@ -2,10 +2,10 @@
 machine made to look like a GB10 box (sandbox/gb10.py), with real systemd.
 
 Real: deploy.py and every role unchanged, systemd, apt (Debian's earlyoom), the hub client
-against the stand-in hub, git fetching the fork and DeepGEMM by commit over HTTP, pip building
+against the stand-in hub, git fetching the fork and DeepGEMM by commit over HTTP, uv building
 DeepGEMM's checkout into the environment (--no-deps --no-build-isolation), files/glm-flash-vllm-build
-making a venv from a CPython 3.12, pip installing PyPI's real vLLM 0.24.0 wheel (hash-checked,
---no-deps), files/glm-flash-fork-patch checking and applying the fork's patch to those files and
+making a venv from a CPython 3.12 with uv, uv installing locks/vllm/0.24.0-aarch64.txt from PyPI
+(the real aarch64 wheels, hash-checked, --no-deps, through the lock's cache), files/glm-flash-fork-patch checking and applying the fork's patch to those files and
 finding the scheduler fix, the kernels copied, glm-flash-engine switching and rolling back,
 glm-flash-check-flags looking up the fork's VLLM_* reads in the patched files, the units, earlyoom
 with the deploy's drop-in, `glm-flash status`, tests/host/test_gb10.py.
@@ -16,9 +16,9 @@ directory); no GPU device, so the driver check is skipped and the service's pref
 start. The fork is a stand-in of ours on loopback; so is DeepGEMM beside it, pure Python (the
 real one compiles CUDA kernels with nvcc through its setup.py; this one's in-tree build backend
 writes a wheel of one module, versioned +<short HEAD> as DeepGEMM's setup.py does); the hub serves a small checkpoint and a
-stand-in drafter. python3.12 is a real CPython 3.12 whose sitecustomize installs the real vLLM
-x86_64 wheel (the same Python files as aarch64) and a stand-in torch instead of the aarch64 lock,
-answers the build's CUDA import from the installed files, and gives glm-flash-check-flags a replica
+stand-in drafter. python3.12 is a real CPython 3.12 whose sitecustomize answers uv's query as
+aarch64 (so the lock's aarch64 files are installed, never executed), answers the build's CUDA
+import from the installed files, and gives glm-flash-check-flags a replica
 of vLLM 0.24.0's serve parser (sandbox/vllm-0.24.0-parser.json, kept equal to the real parser's by
 tests/gb10/test_parser_dump.py), so `sandbox/gb10.py fresh` (destroy, then the documented `up`)
 needs no flag.
@@ -161,6 +161,21 @@ def test_the_engine_is_the_real_release_with_the_forks_patch(gb10):
         ).stdout
     )
     assert sh(f"ls {env}/cubit-share").stdout.split() == ["exl3-wave-m8", "moe_w2_mm_k6144_a32.cubin"]
+
+
+def test_the_lock_is_installed_by_uv_as_on_the_box(gb10):
+    """uv installed locks/vllm/0.24.0-aarch64.txt as it does on the box: PyPI's aarch64 files (the
+    stand-in python3.12 answered uv's query as aarch64; nothing here executes them), hash-checked,
+    each a hard link into the lock's own cache (root's alone, named for the lock's sha256: the one
+    set on disk), and no pip in the environment."""
+    env = current()
+    so = f"{env}/{SITE}/torch/lib/libtorch_cpu.so"
+    assert sh(f"od -An -tu2 -j18 -N2 {so}").stdout.split() == ["183"]  # ELF e_machine: EM_AARCH64
+    assert int(sh(f"stat -c %h {so}").stdout) >= 2  # the environment's name and the cache's
+    assert sh(f"stat -c '%U %a' {ENGINE}/uv-cache").stdout.split() == ["root", "700"]
+    lock = sh(f"sha256sum {ENGINE}/locks/{os.path.basename(env)}.vllm.txt").stdout.split()[0]
+    assert sh(f"ls {ENGINE}/uv-cache").stdout.split() == [lock]
+    assert not [f for f in sh(f"ls {env}/bin").stdout.split() if f.startswith("pip")]
 
 
 def test_deepgemm_is_installed_in_the_serving_environment_at_the_pinned_commit(gb10):

@@ -15,7 +15,7 @@ Per run (platform gb10):
    files/glm-flash-vllm-build only when it is not complete: the fork fetched at the commit (its
    patch and kernels must be where the profile says, else nothing is installed), DeepGEMM
    fetched at deepgemm_ref (HEAD verified, before anything is installed), every wheel
-   from the lock (--require-hashes), DeepGEMM built from its checkout into the environment
+   of the lock by the host's uv from PyPI (--require-hashes, through the lock's own cache), DeepGEMM built from its checkout into the environment
    (--no-deps --no-build-isolation, as the fork's Dockerfile swaps it in; recorded in the
    environment's marker), the fork's patch checked with `git apply --check` and
    applied by files/glm-flash-fork-patch (refused with nothing written when it does not
