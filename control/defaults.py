@@ -657,8 +657,7 @@ PLATFORMS: dict[str, dict[str, Any]] = {
             "curl",
             "git",
             "python3",  # DGX OS has it; uv builds the downloader's environment with it (roles/tools.py)
-            "python3.12-venv",
-            "python3.12-dev",
+            "python3.12-dev",  # Python.h for DeepGEMM's build (uv makes the engine's venv: no venv module needed)
             "build-essential",
             "cmake",
             "ninja-build",

@@ -57,8 +57,8 @@ hosts = hosts(
             "model_revision": hub["model"]["commit"],
             "drafter_model": hub["drafter"]["repo"],
             "hf_endpoint": f"http://127.0.0.1:{ports['hub']}",
-            # Debian 13 underneath: Ubuntu's python3.12-venv/-dev do not exist here (the stand-in
-            # CPython 3.12 carries venv and its headers), and nothing is compiled (no compilers, cmake).
+            # Debian 13 underneath: Ubuntu's python3.12-dev does not exist here (the stand-in
+            # CPython 3.12 carries its headers), and nothing is compiled (no compilers, cmake).
             # python3 as DGX OS has it (Debian's 3.13 here): uv builds the downloader's environment with it.
             "base_packages": ["ca-certificates", "curl", "git", "python3", "pciutils", "jq"],
             # Preflight against this machine (2 cores, a disk shared with the control machine):
