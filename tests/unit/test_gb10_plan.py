@@ -270,7 +270,7 @@ def test_fresh_gb10_box_plan(monkeypatch, profile):
     assert plan.commands("vLLM-Moet") == ["function _follow"]
     assert plan.find(f"vLLM 0.24.0 + vLLM-Moet {REF[:12]} + DeepGEMM a6b593d28267 built into {env}")
     assert " ".join(engine_vllm.build_argv(profile, env)) == (
-        f"/opt/glm-flash/bin/glm-flash-vllm-build {env} --python /usr/bin/python3.12 "
+        f"/opt/glm-flash/bin/glm-flash-vllm-build {env} --python /usr/bin/python3.12 --uv /opt/glm-flash/tools/uv "
         f"--lock /opt/glm-flash/engine/locks/{env}.vllm.txt --vllm-version 0.24.0 "
         f"--fork-repo https://github.com/lrozewicz/vLLM-Moet-GB10 --fork-commit {REF} "
         "--fork-patch patch/vllm-moet-v0.24.0.patch --fork-kernels kernels/cubins-sm120 "

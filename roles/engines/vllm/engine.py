@@ -104,6 +104,8 @@ def build_argv(profile: Profile, env: str) -> list[str]:
         env,
         "--python",
         f"/usr/bin/python{profile.python_version}",
+        "--uv",
+        layout.host_uv(profile),  # the host's one builder (roles/tools.py), as the L40S engine's build names it
         "--lock",
         lock_dest(profile, env),
         "--vllm-version",
