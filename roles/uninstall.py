@@ -52,6 +52,18 @@ FETCH_CACHE = layout.FETCH_CACHE
 DEFAULT_TARGET = "/etc/systemd/system/default.target"  # the link `systemctl set-default` writes
 
 
+def unloaded(unit: str) -> str:
+    """Shell that waits (60 s at most) until systemd has unloaded the stopped transient `unit`. It
+    usually has by then; on a loaded machine systemd has kept one (`loaded inactive dead`, seen in a
+    cold CI run: the next uninstall then stopped it again), and a stop of a stopped unit makes it
+    look again: asked every 5 s, as files/glm-flash-job's released() does before reusing a name."""
+    u = q(unit)
+    return (
+        f"for i in $(seq 120); do systemctl list-units --all --plain --no-legend {u} | grep -qv not-found || break; "
+        f"[ $((i % 10)) -ne 0 ] || {{ systemctl stop {u}; systemctl reset-failed {u}; }} 2>/dev/null; sleep 0.5; done"
+    )
+
+
 def host_tools() -> list[str]:
     """Every host tool of ours, by the name files/ gives it: a link in /usr/local/sbin may carry it."""
     return sorted(p.name for p in layout.FILES.iterdir() if p.is_file())
@@ -161,7 +173,8 @@ def apply(profile: Profile) -> None:
                 "systemctl stop " + " ".join(q(u) for u in units) + " || true",
                 "systemctl disable " + " ".join(q(u) for u in units) + " 2>/dev/null || true",
                 "systemctl reset-failed " + " ".join(q(u) for u in units) + " 2>/dev/null || true",
-            ],
+            ]
+            + [unloaded(u) for u in units if u.startswith("glm-flash-job-")],
         )
 
     gone = [path for path in remove if path in found.paths]
