@@ -17,6 +17,7 @@ import glob
 import hashlib
 import json
 import os
+import shutil
 import stat
 import subprocess
 import tempfile
@@ -64,6 +65,19 @@ def uv_install(uv: str, env_dir: str, cache: str, *args: str) -> list[str]:
     disk, not twice."""
     options = "--quiet --no-config --link-mode hardlink --compile-bytecode --no-deps".split()
     return [uv, "pip", "install", *options, "--cache-dir", cache, "--python", f"{env_dir}/bin/python", *args]
+
+
+@contextlib.contextmanager
+def install_cache(env_dir: str):
+    """A uv cache of one install's own inside env_dir (on its filesystem), empty at the start (a killed
+    install's removed) and removed after: nothing unpacked is shared with another environment or a
+    later build, and each installed file keeps one link, the environment's."""
+    cache = os.path.join(env_dir, ".glm-flash-uv-cache")
+    shutil.rmtree(cache, ignore_errors=True)
+    try:
+        yield cache
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def sha256_file(file: str | int) -> str:
