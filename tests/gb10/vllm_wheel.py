@@ -17,6 +17,7 @@ Everything lands under ${GLM_FLASH_CACHE:-~/.cache/glm-flash}; a second run fetc
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "engine"))
 import pypi  # noqa: E402  (tests/engine/pypi.py: verified, cached PyPI wheels)
+
+from control.engine_lock import tools_bin  # noqa: E402
 
 # The release the vLLM-Moet fork's patch is made for (docs/sources.md §20).
 VLLM_VERSION = "0.24.0"
@@ -51,14 +54,19 @@ def parser_python() -> Path:
     if marker.exists() and marker.read_text() == want:
         return venv / "bin" / "python"
     shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # The pinned uv (locks/tools.txt), as the hosts' environments are built: a sixth of pip's CPU
+    # time here. Bytecode compiled up front, as pip did: the probes run with PYTHONDONTWRITEBYTECODE
+    # where it is set, and would compile vLLM's import chain again in every one.
+    uv = str(tools_bin() / "uv")
+    env = dict(os.environ, UV_NO_CONFIG="1")
+    subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(venv)], check=True, env=env)
     py = venv / "bin" / "python"
-    pip = [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    install = [uv, "pip", "install", "--quiet", "--python", str(py), "--no-deps", "--compile-bytecode"]
     # The machine's pip configuration carries the local CPU torch; PyPI has only CUDA builds.
     local = sorted(Path("/opt/wheels").glob("torch-2.13.0+cpu-cp311-*.whl"))
-    subprocess.run(pip + ["--no-deps", str(local[0]) if local else PARSER_TORCH], check=True)
-    subprocess.run(pip + ["--no-deps", str(wheel())], check=True)
-    subprocess.run(pip + ["--no-deps", "-r", str(PARSER_LOCK)], check=True)
+    subprocess.run(install + [str(local[0]) if local else PARSER_TORCH], check=True, env=env)
+    subprocess.run(install + [str(wheel())], check=True, env=env)
+    subprocess.run(install + ["-r", str(PARSER_LOCK)], check=True, env=env)
     marker.write_text(want)
     return py
 
