@@ -104,8 +104,13 @@ def build(tmp_path, release, monkeypatch):
             shutil.copytree(src / "deep_gemm", site / "deep_gemm")
             (site / f"deep_gemm-{version}.dist-info").mkdir()
             return ""
+        if cmd[:3] == [UV, "pip", "install"] and cmd[-1].endswith(".glm-flash-vllm-wheel.txt"):
+            wanted = Path(cmd[-1]).read_text()  # vLLM's entry of the lock alone: its pin and hashes
+            assert wanted.startswith("vllm==0.24.0 \\\n") and wanted in LOCK.read_text(), wanted
+            shutil.copytree(release, site)  # simulated: the vllm wheel
+            return ""
         if cmd[:3] == [UV, "pip", "install"]:
-            shutil.copytree(release, site)  # simulated: the wheels of the lock
+            assert cmd[-1] == str(LOCK) and (site / SCHEDULER).is_file()  # the rest; uv keeps the patched vllm
             return ""
         if "sysconfig" in cmd[-1]:
             return f"{site}\n"
@@ -158,9 +163,13 @@ def test_builds_from_the_lock_applies_the_fork_and_records_it(build, tmp_path, r
     uv = [c for c in calls if c[:3] == [UV, "pip", "install"]]
     cache = env_dir.parents[1] / "uv-cache" / hashlib.sha256(LOCK.read_bytes()).hexdigest()
     common = ["--quiet", "--no-config", "--link-mode", "hardlink", "--compile-bytecode", "--no-deps"]
-    assert uv[0][3:] == [*common, "--cache-dir", str(cache), "--python", f"{env_dir}/bin/python", "--system-certs",
-                         "--index-url", "https://pypi.org/simple", "--require-hashes", "--only-binary", ":all:",
-                         "-r", str(LOCK)]  # fmt: skip
+    pypi = [*common, "--cache-dir", str(cache), "--python", f"{env_dir}/bin/python", "--system-certs",
+            "--index-url", "https://pypi.org/simple", "--require-hashes", "--only-binary", ":all:", "-r"]  # fmt: skip
+    # vLLM's wheel alone, patched and its scheduler fix found, before the lock's other wheels
+    assert uv[0][3:] == [*pypi, str(env_dir / ".glm-flash-vllm-wheel.txt")] and uv[1][3:] == [*pypi, str(LOCK)]
+    patched = next(i for i, c in enumerate(calls) if len(c) > 2 and c[1].endswith("glm-flash-fork-patch"))
+    assert calls.index(uv[0]) < patched < calls.index(uv[1])
+    assert not (env_dir / ".glm-flash-vllm-wheel.txt").exists()
     assert stat.S_IMODE(cache.parent.stat().st_mode) == 0o700
     # the fork is fetched and its parts checked before anything is installed
     order = [i for i, c in enumerate(calls) if c[0] == "git"]
@@ -181,9 +190,9 @@ def test_builds_from_the_lock_applies_the_fork_and_records_it(build, tmp_path, r
     dg = git("rev-parse", "HEAD", cwd=env_dir / "deepgemm")
     assert (marker["deepgemm_commit"], marker["deep_gemm"]) == (dg, f"2.3.0+{dg[:7]}")
     build_cache = env_dir / ".glm-flash-uv-cache"  # DeepGEMM's build meets no other checkout's: deleted after
-    assert uv[1][3:] == [*common, "--cache-dir", str(build_cache), "--python", f"{env_dir}/bin/python",
+    assert uv[2][3:] == [*common, "--cache-dir", str(build_cache), "--python", f"{env_dir}/bin/python",
                          "--no-build-isolation", "--no-index", str(env_dir / "deepgemm")]  # fmt: skip
-    assert len(uv) == 2 and not build_cache.exists()
+    assert len(uv) == 3 and not build_cache.exists()
     assert (site / "deep_gemm" / "__init__.py").is_file()
 
 
@@ -275,8 +284,10 @@ def test_fork_commit_without_kernels_stops_before_installing(build, tmp_path, re
 
 def test_patch_that_does_not_apply_is_refused_and_the_environment_stays_incomplete(build, tmp_path, release):
     fork, commit = make_fork(tmp_path, release, break_envs=True)
-    result, _, env_dir = build(fork, commit)
+    result, calls, env_dir = build(fork, commit)
     assert "does not apply" in str(result) and ENVS in str(result)
+    # refused on vLLM's wheel alone: the lock's other wheels never fetched
+    assert [c[-1] for c in calls if c[:3] == [UV, "pip", "install"]] == [str(env_dir / ".glm-flash-vllm-wheel.txt")]
     site = env_dir / "lib" / "python3.12" / "site-packages"
     assert (site / SCHEDULER).read_bytes() == (release / SCHEDULER).read_bytes()  # nothing written
     assert not (site / NEW_MODULE).exists() and not (env_dir / ".glm-flash-complete").exists()
@@ -284,8 +295,9 @@ def test_patch_that_does_not_apply_is_refused_and_the_environment_stays_incomple
 
 def test_fork_without_the_scheduler_fix_is_refused(build, tmp_path, release):
     fork, commit = make_fork(tmp_path, release, scheduler_fix=False)
-    result, _, env_dir = build(fork, commit)
+    result, calls, env_dir = build(fork, commit)
     assert "patch 12" in str(result) and not (env_dir / ".glm-flash-complete").exists()
+    assert [c[-1] for c in calls if c[:3] == [UV, "pip", "install"]] == [str(env_dir / ".glm-flash-vllm-wheel.txt")]
 
 
 def test_a_lock_of_another_release_is_refused(tmp_path):
