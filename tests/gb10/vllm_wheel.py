@@ -4,8 +4,9 @@ docs/sources.md §20), cached, and what the GB10 tests build from it.
 - `parser_python()`: a cached venv in which vLLM's own serve argument parser and app can be
   built. vLLM 0.24.0 pins torch 2.11.0 (CUDA, several GB); the parser only needs `import torch`
   to work, so the venv takes the CPU build of torch 2.13.0 that this machine kind keeps
-  on disk (/opt/wheels, found through the machine's pip configuration) and vLLM with
-  --no-deps plus the pure-Python packages its import chain needs (parser-requirements.txt).
+  on disk (/opt/wheels; elsewhere torch==2.13.0 from PyPI) and vLLM with --no-deps plus the
+  pure-Python packages its import chain needs (parser-requirements.txt), installed by the
+  pinned uv (locks/tools.txt).
   The probes set vLLM's CPU platform: this machine has no GPU to detect.
 - `release_python(dest)`: the release's Python files as a stand-in site-packages.
 
@@ -62,7 +63,7 @@ def parser_python() -> Path:
     subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(venv)], check=True, env=env)
     py = venv / "bin" / "python"
     install = [uv, "pip", "install", "--quiet", "--python", str(py), "--no-deps", "--compile-bytecode"]
-    # The machine's pip configuration carries the local CPU torch; PyPI has only CUDA builds.
+    # This machine kind keeps a CPU torch on disk; PyPI has only CUDA builds of 2.13.0.
     local = sorted(Path("/opt/wheels").glob("torch-2.13.0+cpu-cp311-*.whl"))
     subprocess.run(install + [str(local[0]) if local else PARSER_TORCH], check=True, env=env)
     subprocess.run(install + [str(wheel())], check=True, env=env)

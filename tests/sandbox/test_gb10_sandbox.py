@@ -292,6 +292,11 @@ def test_a_fork_commit_whose_patch_does_not_apply_is_refused_with_nothing_change
     assert [e for e in envs if not e.startswith(broken)] == before_envs
     left = [e for e in envs if e.startswith(broken)]
     assert all(sh(f"test ! -e {ENGINE}/envs/{e}/.glm-flash-complete", check=False).returncode == 0 for e in left)
+    # refused on vLLM's wheel alone: the rest of the lock (torch among it) was never installed
+    assert left, envs
+    for e in left:
+        site = f"{ENGINE}/envs/{e}/{SITE}"
+        assert sh(f"test -d {site}/vllm && test ! -e {site}/torch", check=False).returncode == 0, e
 
 
 def test_a_deepgemm_commit_not_in_its_repository_is_refused_with_nothing_changed(gb10):
