@@ -212,16 +212,20 @@ def test_a_deploy_waits_for_dpkgs_lock_then_for_apts_lists_lock(converged):
     assert r.returncode != 0 and "lock" in (r.stdout + r.stderr) and not installed()
     # One deploy, both locks held (apt-daily's and unattended-upgrades' at once), the lists a day old:
     # apt's lists lock until the deploy's update has waited 1 s for it (it is tried every 5 s), dpkg's
-    # until the install has waited 1 s. The deploy says it waits for each, in that order (its own
+    # until the install has waited 5 s. The deploy says it waits for each, in that order (its own
     # packages.WAITING line with apt's lock line, then apt's own DPkg::Lock::Timeout line), then installs.
     sandbox_sh(f"touch -d '2 days ago' {STAMP}")
     hold_lock(LISTS, "lists", "until out=..apt-get .*update", 1)
-    hold_lock(FRONTEND, "dpkg", f"apt-get .*install.* {PACKAGE}$", 1)
+    # 5 s: the holder counts from when pgrep first matches the install's command (its shell, before
+    # apt-get has asked for the lock). With 1 s, one cold run on the loaded CI machine had the holder
+    # count its second while apt printed no wait: apt most likely found the lock already free.
+    hold_lock(FRONTEND, "dpkg", f"apt-get .*install.* {PACKAGE}$", 5)
     changed, out = deploy(output=True)
     assert "Base packages" in changed and installed()
     assert held_until_waited_for("lists") == "waited", "the update did not wait for the lists lock"
     assert held_until_waited_for("dpkg") == "waited", "the install did not wait for dpkg's lock"
     lists_wait = out.find(f"{packages.WAITING} E: Could not get lock {LISTS}")
     dpkg_wait = re.search(rf"Waiting for cache lock: Could not get lock {FRONTEND}\b", out)
-    assert lists_wait != -1 and dpkg_wait and lists_wait < dpkg_wait.start(), out[-6000:]
+    said = "\n".join(line for line in out.splitlines() if "lock" in line.lower())
+    assert lists_wait != -1 and dpkg_wait and lists_wait < dpkg_wait.start(), said or out[-6000:]
     assert deploy()[0] == []
