@@ -168,13 +168,14 @@ def apply(profile: Profile) -> None:
     if units:
         server.shell(
             name=f"Stop and disable {', '.join(units)}",
-            # Transient units (glm-flash-job-*) have no file to disable: stop first, each on its own.
+            # Transient units (systemd-run's: jobs, flag checks, transfers) have no file to disable
+            # and no file of ours to remove: each is waited for until systemd has dropped it.
             commands=[
                 "systemctl stop " + " ".join(q(u) for u in units) + " || true",
                 "systemctl disable " + " ".join(q(u) for u in units) + " 2>/dev/null || true",
                 "systemctl reset-failed " + " ".join(q(u) for u in units) + " 2>/dev/null || true",
             ]
-            + [unloaded(u) for u in units if u.startswith("glm-flash-job-")],
+            + [unloaded(u) for u in units if u in found.transient or u.startswith("glm-flash-job-")],
         )
 
     gone = [path for path in remove if path in found.paths]

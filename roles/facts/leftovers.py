@@ -20,6 +20,8 @@ class Found:
     groups: frozenset[str] = frozenset()
     not_root_owned: frozenset[str] = frozenset()  # of the `owned` directories asked about
     links: frozenset[str] = frozenset()  # links in `link_dir` pointing under `link_target`
+    # of `units`, those systemd made from systemd-run (a file in /run/systemd/transient while loaded)
+    transient: frozenset[str] = frozenset()
 
 
 class Leftovers(ParsedFact):
@@ -44,14 +46,16 @@ class Leftovers(ParsedFact):
             f"systemctl list-units --all --plain --no-legend {glob} 2>/dev/null"
             " | awk '{print \"loaded \" $1 \" \" $2 \" \" $3}'"
         )
-        parts.append(f"systemctl list-unit-files --plain --no-legend {glob} 2>/dev/null | awk '{{print \"unit \" $1}}'")
+        parts.append(
+            f"systemctl list-unit-files --plain --no-legend {glob} 2>/dev/null | awk '{{print \"unit \" $1 \" \" $2}}'"
+        )
         return "; ".join(f"{{ {p}; }}" for p in parts) + "; true"
 
     empty_parsed = True
 
     @staticmethod
     def parse(lines) -> Found:
-        kinds: dict[str, set[str]] = {k: set() for k in ("path", "unit", "user", "group", "owned", "link")}
+        kinds: dict[str, set[str]] = {k: set() for k in ("path", "unit", "user", "group", "owned", "link", "transient")}
         for line in lines:
             kind, _, value = line.strip().partition(" ")
             if kind == "loaded":
@@ -61,6 +65,12 @@ class Leftovers(ParsedFact):
                 name, load, active = (value.split() + ["", ""])[:3]
                 if name and (load, active) != ("not-found", "inactive"):
                     kinds["unit"].add(name)
+            elif kind == "unit":
+                name, state = (value.split() + [""])[:2]
+                if name:
+                    kinds["unit"].add(name)
+                if name and state == "transient":
+                    kinds["transient"].add(name)
             elif kind in kinds and value:
                 kinds[kind].add(value)
         return Found(*map(frozenset, kinds.values()))  # kinds in Found's order

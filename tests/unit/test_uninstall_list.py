@@ -93,7 +93,8 @@ def test_leftovers_parse_what_the_host_answers():
     found = Leftovers.parse(
         [
             "path /opt/glm-flash",
-            "unit glm-flash.service",
+            "unit glm-flash.service enabled",
+            "unit glm-flash-flag-check-812.service transient",  # systemd-run's, while loaded
             "loaded glm-flash-job-engine-build.service loaded failed",
             "loaded glm-flash-notify@glm-flash.service.service not-found inactive",  # a name only
             "loaded glm-flash-gpu.service not-found failed",  # file gone, still failed: reset it
@@ -108,12 +109,14 @@ def test_leftovers_parse_what_the_host_answers():
     assert found.paths == {"/opt/glm-flash"} and found.links == {"/usr/local/sbin/glm-flash-rollback"}
     assert found.units == {
         "glm-flash.service",
+        "glm-flash-flag-check-812.service",
         "glm-flash-job-engine-build.service",
         "glm-flash-gpu.service",
         "glm-flash-gpu-metrics.service",
     }
     assert found.users == {"glm-flash"} and found.groups == {"glm-flash-fetch"}
     assert found.not_root_owned == {"/srv/models/GLM-5.3-Flash"}
+    assert found.transient == {"glm-flash-flag-check-812.service"}
     assert Leftovers.parse([]) == Leftovers.default()
 
 
