@@ -86,12 +86,16 @@ def uninstall(*data: str) -> subprocess.CompletedProcess:
 
 ENGINE = "/opt/glm-flash/engine"
 SNAPSHOT = "/root/glm-flash-engine-snapshot"  # /root: outside every root host_paths() scans
+FLAG_CHECK = "glm-flash-flag-check-1.service"
 
 
 @pytest.fixture(scope="module")
 def uninstalled(sandbox):
     # The environments and the wheelhouse, moved aside (a rename: nothing under them copied).
     sandbox_sh(f"rm -rf {SNAPSHOT} && mkdir -p {SNAPSHOT} && mv {ENGINE}/envs {ENGINE}/wheelhouse {SNAPSHOT}/")
+    # A transient unit of ours running, as a flag check's is during a deploy (files/glm-flash-check-flags):
+    # stopped by the uninstall and waited for until systemd drops it (its file under /run goes with it).
+    sandbox_sh(f"systemd-run --quiet --service-type=exec --unit={FLAG_CHECK} sleep 3600")
     first = uninstall()
     assert first.returncode == 0, first.stderr[-6000:]
     state = {
@@ -131,6 +135,8 @@ def test_users_groups_and_units_are_gone(uninstalled):
     assert not [u for u in uninstalled["passwd"] if u.startswith("glm-flash")]
     assert not [g for g in uninstalled["group"] if g.startswith("glm-flash")]
     assert uninstalled["units"] == [], f"loaded units after the first run:\n{uninstalled['loaded']}"
+    # the running flag check was found and stopped (list-unit-files above lists it while systemd holds it)
+    assert any(FLAG_CHECK in op for op in changed_operations(uninstalled["first"].stdout))
 
 
 def test_the_kept_checkpoint_belongs_to_root(uninstalled):
