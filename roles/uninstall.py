@@ -50,18 +50,12 @@ RUNFILE_LOG = "/var/log/cuda-installer.log"
 # roles/operations/checkpoint.py: the download unit's CacheDirectory= (HF_HOME), made by systemd.
 FETCH_CACHE = layout.FETCH_CACHE
 DEFAULT_TARGET = "/etc/systemd/system/default.target"  # the link `systemctl set-default` writes
-
-
-def unloaded(unit: str) -> str:
-    """Shell that waits (60 s at most) until systemd has unloaded the stopped transient `unit`. It
-    usually has by then; on a loaded machine systemd has kept one (`loaded inactive dead`, seen in a
-    cold CI run: the next uninstall then stopped it again), and a stop of a stopped unit makes it
-    look again: asked every 5 s, as files/glm-flash-job's released() does before reusing a name."""
-    u = q(unit)
-    return (
-        f"for i in $(seq 120); do systemctl list-units --all --plain --no-legend {u} | grep -qv not-found || break; "
-        f"[ $((i % 10)) -ne 0 ] || {{ systemctl stop {u}; systemctl reset-failed {u}; }} 2>/dev/null; sleep 0.5; done"
-    )
+# Where systemd keeps the file of a transient unit (systemd-run's) while the unit is loaded. It keeps
+# a stopped one loaded while another unit refers to it (seen in cold CI runs: a job unit `loaded
+# inactive dead` beside its failure notifier, still there a minute after its stop). Its file removed
+# after the stop, the daemon-reload that follows leaves systemd only its name (`not-found inactive`):
+# nothing on disk, and nothing a second uninstall has to change (roles/facts/leftovers.py).
+TRANSIENT_DIR = "/run/systemd/transient"
 
 
 def host_tools() -> list[str]:
@@ -168,17 +162,17 @@ def apply(profile: Profile) -> None:
     if units:
         server.shell(
             name=f"Stop and disable {', '.join(units)}",
-            # Transient units (systemd-run's: jobs, flag checks, transfers) have no file to disable
-            # and no file of ours to remove: each is waited for until systemd has dropped it.
+            # Transient units (systemd-run's: jobs, flag checks, transfers) have no file to disable:
+            # stopped here, their files under TRANSIENT_DIR removed below with the rest.
             commands=[
                 "systemctl stop " + " ".join(q(u) for u in units) + " || true",
                 "systemctl disable " + " ".join(q(u) for u in units) + " 2>/dev/null || true",
                 "systemctl reset-failed " + " ".join(q(u) for u in units) + " 2>/dev/null || true",
-            ]
-            + [unloaded(u) for u in units if u in found.transient or u.startswith("glm-flash-job-")],
+            ],
         )
 
     gone = [path for path in remove if path in found.paths]
+    gone += [f"{TRANSIENT_DIR}/{u}" for u in sorted(found.transient) if "/" not in u]  # after their stop above
     gone += sorted(found.links - set(gone))
     if p.uninstall_model:
         gone += [m for m in models if m in found.paths]

@@ -14,7 +14,7 @@ import pytest
 
 from control import layout
 from control.defaults import KNOBS
-from roles.uninstall import unloaded
+from roles.operations.job import name_released
 from tests.conftest import SANDBOX_INVENTORY, changed_operations, pyinfra, sandbox_sh
 
 pytestmark = pytest.mark.sandbox
@@ -126,8 +126,8 @@ def test_a_disabled_service_is_a_problem_and_the_deploy_converges_back(sandbox):
     sh("systemctl reset-failed glm-flash.service; systemctl disable --now glm-flash.service")
     # systemd drops the disabled, stopped unit (and its start record) when it next looks at it; on a
     # loaded machine it kept it once (a cold CI run: the deploy then found the start record and
-    # started nothing): asked again until it is gone, as the uninstall does (roles/uninstall.py)
-    sh(unloaded("glm-flash.service"))
+    # started nothing): asked again until it is gone, as a deploy does before reusing a job's name
+    sh(name_released("glm-flash.service"))
     assert sh("systemctl list-units --all --plain --no-legend glm-flash.service").stdout.strip() == ""
     r = sh("glm-flash status", check=False)
     assert r.returncode == 1, r.stdout + r.stderr
