@@ -87,16 +87,27 @@ def uninstall(*data: str) -> subprocess.CompletedProcess:
 ENGINE = "/opt/glm-flash/engine"
 SNAPSHOT = "/root/glm-flash-engine-snapshot"  # /root: outside every root host_paths() scans
 FLAG_CHECK = "glm-flash-flag-check-1.service"
+JOB = "glm-flash-job-linger.service"  # a job name no deploy uses: the deploy's own may be held too
+HOLDER = "sandbox-holds-the-job.service"  # not ours: the uninstall leaves it alone
 
 
 @pytest.fixture(scope="module")
 def uninstalled(sandbox):
     # The environments and the wheelhouse, moved aside (a rename: nothing under them copied).
     sandbox_sh(f"rm -rf {SNAPSHOT} && mkdir -p {SNAPSHOT} && mv {ENGINE}/envs {ENGINE}/wheelhouse {SNAPSHOT}/")
-    # A transient unit of ours running, as a flag check's is during a deploy (files/glm-flash-check-flags):
-    # stopped by the uninstall and waited for until systemd drops it (its file under /run goes with it).
-    sandbox_sh(f"systemd-run --quiet --service-type=exec --unit={FLAG_CHECK} sleep 3600")
+    # Transient units of ours (systemd-run's), as cold CI runs left them: a flag check running
+    # (files/glm-flash-check-flags), and a job that ended but that systemd keeps `loaded inactive dead`
+    # beside its failure notifier because another unit refers to it (here a unit not of ours,
+    # After= it, started first: systemd keeps the job loaded, its file under /run/systemd/transient).
+    sandbox_sh(
+        f"systemd-run --quiet --service-type=exec --unit={FLAG_CHECK} sleep 3600 && "
+        f"systemd-run --quiet --unit={HOLDER} --property=After={JOB} sleep 3600 && "
+        f"systemd-run --quiet --wait --collect --service-type=exec --unit={JOB} "
+        f"--property=OnFailure=glm-flash-notify@{JOB}.service true && "
+        f"systemctl list-units --all --plain --no-legend {JOB} | grep -q 'loaded *inactive'"
+    )
     first = uninstall()
+    sandbox_sh(f"systemctl stop {HOLDER}")
     assert first.returncode == 0, first.stderr[-6000:]
     state = {
         "first": first,
@@ -135,8 +146,9 @@ def test_users_groups_and_units_are_gone(uninstalled):
     assert not [u for u in uninstalled["passwd"] if u.startswith("glm-flash")]
     assert not [g for g in uninstalled["group"] if g.startswith("glm-flash")]
     assert uninstalled["units"] == [], f"loaded units after the first run:\n{uninstalled['loaded']}"
-    # the running flag check was found and stopped (list-unit-files above lists it while systemd holds it)
-    assert any(FLAG_CHECK in op for op in changed_operations(uninstalled["first"].stdout))
+    # both were found and stopped (list-unit-files above lists a transient unit while systemd holds it)
+    changed = changed_operations(uninstalled["first"].stdout)
+    assert any(FLAG_CHECK in op and JOB in op for op in changed), changed
 
 
 def test_the_kept_checkpoint_belongs_to_root(uninstalled):
