@@ -5,7 +5,7 @@ so a reference that drops a knob, a default or a platform's value fails too."""
 from pathlib import Path
 
 from control.defaults import KNOBS, PLATFORMS
-from control.knob_reference import render, sections
+from scripts.knobs_doc import render, sections
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ def test_rows_carry_the_default_and_each_platforms_value():
 
 def test_the_gateways_knobs_are_in_the_reference():
     from control.fleet import GATEWAY_KNOBS
-    from control.knob_reference import render
+    from scripts.knobs_doc import render
 
     text = render()
     assert all(f"| `{key}` |" in text for key in GATEWAY_KNOBS)
