@@ -82,10 +82,6 @@ class Pin:
     def requirement(self) -> str:
         return f"{self.name}=={self.version}"
 
-    def lock_lines(self) -> str:
-        """This pin as a lock entry, for a one-package `pip install --require-hashes -r`."""
-        return f"{self.requirement} " + " ".join(f"--hash=sha256:{h}" for h in self.hashes) + "\n"
-
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
 _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")

@@ -114,6 +114,3 @@ PATCH_SET_DIR = "glm-flash-patches"  # in an engine environment: the patch sets 
 FLAG_CHECKS = f"{ROOT_STATE}/flag-checks"  # glm-flash-check-flags: launch specs the engine's parser accepted
 ENGINE_CHECKS = f"{ROOT_STATE}/engine-checks"  # glm-flash-engine status: owner checks of unchanged files
 INITRAMFS_MARKER = f"{ROOT_STATE}/initramfs-nouveau.sha256"  # blacklist the initramfs was built with
-# Before: root's state sat in the service user's home, which it can write. Never read again:
-# glm-flash-patch re-derives what it needs from the patched files themselves (its docstring).
-OLD_PATCH_STATE = "/var/lib/glm-flash/patches"

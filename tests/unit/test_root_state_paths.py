@@ -64,4 +64,3 @@ def test_root_state_is_outside_the_service_users_home():
     home = layout.service_home(prof)
     for path in (layout.ROOT_STATE, layout.PATCH_STATE, layout.INITRAMFS_MARKER):
         assert not (path + "/").startswith(home + "/"), path
-    assert layout.OLD_PATCH_STATE.startswith(home + "/"), "the old place, for the migration note"
