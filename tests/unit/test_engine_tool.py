@@ -219,8 +219,10 @@ def member(name: str, kind: bytes = tarfile.REGTYPE, mode: int = 0o644, link: st
         member("bin/sg", mode=0o2755),
         member("dev/mem", tarfile.CHRTYPE),
         member("bin/pipe", tarfile.FIFOTYPE),
+        member("/bin/abs"),  # the data filter alone would unpack it as bin/abs
+        member("bin/../lib/x"),  # and this one, inside dest
     ],
-    ids=["absolute-link", "link-outside", "hardlink-outside", "setuid", "setgid", "device", "fifo"],
+    ids=["absolute-link", "link-outside", "hardlink-outside", "setuid", "setgid", "device", "fifo", "abs", "dots"],
 )
 def test_an_interpreter_archive_with_a_link_out_a_device_or_setid_member_is_refused(tmp_path, bad):
     path = archive(tmp_path, bad)
